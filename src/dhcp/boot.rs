@@ -1,0 +1,277 @@
+//! PXE / UEFI HTTP Boot / iPXE boot selection: classify the client from its options
+//! (60 vendor class, 77 user class, 93 architecture, 175 iPXE encapsulated options) and
+//! pick what it should load next. Pure: no I/O, table-tested.
+
+use std::net::Ipv4Addr;
+
+use dhcproto::v4::{DhcpOption, DhcpOptions, OptionCode};
+
+use crate::config::BootSettings;
+
+/// iPXE's encapsulated option space (iPXE sends it in every request).
+const IPXE_ENCAP_OPTION: u8 = 175;
+
+/// Which firmware is asking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Firmware {
+    /// Not a network-boot client (an OS DHCP client).
+    None,
+    /// PXE ROM (vendor class `PXEClient…`, RFC 4578).
+    Pxe,
+    /// UEFI HTTP Boot (vendor class `HTTPClient…`, UEFI spec §24.7).
+    Http,
+}
+
+/// What the DHCP options say about the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientClass {
+    /// Firmware family.
+    pub firmware: Firmware,
+    /// The client is iPXE (user class `iPXE` or option 175 present).
+    pub ipxe: bool,
+    /// Client system architecture (option 93, RFC 4578 §2.1).
+    pub arch: Option<u16>,
+}
+
+/// What to tell the client to load.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BootDirective {
+    /// `siaddr` / next-server (and option 66 as text).
+    pub next_server: Ipv4Addr,
+    /// `file` / option 67: a TFTP file name or an HTTP URL.
+    pub file: String,
+    /// Option 60 to echo: PXE and HTTP Boot firmware ignore offers without it.
+    pub vendor_class: Option<&'static str>,
+}
+
+/// Classifies a request from its options.
+pub fn classify(opts: &DhcpOptions) -> ClientClass {
+    let vendor = match opts.get(OptionCode::ClassIdentifier) {
+        Some(DhcpOption::ClassIdentifier(v)) => v.as_slice(),
+        _ => &[],
+    };
+    let firmware = if vendor.starts_with(b"PXEClient") {
+        Firmware::Pxe
+    } else if vendor.starts_with(b"HTTPClient") {
+        Firmware::Http
+    } else {
+        Firmware::None
+    };
+    // iPXE sends its user class as the bare string "iPXE" rather than RFC 3004's
+    // length-prefixed list, so look for the bytes anywhere in the option.
+    let user_class_ipxe = matches!(
+        opts.get(OptionCode::UserClass),
+        Some(DhcpOption::UserClass(v)) if v.windows(4).any(|w| w == b"iPXE")
+    );
+    let ipxe = user_class_ipxe || opts.get(OptionCode::Unknown(IPXE_ENCAP_OPTION)).is_some();
+    let arch = match opts.get(OptionCode::ClientSystemArchitecture) {
+        Some(DhcpOption::ClientSystemArchitecture(a)) => Some(a.0),
+        _ => None,
+    };
+    ClientClass {
+        firmware,
+        ipxe,
+        arch,
+    }
+}
+
+/// The HTTP base URL clients are sent to.
+pub fn http_base(settings: &BootSettings, server: Ipv4Addr) -> String {
+    match &settings.http_url {
+        Some(u) => u.clone(),
+        None => format!("http://{server}:8080"),
+    }
+}
+
+/// Picks the boot directive. `server` is the answering address (the default next-server
+/// and HTTP host); `host_file` is a per-host override, applied to firmware (not to iPXE,
+/// which must always get the script, or it would chain itself forever).
+pub fn select(
+    class: ClientClass,
+    settings: &BootSettings,
+    server: Ipv4Addr,
+    host_file: Option<&str>,
+) -> Option<BootDirective> {
+    let next_server = settings.tftp_server.unwrap_or(server);
+    if class.ipxe {
+        return Some(BootDirective {
+            next_server,
+            file: format!("{}/{}", http_base(settings, server), settings.ipxe_script),
+            vendor_class: None,
+        });
+    }
+    match class.firmware {
+        Firmware::None => None,
+        Firmware::Pxe => {
+            // RFC 4578 §2.1 architecture types; a PXE ROM without option 93 is legacy BIOS.
+            let file = host_file.map(str::to_string).or_else(|| {
+                match class.arch.unwrap_or(0) {
+                    0 => Some(&settings.bios),
+                    6 => Some(&settings.uefi_ia32),
+                    7 | 9 => Some(&settings.uefi_x64),
+                    11 => Some(&settings.uefi_arm64),
+                    _ => None,
+                }
+                .cloned()
+            })?;
+            Some(BootDirective {
+                next_server,
+                file,
+                vendor_class: Some("PXEClient"),
+            })
+        }
+        Firmware::Http => {
+            let file = host_file.map(str::to_string).or_else(|| {
+                match class.arch? {
+                    16 => Some(&settings.http_x64),
+                    19 => Some(&settings.http_arm64),
+                    _ => None,
+                }
+                .cloned()
+            })?;
+            let url = if file.contains("://") {
+                file
+            } else {
+                format!("{}/ipxe/{}", http_base(settings, server), file)
+            };
+            Some(BootDirective {
+                next_server,
+                file: url,
+                vendor_class: Some("HTTPClient"),
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, DEFAULT_CONFIG_TOML};
+    use dhcproto::v4::{Architecture, UnknownOption};
+
+    fn settings() -> BootSettings {
+        Config::from_toml_with_overrides(DEFAULT_CONFIG_TOML, &[])
+            .unwrap()
+            .boot
+    }
+
+    fn opts(
+        vendor: Option<&str>,
+        user: Option<&str>,
+        arch: Option<u16>,
+        encap: bool,
+    ) -> DhcpOptions {
+        let mut o = DhcpOptions::new();
+        if let Some(v) = vendor {
+            o.insert(DhcpOption::ClassIdentifier(v.as_bytes().to_vec()));
+        }
+        if let Some(u) = user {
+            o.insert(DhcpOption::UserClass(u.as_bytes().to_vec()));
+        }
+        if let Some(a) = arch {
+            o.insert(DhcpOption::ClientSystemArchitecture(Architecture(a)));
+        }
+        if encap {
+            o.insert(DhcpOption::Unknown(UnknownOption::new(
+                175.into(),
+                vec![177, 1, 1],
+            )));
+        }
+        o
+    }
+
+    #[test]
+    fn decision_table() {
+        let s = settings();
+        let srv = Ipv4Addr::new(192, 0, 2, 1);
+        let script = "http://192.0.2.1:8080/boot.ipxe";
+        let cases: Vec<(DhcpOptions, Option<(&str, Option<&str>)>)> = vec![
+            (opts(None, None, None, false), None),
+            (
+                opts(
+                    Some("PXEClient:Arch:00000:UNDI:002001"),
+                    None,
+                    Some(0),
+                    false,
+                ),
+                Some(("undionly.kpxe", Some("PXEClient"))),
+            ),
+            (
+                opts(Some("PXEClient:Arch:00000"), None, None, false),
+                Some(("undionly.kpxe", Some("PXEClient"))),
+            ),
+            (
+                opts(Some("PXEClient:Arch:00006"), None, Some(6), false),
+                Some(("ipxe-ia32.efi", Some("PXEClient"))),
+            ),
+            (
+                opts(
+                    Some("PXEClient:Arch:00007:UNDI:003000"),
+                    None,
+                    Some(7),
+                    false,
+                ),
+                Some(("snponly.efi", Some("PXEClient"))),
+            ),
+            (
+                opts(Some("PXEClient:Arch:00009"), None, Some(9), false),
+                Some(("snponly.efi", Some("PXEClient"))),
+            ),
+            (
+                opts(Some("PXEClient:Arch:00011"), None, Some(11), false),
+                Some(("snponly-arm64.efi", Some("PXEClient"))),
+            ),
+            (
+                opts(Some("PXEClient:Arch:00002"), None, Some(2), false),
+                None,
+            ),
+            (
+                opts(Some("HTTPClient:Arch:00016"), None, Some(16), false),
+                Some(("http://192.0.2.1:8080/ipxe/snponly.efi", Some("HTTPClient"))),
+            ),
+            (
+                opts(Some("HTTPClient:Arch:00019"), None, Some(19), false),
+                Some((
+                    "http://192.0.2.1:8080/ipxe/snponly-arm64.efi",
+                    Some("HTTPClient"),
+                )),
+            ),
+            (opts(Some("HTTPClient"), None, None, false), None),
+            (
+                opts(Some("PXEClient:Arch:00000"), Some("iPXE"), Some(0), false),
+                Some((script, None)),
+            ),
+            (
+                opts(Some("PXEClient:Arch:00007"), None, Some(7), true),
+                Some((script, None)),
+            ),
+            (
+                opts(None, Some("\x04iPXE"), None, false),
+                Some((script, None)),
+            ),
+            (opts(None, Some("gPXE"), None, false), None),
+        ];
+        for (i, (o, want)) in cases.into_iter().enumerate() {
+            let got = select(classify(&o), &s, srv, None);
+            let got = got.as_ref().map(|d| (d.file.as_str(), d.vendor_class));
+            assert_eq!(got, want, "case {i}");
+        }
+    }
+
+    #[test]
+    fn host_override_and_configured_servers() {
+        let mut s = settings();
+        s.tftp_server = Some(Ipv4Addr::new(192, 0, 2, 9));
+        s.http_url = Some("http://boot.example:8081".into());
+        let srv = Ipv4Addr::new(192, 0, 2, 1);
+        let pxe = classify(&opts(Some("PXEClient:Arch:00007"), None, Some(7), false));
+        let d = select(pxe, &s, srv, Some("custom.efi")).unwrap();
+        assert_eq!(
+            (d.next_server, d.file.as_str()),
+            (Ipv4Addr::new(192, 0, 2, 9), "custom.efi")
+        );
+        let ipxe = classify(&opts(None, Some("iPXE"), None, false));
+        let d = select(ipxe, &s, srv, Some("custom.efi")).unwrap();
+        assert_eq!(d.file, "http://boot.example:8081/boot.ipxe");
+    }
+}

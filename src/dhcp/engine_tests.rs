@@ -1,0 +1,434 @@
+//! Decision-table tests for the engine: each drives real dhcproto messages through
+//! `handle_message` and checks the reply, its destination and the lease effects.
+
+use std::net::Ipv4Addr;
+
+use dhcproto::v4::{Architecture, DhcpOption, Flags, Message, MessageType, OptionCode};
+
+use super::engine::*;
+use super::reply::Destination;
+use crate::config::{Config, DEFAULT_CONFIG_TOML};
+use crate::lease::{LeaseEffect, LeaseState};
+use crate::mac::MacAddr;
+
+const SERVER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+const T0: u64 = 1_000_000;
+
+fn config(extra: &str) -> Config {
+    let text = format!(
+        "{DEFAULT_CONFIG_TOML}\n{extra}\n[[subnet]]\nnetwork = \"198.51.100.0/24\"\nranges = [\"198.51.100.10 - 198.51.100.12\"]\n"
+    );
+    Config::from_toml_with_overrides(&text, &[]).unwrap()
+}
+
+fn iface() -> Interface {
+    Interface {
+        name: "br0".into(),
+        addr: SERVER,
+    }
+}
+
+fn ctx(i: &Interface, now: u64) -> PacketContext<'_> {
+    PacketContext {
+        interface: i,
+        responsibility: Responsibility::Mine,
+        now,
+    }
+}
+
+fn mac(n: u8) -> MacAddr {
+    MacAddr([0x52, 0x54, 0, 0, 0, n])
+}
+
+fn msg(kind: MessageType, m: MacAddr) -> Message {
+    let z = Ipv4Addr::UNSPECIFIED;
+    let mut msg = Message::new_with_id(0x1234, z, z, z, z, &m.0);
+    msg.opts_mut().insert(DhcpOption::MessageType(kind));
+    msg
+}
+
+fn with(mut m: Message, opt: DhcpOption) -> Message {
+    m.opts_mut().insert(opt);
+    m
+}
+
+fn request_selecting(m: MacAddr, ip: Ipv4Addr) -> Message {
+    let r = with(
+        msg(MessageType::Request, m),
+        DhcpOption::ServerIdentifier(SERVER),
+    );
+    with(r, DhcpOption::RequestedIpAddress(ip))
+}
+
+fn offered(d: &Decision) -> Ipv4Addr {
+    match d.outcome {
+        Outcome::Offer(ip) => ip,
+        o => panic!("expected offer, got {o:?}"),
+    }
+}
+
+fn kind(d: &Decision) -> Option<MessageType> {
+    d.reply.as_ref().and_then(|r| r.message.opts().msg_type())
+}
+
+/// DISCOVER → OFFER → REQUEST → ACK for one client; returns the bound address.
+fn bind(e: &mut Engine, i: &Interface, m: MacAddr, now: u64) -> Ipv4Addr {
+    let ip = offered(&e.handle_message(&msg(MessageType::Discover, m), &ctx(i, now)));
+    let d = e.handle_message(&request_selecting(m, ip), &ctx(i, now));
+    assert_eq!(d.outcome, Outcome::Ack(ip));
+    ip
+}
+
+#[test]
+fn four_way_exchange_binds_and_persists_only_the_ack() {
+    let (i, mut e) = (iface(), Engine::new(&config(""), vec![], T0));
+    let d = e.handle_message(&msg(MessageType::Discover, mac(1)), &ctx(&i, T0));
+    let ip = offered(&d);
+    assert!(d.effects.is_empty(), "offers are not persisted");
+    assert_eq!(ip, Ipv4Addr::new(192, 0, 2, 100));
+    let reply = &d.reply.as_ref().unwrap().message;
+    assert_eq!(reply.yiaddr(), ip);
+    assert_eq!(
+        reply.opts().get(OptionCode::ServerIdentifier),
+        Some(&DhcpOption::ServerIdentifier(SERVER))
+    );
+    assert_eq!(
+        reply.opts().get(OptionCode::AddressLeaseTime),
+        Some(&DhcpOption::AddressLeaseTime(3600))
+    );
+    assert_eq!(
+        reply.opts().get(OptionCode::Renewal),
+        Some(&DhcpOption::Renewal(1800))
+    );
+    assert_eq!(
+        reply.opts().get(OptionCode::SubnetMask),
+        Some(&DhcpOption::SubnetMask(Ipv4Addr::new(255, 255, 255, 0)))
+    );
+    assert_eq!(
+        d.reply.as_ref().unwrap().destination,
+        Destination::Broadcast
+    );
+
+    let d = e.handle_message(&request_selecting(mac(1), ip), &ctx(&i, T0 + 1));
+    assert_eq!(kind(&d), Some(MessageType::Ack));
+    let [LeaseEffect::Put(l)] = d.effects.as_slice() else {
+        panic!("{:?}", d.effects)
+    };
+    assert_eq!(
+        (l.ip, l.mac, l.state, l.expires),
+        (ip, mac(1), LeaseState::Bound, T0 + 1 + 3600)
+    );
+}
+
+#[test]
+fn distinct_clients_get_distinct_addresses_and_a_client_keeps_its_own() {
+    let (i, mut e) = (iface(), Engine::new(&config(""), vec![], T0));
+    let a = bind(&mut e, &i, mac(1), T0);
+    let b = bind(&mut e, &i, mac(2), T0);
+    assert_ne!(a, b);
+    // A rebooting client that DISCOVERs again is offered its current address.
+    assert_eq!(
+        offered(&e.handle_message(&msg(MessageType::Discover, mac(1)), &ctx(&i, T0 + 5))),
+        a
+    );
+}
+
+#[test]
+fn exhausted_pool_stays_silent_and_expiry_frees_addresses() {
+    let (i, mut e) = (iface(), Engine::new(&config(""), vec![], T0));
+    let relayed = |m: MacAddr| {
+        let mut d = msg(MessageType::Discover, m);
+        d.set_giaddr(Ipv4Addr::new(198, 51, 100, 1));
+        d
+    };
+    for n in 1..=3 {
+        let ip = offered(&e.handle_message(&relayed(mac(n)), &ctx(&i, T0)));
+        assert!(ip >= Ipv4Addr::new(198, 51, 100, 10) && ip <= Ipv4Addr::new(198, 51, 100, 12));
+    }
+    let d = e.handle_message(&relayed(mac(4)), &ctx(&i, T0));
+    assert_eq!(d.outcome, Outcome::Ignored(IgnoreReason::PoolExhausted));
+    // Offers are held 60 s; after that the addresses come back.
+    assert_eq!(e.handle_tick(T0 + 61), 3);
+    offered(&e.handle_message(&relayed(mac(4)), &ctx(&i, T0 + 61)));
+}
+
+#[test]
+fn relayed_requests_choose_the_subnet_by_giaddr_and_reply_to_the_relay() {
+    let (i, mut e) = (iface(), Engine::new(&config(""), vec![], T0));
+    let mut d = msg(MessageType::Discover, mac(1));
+    d.set_giaddr(Ipv4Addr::new(198, 51, 100, 1));
+    d.set_hops(1);
+    let out = e.handle_message(&d, &ctx(&i, T0));
+    let reply = out.reply.unwrap();
+    assert_eq!(
+        reply.destination,
+        Destination::Relay(Ipv4Addr::new(198, 51, 100, 1))
+    );
+    assert_eq!(reply.message.giaddr(), Ipv4Addr::new(198, 51, 100, 1));
+    assert_eq!(reply.message.yiaddr(), Ipv4Addr::new(198, 51, 100, 10));
+    // Unknown relay network: silence.
+    d.set_giaddr(Ipv4Addr::new(203, 0, 113, 1));
+    assert_eq!(
+        e.handle_message(&d, &ctx(&i, T0)).outcome,
+        Outcome::Ignored(IgnoreReason::NoSubnet)
+    );
+}
+
+#[test]
+fn request_for_another_server_drops_our_offer() {
+    let (i, mut e) = (iface(), Engine::new(&config(""), vec![], T0));
+    let ip = offered(&e.handle_message(&msg(MessageType::Discover, mac(1)), &ctx(&i, T0)));
+    let mut r = request_selecting(mac(1), ip);
+    r.opts_mut()
+        .insert(DhcpOption::ServerIdentifier(Ipv4Addr::new(192, 0, 2, 2)));
+    let d = e.handle_message(&r, &ctx(&i, T0));
+    assert_eq!(d.outcome, Outcome::Ignored(IgnoreReason::OtherServer));
+    assert!(e.lease(ip).is_none(), "offer released");
+    assert_eq!(e.pool_usage()[0].in_use, 0, "address back in the pool");
+}
+
+#[test]
+fn init_reboot_renew_and_rebind() {
+    let (i, mut e) = (iface(), Engine::new(&config(""), vec![], T0));
+    let ip = bind(&mut e, &i, mac(1), T0);
+    // INIT-REBOOT with our address: ACK.
+    let ir = with(
+        msg(MessageType::Request, mac(1)),
+        DhcpOption::RequestedIpAddress(ip),
+    );
+    assert_eq!(
+        e.handle_message(&ir, &ctx(&i, T0 + 10)).outcome,
+        Outcome::Ack(ip)
+    );
+    // INIT-REBOOT on the wrong network: NAK, broadcast.
+    let wrong = with(
+        msg(MessageType::Request, mac(1)),
+        DhcpOption::RequestedIpAddress(Ipv4Addr::new(10, 9, 9, 9)),
+    );
+    let d = e.handle_message(&wrong, &ctx(&i, T0 + 10));
+    assert_eq!(kind(&d), Some(MessageType::Nak));
+    assert_eq!(d.reply.unwrap().destination, Destination::Broadcast);
+    // INIT-REBOOT for an address we have no record of: silent (RFC 2131 §4.3.2).
+    let unknown = with(
+        msg(MessageType::Request, mac(9)),
+        DhcpOption::RequestedIpAddress(Ipv4Addr::new(192, 0, 2, 150)),
+    );
+    assert_eq!(
+        e.handle_message(&unknown, &ctx(&i, T0)).outcome,
+        Outcome::Ignored(IgnoreReason::NoRecord)
+    );
+    // RENEWING: unicast to ciaddr, lease extended.
+    let mut renew = msg(MessageType::Request, mac(1));
+    renew.set_ciaddr(ip);
+    let d = e.handle_message(&renew, &ctx(&i, T0 + 1800));
+    assert_eq!(d.outcome, Outcome::Ack(ip));
+    assert_eq!(
+        d.reply.as_ref().unwrap().destination,
+        Destination::Unicast(ip)
+    );
+    let LeaseEffect::Put(l) = &d.effects[0] else {
+        panic!()
+    };
+    assert_eq!((l.starts, l.expires), (T0, T0 + 1800 + 3600));
+    // Another client claiming that address: NAK.
+    let mut thief = msg(MessageType::Request, mac(2));
+    thief.set_ciaddr(ip);
+    assert_eq!(
+        kind(&e.handle_message(&thief, &ctx(&i, T0 + 1800))),
+        Some(MessageType::Nak)
+    );
+}
+
+#[test]
+fn never_nak_keeps_quiet() {
+    let (i, mut e) = (
+        iface(),
+        Engine::new(&config("").tap_never_nak(), vec![], T0),
+    );
+    let wrong = with(
+        msg(MessageType::Request, mac(1)),
+        DhcpOption::RequestedIpAddress(Ipv4Addr::new(10, 9, 9, 9)),
+    );
+    assert_eq!(
+        e.handle_message(&wrong, &ctx(&i, T0)).outcome,
+        Outcome::Ignored(IgnoreReason::NakSuppressed)
+    );
+}
+
+trait NeverNak {
+    fn tap_never_nak(self) -> Self;
+}
+impl NeverNak for Config {
+    fn tap_never_nak(mut self) -> Self {
+        self.dhcp.never_nak = true;
+        self
+    }
+}
+
+#[test]
+fn decline_quarantines_and_release_frees() {
+    let (i, mut e) = (iface(), Engine::new(&config(""), vec![], T0));
+    let ip = bind(&mut e, &i, mac(1), T0);
+    let dec = with(
+        with(
+            msg(MessageType::Decline, mac(1)),
+            DhcpOption::RequestedIpAddress(ip),
+        ),
+        DhcpOption::ServerIdentifier(SERVER),
+    );
+    let d = e.handle_message(&dec, &ctx(&i, T0 + 1));
+    assert_eq!((d.outcome, d.reply.is_none()), (Outcome::Decline(ip), true));
+    // Neither the decliner nor anyone else gets the quarantined address.
+    let again = offered(&e.handle_message(&msg(MessageType::Discover, mac(1)), &ctx(&i, T0 + 2)));
+    assert_ne!(again, ip);
+    let other = bind(&mut e, &i, mac(2), T0 + 2);
+    assert_ne!(other, ip);
+    // RELEASE frees the address but the client keeps its affinity.
+    let mut rel = msg(MessageType::Release, mac(2));
+    rel.set_ciaddr(other);
+    let d = e.handle_message(&rel, &ctx(&i, T0 + 3));
+    assert_eq!(d.outcome, Outcome::Release(other));
+    let LeaseEffect::Put(l) = &d.effects[0] else {
+        panic!()
+    };
+    assert_eq!(l.state, LeaseState::Released);
+    assert_eq!(
+        offered(&e.handle_message(&msg(MessageType::Discover, mac(2)), &ctx(&i, T0 + 4))),
+        other
+    );
+}
+
+#[test]
+fn inform_gets_options_without_an_address() {
+    let (i, mut e) = (iface(), Engine::new(&config(""), vec![], T0));
+    let mut inf = msg(MessageType::Inform, mac(1));
+    inf.set_ciaddr(Ipv4Addr::new(192, 0, 2, 50));
+    let d = e.handle_message(&inf, &ctx(&i, T0));
+    let r = d.reply.unwrap();
+    assert_eq!(
+        r.destination,
+        Destination::Unicast(Ipv4Addr::new(192, 0, 2, 50))
+    );
+    assert_eq!(r.message.yiaddr(), Ipv4Addr::UNSPECIFIED);
+    assert!(r.message.opts().get(OptionCode::AddressLeaseTime).is_none());
+    assert!(r.message.opts().get(OptionCode::Router).is_some());
+}
+
+#[test]
+fn reservations_known_only_and_deny() {
+    let hosts = r#"
+        [[host]]
+        mac = "52:54:00:00:00:01"
+        ip = "192.0.2.20"
+        hostname = "node-1"
+        [[host]]
+        mac = "52:54:00:00:00:02"
+        deny = true
+    "#;
+    let (i, mut e) = (iface(), Engine::new(&config(hosts), vec![], T0));
+    let d = e.handle_message(&msg(MessageType::Discover, mac(1)), &ctx(&i, T0));
+    assert_eq!(d.outcome, Outcome::Offer(Ipv4Addr::new(192, 0, 2, 20)));
+    let r = d.reply.unwrap().message;
+    assert_eq!(
+        r.opts().get(OptionCode::Hostname),
+        Some(&DhcpOption::Hostname("node-1".into()))
+    );
+    assert_eq!(
+        e.handle_message(&msg(MessageType::Discover, mac(2)), &ctx(&i, T0))
+            .outcome,
+        Outcome::Ignored(IgnoreReason::Denied)
+    );
+    let mut cfg = config(hosts);
+    cfg.dhcp.known_only = true;
+    let mut e = Engine::new(&cfg, vec![], T0);
+    assert_eq!(
+        e.handle_message(&msg(MessageType::Discover, mac(3)), &ctx(&i, T0))
+            .outcome,
+        Outcome::Ignored(IgnoreReason::UnknownClient)
+    );
+    // The reserved address is never handed to anyone else.
+    let mut e = Engine::new(&config(hosts), vec![], T0);
+    for n in 3..100 {
+        let ip = offered(&e.handle_message(&msg(MessageType::Discover, mac(n)), &ctx(&i, T0)));
+        assert_ne!(ip, Ipv4Addr::new(192, 0, 2, 20));
+    }
+}
+
+#[test]
+fn pxe_and_ipxe_clients_get_boot_files() {
+    let (i, mut e) = (iface(), Engine::new(&config(""), vec![], T0));
+    let pxe = with(
+        with(
+            msg(MessageType::Discover, mac(1)),
+            DhcpOption::ClassIdentifier(b"PXEClient:Arch:00007:UNDI:003016".to_vec()),
+        ),
+        DhcpOption::ClientSystemArchitecture(Architecture(7)),
+    );
+    let r = e.handle_message(&pxe, &ctx(&i, T0)).reply.unwrap().message;
+    assert_eq!(r.fname_str(), Some(Ok("snponly.efi")));
+    assert_eq!(r.siaddr(), SERVER);
+    assert_eq!(
+        r.opts().get(OptionCode::ClassIdentifier),
+        Some(&DhcpOption::ClassIdentifier(b"PXEClient".to_vec()))
+    );
+    let ipxe = with(
+        msg(MessageType::Discover, mac(1)),
+        DhcpOption::UserClass(b"iPXE".to_vec()),
+    );
+    let r = e.handle_message(&ipxe, &ctx(&i, T0)).reply.unwrap().message;
+    assert_eq!(r.fname_str(), Some(Ok("http://192.0.2.1:8080/boot.ipxe")));
+    // The broadcast flag is echoed.
+    let mut b = msg(MessageType::Discover, mac(5));
+    b.set_flags(Flags::default().set_broadcast());
+    let r = e.handle_message(&b, &ctx(&i, T0)).reply.unwrap().message;
+    assert!(r.flags().broadcast());
+}
+
+#[test]
+fn not_responsible_stays_silent_except_for_its_own_clients() {
+    let (i, mut e) = (iface(), Engine::new(&config(""), vec![], T0));
+    let ip = bind(&mut e, &i, mac(1), T0);
+    let mut c = ctx(&i, T0 + 5);
+    c.responsibility = Responsibility::NotMine;
+    assert_eq!(
+        e.handle_message(&msg(MessageType::Discover, mac(2)), &c)
+            .outcome,
+        Outcome::Ignored(IgnoreReason::NotResponsible)
+    );
+    let ir = with(
+        msg(MessageType::Request, mac(1)),
+        DhcpOption::RequestedIpAddress(ip),
+    );
+    assert_eq!(e.handle_message(&ir, &c).outcome, Outcome::Ack(ip));
+}
+
+#[test]
+fn restart_from_stored_leases_keeps_bindings() {
+    let (i, mut e) = (iface(), Engine::new(&config(""), vec![], T0));
+    let mut stored = Vec::new();
+    for n in 1..=20 {
+        let ip = offered(&e.handle_message(&msg(MessageType::Discover, mac(n)), &ctx(&i, T0)));
+        let d = e.handle_message(&request_selecting(mac(n), ip), &ctx(&i, T0));
+        let LeaseEffect::Put(l) = d.effects[0].clone() else {
+            panic!()
+        };
+        stored.push(l);
+    }
+    let mut e2 = Engine::new(&config(""), stored.clone(), T0 + 10);
+    for l in &stored {
+        let ir = with(
+            msg(MessageType::Request, l.mac),
+            DhcpOption::RequestedIpAddress(l.ip),
+        );
+        assert_eq!(
+            e2.handle_message(&ir, &ctx(&i, T0 + 10)).outcome,
+            Outcome::Ack(l.ip)
+        );
+    }
+    // New clients never get a stored address.
+    for n in 100..160 {
+        let ip =
+            offered(&e2.handle_message(&msg(MessageType::Discover, mac(n)), &ctx(&i, T0 + 10)));
+        assert!(stored.iter().all(|l| l.ip != ip), "{ip} reused");
+    }
+}

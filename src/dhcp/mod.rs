@@ -1,0 +1,17 @@
+//! DHCPv4: wire checks, the pure decision engine, boot selection, address pools, and the
+//! socket server that persists lease changes before replying.
+
+pub mod boot;
+pub mod engine;
+pub mod pool;
+pub mod reply;
+pub mod table;
+pub mod wire;
+
+#[cfg(test)]
+mod engine_tests;
+
+pub use engine::{
+    Decision, Engine, IgnoreReason, Interface, Outcome, PacketContext, Reply, Responsibility,
+};
+pub use reply::Destination;

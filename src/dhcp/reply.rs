@@ -1,0 +1,165 @@
+//! Building reply messages and choosing where they go (RFC 2131 §4.1, §4.3).
+
+use std::net::Ipv4Addr;
+
+use dhcproto::v4::{DhcpOption, Message, MessageType, Opcode, OptionCode};
+
+use super::boot::BootDirective;
+use crate::config::{Host, Subnet};
+
+/// Where a reply is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Destination {
+    /// To the relay agent at `giaddr`, server port 67 (RFC 2131 §4.1).
+    Relay(Ipv4Addr),
+    /// To the client's configured address, client port 68.
+    Unicast(Ipv4Addr),
+    /// To 255.255.255.255:68 on the receiving interface.
+    Broadcast,
+}
+
+/// Lease timers for an ACK or OFFER.
+#[derive(Debug, Clone, Copy)]
+pub struct Timers {
+    /// Option 51.
+    pub lease: u32,
+    /// Option 58 (T1).
+    pub renewal: u32,
+    /// Option 59 (T2).
+    pub rebinding: u32,
+}
+
+impl Timers {
+    /// The subnet's timers, or a host's lease time with RFC 2131 §4.4.5 defaults for T1/T2.
+    pub fn for_client(subnet: &Subnet, host: Option<&Host>) -> Self {
+        match host.and_then(|h| h.lease_time) {
+            Some(lease) => Self {
+                lease,
+                renewal: lease / 2,
+                rebinding: lease / 8 * 7,
+            },
+            None => Self {
+                lease: subnet.lease_time,
+                renewal: subnet.renewal_time,
+                rebinding: subnet.rebinding_time,
+            },
+        }
+    }
+}
+
+/// Everything a reply carries besides the request it answers.
+pub struct ReplyParts<'a> {
+    /// OFFER, ACK or NAK.
+    pub kind: MessageType,
+    /// The address given to the client (unspecified for NAK and INFORM).
+    pub yiaddr: Ipv4Addr,
+    /// Option 54.
+    pub server_id: Ipv4Addr,
+    /// Subnet whose options apply (none for NAK).
+    pub subnet: Option<&'a Subnet>,
+    /// Per-host overrides.
+    pub host: Option<&'a Host>,
+    /// Lease timers (none for NAK and INFORM).
+    pub timers: Option<Timers>,
+    /// PXE / iPXE boot directive.
+    pub boot: Option<&'a BootDirective>,
+}
+
+/// Builds the reply to `req`.
+pub fn build(req: &Message, parts: &ReplyParts<'_>) -> Message {
+    let ciaddr = if matches!(parts.kind, MessageType::Nak) {
+        Ipv4Addr::UNSPECIFIED
+    } else {
+        req.ciaddr()
+    };
+    let siaddr = parts.boot.map_or(Ipv4Addr::UNSPECIFIED, |b| b.next_server);
+    let mut m = Message::new_with_id(
+        req.xid(),
+        ciaddr,
+        parts.yiaddr,
+        siaddr,
+        req.giaddr(),
+        req.chaddr(),
+    );
+    m.set_opcode(Opcode::BootReply);
+    m.set_htype(req.htype());
+    let mut flags = req.flags();
+    // RFC 2131 §4.3.2: a NAK through a relay asks it to broadcast to the client.
+    if matches!(parts.kind, MessageType::Nak) && !req.giaddr().is_unspecified() {
+        flags = flags.set_broadcast();
+    }
+    m.set_flags(flags);
+
+    let o = m.opts_mut();
+    o.insert(DhcpOption::MessageType(parts.kind));
+    o.insert(DhcpOption::ServerIdentifier(parts.server_id));
+    if let Some(DhcpOption::RelayAgentInformation(info)) =
+        req.opts().get(OptionCode::RelayAgentInformation)
+    {
+        // RFC 3046 §2.2: echo the relay agent information unchanged.
+        o.insert(DhcpOption::RelayAgentInformation(info.clone()));
+    }
+    if matches!(parts.kind, MessageType::Nak) {
+        return m;
+    }
+    if let Some(t) = parts.timers {
+        o.insert(DhcpOption::AddressLeaseTime(t.lease));
+        o.insert(DhcpOption::Renewal(t.renewal));
+        o.insert(DhcpOption::Rebinding(t.rebinding));
+    }
+    if let Some(s) = parts.subnet {
+        o.insert(DhcpOption::SubnetMask(s.network.netmask()));
+        o.insert(DhcpOption::BroadcastAddr(s.network.broadcast()));
+        let router = parts.host.and_then(|h| h.router).or(s.router);
+        if let Some(r) = router {
+            o.insert(DhcpOption::Router(vec![r]));
+        }
+        let dns = match parts.host {
+            Some(h) if !h.dns.is_empty() => &h.dns,
+            _ => &s.dns,
+        };
+        if !dns.is_empty() {
+            o.insert(DhcpOption::DomainNameServer(dns.clone()));
+        }
+        if let Some(d) = &s.domain {
+            o.insert(DhcpOption::DomainName(d.clone()));
+        }
+        if let Some(mtu) = s.mtu {
+            o.insert(DhcpOption::InterfaceMtu(mtu));
+        }
+        if !s.ntp.is_empty() {
+            o.insert(DhcpOption::NtpServers(s.ntp.clone()));
+        }
+    }
+    if let Some(name) = parts.host.and_then(|h| h.hostname.as_ref()) {
+        o.insert(DhcpOption::Hostname(name.clone()));
+    }
+    if let Some(b) = parts.boot {
+        if let Some(v) = b.vendor_class {
+            o.insert(DhcpOption::ClassIdentifier(v.as_bytes().to_vec()));
+        }
+        o.insert(DhcpOption::TFTPServerName(
+            b.next_server.to_string().into_bytes(),
+        ));
+        o.insert(DhcpOption::BootfileName(b.file.as_bytes().to_vec()));
+        m.set_fname_str(&b.file);
+    }
+    m
+}
+
+/// RFC 2131 §4.1 / §4.3.2: relay first, then NAKs broadcast, then `ciaddr`, then the
+/// broadcast flag. A client without a configured address whose broadcast flag is clear
+/// would accept unicast to `yiaddr`, but that needs an ARP entry we cannot add portably,
+/// so it gets a broadcast, which every client accepts.
+pub fn destination(req: &Message, kind: MessageType) -> Destination {
+    if !req.giaddr().is_unspecified() {
+        return Destination::Relay(req.giaddr());
+    }
+    if matches!(kind, MessageType::Nak) {
+        return Destination::Broadcast;
+    }
+    if !req.ciaddr().is_unspecified() {
+        return Destination::Unicast(req.ciaddr());
+    }
+    Destination::Broadcast
+}

@@ -1,0 +1,178 @@
+//! Checks on raw DHCP datagrams before decoding. dhcproto stops parsing options at the
+//! first bad one and keeps what it had; a server must instead refuse such a packet, so
+//! the option area is walked here first. Every refusal has a reason for the drop counters.
+
+use dhcproto::v4::{Message, MessageType};
+use dhcproto::{Decodable, Decoder, Encodable, Encoder};
+
+/// Fixed BOOTP header (RFC 2131 §2, figure 1) before the magic cookie.
+const HEADER_LEN: usize = 236;
+/// RFC 2131 §3: the "magic cookie" 99.130.83.99 starts the options field.
+const MAGIC: [u8; 4] = [99, 130, 83, 99];
+/// Largest request accepted: an Ethernet MTU's worth of UDP payload. Clients never
+/// fragment DHCP; anything larger is garbage or an attack.
+pub const MAX_REQUEST_LEN: usize = 1472;
+
+/// Why a datagram was dropped before reaching the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum DropReason {
+    /// Shorter than header + magic cookie.
+    #[error("truncated")]
+    Truncated,
+    /// Larger than [`MAX_REQUEST_LEN`].
+    #[error("oversized")]
+    Oversized,
+    /// `op` is not BOOTREQUEST (replies from other servers land here too).
+    #[error("not_request")]
+    NotRequest,
+    /// Not Ethernet with a 6-byte address.
+    #[error("unsupported_hardware")]
+    UnsupportedHardware,
+    /// Missing or wrong magic cookie (plain BOOTP is not served).
+    #[error("bad_magic")]
+    BadMagic,
+    /// An option's length runs past the end of the packet.
+    #[error("bad_option_length")]
+    BadOptionLength,
+    /// No option 53, or an unknown message type.
+    #[error("bad_message_type")]
+    BadMessageType,
+    /// dhcproto rejected the packet after our checks passed.
+    #[error("undecodable")]
+    Undecodable,
+}
+
+impl DropReason {
+    /// Every reason, for metric exposition.
+    pub const ALL: [DropReason; 8] = [
+        Self::Truncated,
+        Self::Oversized,
+        Self::NotRequest,
+        Self::UnsupportedHardware,
+        Self::BadMagic,
+        Self::BadOptionLength,
+        Self::BadMessageType,
+        Self::Undecodable,
+    ];
+}
+
+/// Validates and decodes a client request.
+pub fn decode_request(buf: &[u8]) -> Result<Message, DropReason> {
+    if buf.len() > MAX_REQUEST_LEN {
+        return Err(DropReason::Oversized);
+    }
+    if buf.len() < HEADER_LEN + MAGIC.len() {
+        return Err(DropReason::Truncated);
+    }
+    if buf[0] != 1 {
+        return Err(DropReason::NotRequest);
+    }
+    if buf[1] != 1 || buf[2] != 6 {
+        return Err(DropReason::UnsupportedHardware);
+    }
+    if buf[HEADER_LEN..HEADER_LEN + 4] != MAGIC {
+        return Err(DropReason::BadMagic);
+    }
+    let message_type = walk_options(&buf[HEADER_LEN + 4..])?;
+    if !(1..=8).contains(&message_type) {
+        return Err(DropReason::BadMessageType);
+    }
+    let msg = Message::decode(&mut Decoder::new(buf)).map_err(|_| DropReason::Undecodable)?;
+    match msg.opts().msg_type() {
+        Some(MessageType::Unknown(_)) | None => Err(DropReason::BadMessageType),
+        Some(_) => Ok(msg),
+    }
+}
+
+/// Walks the TLV option area (RFC 2132 §2); returns the option-53 value (0 if absent).
+fn walk_options(mut opts: &[u8]) -> Result<u8, DropReason> {
+    let mut message_type = 0;
+    while let Some((&code, rest)) = opts.split_first() {
+        match code {
+            0 => opts = rest,
+            255 => return Ok(message_type),
+            _ => {
+                let (&len, rest) = rest.split_first().ok_or(DropReason::BadOptionLength)?;
+                let len = len as usize;
+                if rest.len() < len {
+                    return Err(DropReason::BadOptionLength);
+                }
+                if code == 53 {
+                    if len != 1 {
+                        return Err(DropReason::BadOptionLength);
+                    }
+                    message_type = rest[0];
+                }
+                opts = &rest[len..];
+            }
+        }
+    }
+    // RFC 2131 requires an End option, but some clients omit it when the packet ends
+    // exactly at the last option; accept that.
+    Ok(message_type)
+}
+
+/// Encodes a reply into `buf` (cleared first).
+pub fn encode_reply(msg: &Message, buf: &mut Vec<u8>) -> Result<(), dhcproto::error::EncodeError> {
+    buf.clear();
+    msg.encode(&mut Encoder::new(buf))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dhcproto::v4::{DhcpOption, Opcode};
+
+    fn discover() -> Vec<u8> {
+        let mut m = Message::new_with_id(
+            7,
+            [0, 0, 0, 0].into(),
+            [0, 0, 0, 0].into(),
+            [0, 0, 0, 0].into(),
+            [0, 0, 0, 0].into(),
+            &[0x52, 0x54, 0, 1, 2, 3],
+        );
+        m.opts_mut()
+            .insert(DhcpOption::MessageType(MessageType::Discover));
+        m.opts_mut().insert(DhcpOption::Hostname("node".into()));
+        m.to_vec().unwrap()
+    }
+
+    #[test]
+    fn accepts_a_discover() {
+        let m = decode_request(&discover()).unwrap();
+        assert_eq!(m.opts().msg_type(), Some(MessageType::Discover));
+        assert_eq!(m.opcode(), Opcode::BootRequest);
+    }
+
+    #[test]
+    fn refuses_each_kind_of_damage() {
+        let good = discover();
+        let mut cases: Vec<(Vec<u8>, DropReason)> = vec![
+            (good[..100].to_vec(), DropReason::Truncated),
+            (vec![0u8; 2000], DropReason::Oversized),
+        ];
+        let mut reply = good.clone();
+        reply[0] = 2;
+        cases.push((reply, DropReason::NotRequest));
+        let mut ib = good.clone();
+        ib[1] = 32;
+        cases.push((ib, DropReason::UnsupportedHardware));
+        let mut magic = good.clone();
+        magic[237] = 0;
+        cases.push((magic, DropReason::BadMagic));
+        // Claim the last option is longer than what remains.
+        let mut long = good[..good.len() - 1].to_vec();
+        long.extend_from_slice(&[12, 200, b'x']);
+        cases.push((long, DropReason::BadOptionLength));
+        let mut no_type = good[..240].to_vec();
+        no_type.push(255);
+        cases.push((no_type, DropReason::BadMessageType));
+        let mut bad_type = good[..240].to_vec();
+        bad_type.extend_from_slice(&[53, 1, 42, 255]);
+        cases.push((bad_type, DropReason::BadMessageType));
+        for (bytes, want) in cases {
+            assert_eq!(decode_request(&bytes).unwrap_err(), want);
+        }
+    }
+}

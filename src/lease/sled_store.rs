@@ -1,0 +1,97 @@
+//! The lease store on sled. Records are keyed by the 4 address bytes, so an address can
+//! only ever belong to one record. `commit` applies a batch atomically and then flushes
+//! (fsync) before returning: callers send an ACK only after that.
+
+use std::net::Ipv4Addr;
+use std::path::Path;
+
+use super::{
+    decode_lease, encode_lease, Lease, LeaseEffect, LeaseStore, StoreError, LEASE_FORMAT_VERSION,
+};
+
+const LEASES_TREE: &str = "leases";
+const META_TREE: &str = "meta";
+const FORMAT_KEY: &str = "format_version";
+
+/// A [`LeaseStore`] in a sled database directory.
+pub struct SledStore {
+    db: sled::Db,
+    leases: sled::Tree,
+}
+
+impl SledStore {
+    /// Opens (or creates) the store in `dir`.
+    pub fn open(dir: &Path) -> Result<Self, StoreError> {
+        // Our own commits flush explicitly; the background flusher only adds I/O.
+        let db = sled::Config::new().path(dir).flush_every_ms(None).open()?;
+        let meta = db.open_tree(META_TREE)?;
+        match meta.get(FORMAT_KEY)? {
+            Some(v) if v.first().copied().unwrap_or(0) > LEASE_FORMAT_VERSION => {
+                return Err(StoreError::Version {
+                    found: v[0],
+                    supported: LEASE_FORMAT_VERSION,
+                })
+            }
+            Some(_) => {}
+            None => {
+                meta.insert(FORMAT_KEY, &[LEASE_FORMAT_VERSION])?;
+                db.flush()?;
+            }
+        }
+        let leases = db.open_tree(LEASES_TREE)?;
+        Ok(Self { db, leases })
+    }
+
+    /// Number of stored lease records.
+    pub fn len(&self) -> usize {
+        self.leases.len()
+    }
+
+    /// Whether the store holds no lease.
+    pub fn is_empty(&self) -> bool {
+        self.leases.is_empty()
+    }
+}
+
+impl LeaseStore for SledStore {
+    fn load(&self) -> Result<Vec<Lease>, StoreError> {
+        self.leases
+            .iter()
+            .map(|kv| {
+                let (k, v) = kv?;
+                decode_lease(&k, &v).map_err(|source| StoreError::Corrupt {
+                    key: k.to_vec(),
+                    source,
+                })
+            })
+            .collect()
+    }
+
+    fn commit(&self, effects: &[LeaseEffect]) -> Result<(), StoreError> {
+        if effects.is_empty() {
+            return Ok(());
+        }
+        let mut batch = sled::Batch::default();
+        for effect in effects {
+            match effect {
+                LeaseEffect::Put(lease) => batch.insert(&lease.ip.octets(), encode_lease(lease)),
+                LeaseEffect::Remove(ip) => batch.remove(&ip.octets()),
+            }
+        }
+        self.leases.apply_batch(batch)?;
+        self.db.flush()?;
+        Ok(())
+    }
+
+    fn get(&self, ip: Ipv4Addr) -> Result<Option<Lease>, StoreError> {
+        let Some(v) = self.leases.get(ip.octets())? else {
+            return Ok(None);
+        };
+        decode_lease(&ip.octets(), &v)
+            .map(Some)
+            .map_err(|source| StoreError::Corrupt {
+                key: ip.octets().to_vec(),
+                source,
+            })
+    }
+}

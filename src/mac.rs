@@ -1,0 +1,157 @@
+//! Ethernet MAC addresses: parsing from the forms operators and firmware use, and the
+//! canonical forms shardboot prints.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// A 48-bit Ethernet hardware address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MacAddr(pub [u8; 6]);
+
+/// Why a string is not a MAC address. The rejected input is never echoed, so the
+/// message is safe to put in a log line or an HTTP body.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MacParseError {
+    /// Not 12 hex digits in one of the accepted layouts.
+    #[error("expected 6 hex octets as aa:bb:cc:dd:ee:ff, aa-bb-cc-dd-ee-ff or aabbccddeeff")]
+    BadFormat,
+}
+
+impl MacAddr {
+    /// Builds a MAC from a DHCP `chaddr` field; `None` unless it holds at least 6 bytes.
+    pub fn from_chaddr(chaddr: &[u8]) -> Option<Self> {
+        let bytes: [u8; 6] = chaddr.get(..6)?.try_into().ok()?;
+        Some(Self(bytes))
+    }
+
+    /// The octets joined by `-`, as Ironic names per-node configs (`pxelinux.cfg/aa-bb-…`).
+    pub fn hyphenated(&self) -> String {
+        self.join('-')
+    }
+
+    fn join(&self, sep: char) -> String {
+        let mut out = String::with_capacity(17);
+        for (i, b) in self.0.iter().enumerate() {
+            if i > 0 {
+                out.push(sep);
+            }
+            out.push_str(&format!("{b:02x}"));
+        }
+        out
+    }
+}
+
+impl fmt::Display for MacAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.join(':'))
+    }
+}
+
+impl FromStr for MacAddr {
+    type Err = MacParseError;
+
+    /// Accepts `aa:bb:cc:dd:ee:ff`, `aa-bb-cc-dd-ee-ff`, `aabb.ccdd.eeff` and `aabbccddeeff`,
+    /// in either case. Separators must be consistent and sit on octet boundaries.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let digits: String = match s.len() {
+            12 => s.to_string(),
+            17 => {
+                let sep = s.as_bytes()[2];
+                if sep != b':' && sep != b'-' {
+                    return Err(MacParseError::BadFormat);
+                }
+                let mut out = String::with_capacity(12);
+                for (i, c) in s.bytes().enumerate() {
+                    if i % 3 == 2 {
+                        if c != sep {
+                            return Err(MacParseError::BadFormat);
+                        }
+                    } else {
+                        out.push(c as char);
+                    }
+                }
+                out
+            }
+            14 => {
+                // Cisco style aabb.ccdd.eeff
+                let b = s.as_bytes();
+                if b[4] != b'.' || b[9] != b'.' {
+                    return Err(MacParseError::BadFormat);
+                }
+                s.split('.').collect()
+            }
+            _ => return Err(MacParseError::BadFormat),
+        };
+        if digits.len() != 12 || !digits.bytes().all(|c| c.is_ascii_hexdigit()) {
+            return Err(MacParseError::BadFormat);
+        }
+        let mut out = [0u8; 6];
+        for (i, octet) in out.iter_mut().enumerate() {
+            *octet = u8::from_str_radix(&digits[2 * i..2 * i + 2], 16)
+                .map_err(|_| MacParseError::BadFormat)?;
+        }
+        Ok(Self(out))
+    }
+}
+
+impl Serialize for MacAddr {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for MacAddr {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_common_forms_and_normalises() {
+        let want = MacAddr([0x52, 0x54, 0x00, 0xab, 0xcd, 0xef]);
+        for s in [
+            "52:54:00:ab:cd:ef",
+            "52-54-00-AB-CD-EF",
+            "525400abcdef",
+            "5254.00ab.cdef",
+        ] {
+            assert_eq!(s.parse::<MacAddr>(), Ok(want), "{s}");
+        }
+        assert_eq!(want.to_string(), "52:54:00:ab:cd:ef");
+        assert_eq!(want.hyphenated(), "52-54-00-ab-cd-ef");
+    }
+
+    #[test]
+    fn rejects_everything_else() {
+        for s in [
+            "",
+            "52:54:00:ab:cd",
+            "52:54:00:ab:cd:eg",
+            "52:54-00:ab:cd:ef",
+            "5:254:00:ab:cd:ef",
+            "52:54:00:ab:cd:ef:00",
+            "../../etc/passwd",
+            "52:54:00:ab:cd:e\n",
+            "+2:54:00:ab:cd:ef",
+            "525400abcde\0",
+        ] {
+            assert!(s.parse::<MacAddr>().is_err(), "{s:?} accepted");
+        }
+    }
+
+    #[test]
+    fn chaddr_needs_six_bytes() {
+        assert_eq!(MacAddr::from_chaddr(&[1, 2, 3]), None);
+        assert_eq!(
+            MacAddr::from_chaddr(&[1, 2, 3, 4, 5, 6, 0, 0]),
+            Some(MacAddr([1, 2, 3, 4, 5, 6]))
+        );
+    }
+}
