@@ -1,7 +1,10 @@
 //! shardboot: a PXE/iPXE-aware DHCPv4, TFTP and HTTP boot server that runs beside each
 //! OpenStack Ironic conductor. See ARCHITECTURE.md in the shared docs for the design.
 
+pub mod app;
+pub mod cli;
 pub mod config;
 pub mod dhcp;
 pub mod lease;
 pub mod mac;
+pub mod metrics;

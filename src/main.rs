@@ -1,1 +1,122 @@
-fn main() {}
+//! The `shardboot` command: parse flags, load config, start tracing, run.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+
+use shardboot::config::{parse_flag, Config, ConfigError, LogFormat};
+use shardboot::{app, cli};
+
+/// PXE/iPXE-aware DHCPv4, TFTP and HTTP boot server for multi-conductor Ironic.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    /// TOML config file; without it the built-in default is used.
+    #[arg(long, short, global = true, env = "SHARDBOOT_CONFIG")]
+    config: Option<PathBuf>,
+    /// Override a config key, e.g. --set dhcp.port=6767 (repeatable; after SHARDBOOT_* vars).
+    #[arg(long = "set", value_name = "KEY=VALUE", global = true)]
+    set: Vec<String>,
+    /// Shortcut for --set state_dir=DIR.
+    #[arg(long, global = true)]
+    state_dir: Option<String>,
+    /// Shortcut for --set log_format=json.
+    #[arg(long, global = true)]
+    json_logs: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the DHCP server until SIGINT/SIGTERM.
+    Serve,
+    /// Validate the configuration; print every problem with its key.
+    CheckConfig,
+    /// List the leases in the store (the server must be stopped: the store is locked).
+    Leases {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn load(cli: &Cli) -> Result<Config, ConfigError> {
+    let mut overrides = Vec::new();
+    for flag in &cli.set {
+        overrides.push(parse_flag(flag)?);
+    }
+    if let Some(dir) = &cli.state_dir {
+        overrides.push(("state_dir".into(), toml_string(dir)));
+    }
+    if cli.json_logs {
+        overrides.push(("log_format".into(), "json".into()));
+    }
+    Config::load(cli.config.as_deref(), &overrides)
+}
+
+/// Quotes a path so it is always taken as a TOML string.
+fn toml_string(s: &str) -> String {
+    toml::Value::String(s.to_string()).to_string()
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SHARDBOOT_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let config = match load(&cli) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("shardboot: invalid configuration:\n{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = match cli.command {
+        Command::CheckConfig => cli::check_config(&config),
+        Command::Leases { json } => cli::print_leases(&config, json),
+        Command::Serve => serve(config),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("shardboot: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve(config: Config) -> anyhow::Result<()> {
+    init_tracing(config.log_format);
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    runtime.block_on(async {
+        let shutdown = CancellationToken::new();
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            stop.cancel();
+        });
+        app::run(config, app::Handles::default(), shutdown).await?;
+        Ok(())
+    })
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("installing SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutting down");
+}

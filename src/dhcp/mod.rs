@@ -3,8 +3,11 @@
 
 pub mod boot;
 pub mod engine;
+pub mod metrics;
 pub mod pool;
 pub mod reply;
+pub mod server;
+pub mod socket;
 pub mod table;
 pub mod wire;
 

@@ -1,0 +1,73 @@
+//! Offline subcommands: `check-config` and `leases`.
+
+use std::io::Write;
+
+use serde::Serialize;
+
+use crate::app;
+use crate::config::Config;
+use crate::lease::{Lease, LeaseStore};
+
+/// Prints a summary of a valid configuration (errors are printed by the loader).
+pub fn check_config(config: &Config) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "configuration OK")?;
+    writeln!(out, "state_dir: {}", config.state_dir.display())?;
+    for (i, s) in config.subnets.iter().enumerate() {
+        writeln!(
+            out,
+            "subnet[{i}] {}: {} dynamic addresses, lease {} s",
+            s.network,
+            s.range_size(),
+            s.lease_time
+        )?;
+    }
+    writeln!(out, "hosts: {}", config.hosts.len())?;
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct LeaseView<'a> {
+    ip: String,
+    mac: String,
+    state: &'a str,
+    starts: u64,
+    expires: u64,
+    hostname: Option<&'a str>,
+    arch: Option<u16>,
+}
+
+impl<'a> From<&'a Lease> for LeaseView<'a> {
+    fn from(l: &'a Lease) -> Self {
+        Self {
+            ip: l.ip.to_string(),
+            mac: l.mac.to_string(),
+            state: l.state.as_str(),
+            starts: l.starts,
+            expires: l.expires,
+            hostname: l.hostname.as_deref(),
+            arch: l.arch,
+        }
+    }
+}
+
+/// Prints every stored lease, as a table or as JSON.
+pub fn print_leases(config: &Config, json: bool) -> anyhow::Result<()> {
+    let store = app::open_store(&config.state_dir)?;
+    let mut leases = store.load()?;
+    leases.sort_by_key(|l| l.ip);
+    let mut out = std::io::stdout().lock();
+    if json {
+        let views: Vec<LeaseView<'_>> = leases.iter().map(LeaseView::from).collect();
+        serde_json::to_writer_pretty(&mut out, &views)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    writeln!(out, "{:<15}  {:<17}  {:<8}  {:>10}  HOSTNAME", "IP", "MAC", "STATE", "EXPIRES")?;
+    for l in &leases {
+        // The host name comes from the client: print it escaped.
+        let host = l.hostname.as_deref().map(|h| h.escape_default().to_string()).unwrap_or_default();
+        writeln!(out, "{:<15}  {:<17}  {:<8}  {:>10}  {host}", l.ip.to_string(), l.mac.to_string(), l.state.as_str(), l.expires)?;
+    }
+    Ok(())
+}
