@@ -64,7 +64,11 @@ pub struct Handles {
 }
 
 /// Runs every enabled listener until `shutdown` is cancelled.
-pub async fn run(config: Config, handles: Handles, shutdown: CancellationToken) -> Result<(), AppError> {
+pub async fn run(
+    config: Config,
+    handles: Handles,
+    shutdown: CancellationToken,
+) -> Result<(), AppError> {
     let store = Arc::new(open_store(&config.state_dir)?);
     let stored = store.load().map_err(|source| AppError::Store {
         path: lease_store_path(&config.state_dir),

@@ -63,11 +63,26 @@ pub fn print_leases(config: &Config, json: bool) -> anyhow::Result<()> {
         writeln!(out)?;
         return Ok(());
     }
-    writeln!(out, "{:<15}  {:<17}  {:<8}  {:>10}  HOSTNAME", "IP", "MAC", "STATE", "EXPIRES")?;
+    writeln!(
+        out,
+        "{:<15}  {:<17}  {:<8}  {:>10}  HOSTNAME",
+        "IP", "MAC", "STATE", "EXPIRES"
+    )?;
     for l in &leases {
         // The host name comes from the client: print it escaped.
-        let host = l.hostname.as_deref().map(|h| h.escape_default().to_string()).unwrap_or_default();
-        writeln!(out, "{:<15}  {:<17}  {:<8}  {:>10}  {host}", l.ip.to_string(), l.mac.to_string(), l.state.as_str(), l.expires)?;
+        let host = l
+            .hostname
+            .as_deref()
+            .map(|h| h.escape_default().to_string())
+            .unwrap_or_default();
+        writeln!(
+            out,
+            "{:<15}  {:<17}  {:<8}  {:>10}  {host}",
+            l.ip.to_string(),
+            l.mac.to_string(),
+            l.state.as_str(),
+            l.expires
+        )?;
     }
     Ok(())
 }

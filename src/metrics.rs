@@ -73,7 +73,11 @@ impl Histogram {
     pub fn render(&self, out: &mut String, name: &str, help: &str) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
         for (bound, bucket) in LATENCY_BUCKETS.iter().zip(&self.buckets) {
-            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {}", bucket.load(Ordering::Relaxed));
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{le=\"{bound}\"}} {}",
+                bucket.load(Ordering::Relaxed)
+            );
         }
         let count = self.count();
         let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");

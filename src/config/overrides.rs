@@ -32,13 +32,16 @@ pub fn parse_flag(flag: &str) -> Result<(String, String), OverrideError> {
     Ok((k.trim().to_string(), v.to_string()))
 }
 
-/// Collects `SHARDBOOT_*` variables (except `SHARDBOOT_CONFIG`, which names the file)
+/// Variables that are not config keys: the config file path and the log filter.
+const NOT_KEYS: [&str; 2] = ["CONFIG", "LOG"];
+
+/// Collects `SHARDBOOT_*` variables (except [`NOT_KEYS`])
 /// as dotted overrides, sorted so the result does not depend on environment order.
 pub fn apply_env_overrides(vars: impl Iterator<Item = (String, String)>) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = vars
         .filter_map(|(k, v)| {
             let rest = k.strip_prefix("SHARDBOOT_")?;
-            if rest == "CONFIG" || rest.is_empty() {
+            if NOT_KEYS.contains(&rest) || rest.is_empty() {
                 return None;
             }
             Some((rest.to_ascii_lowercase().replace("__", "."), v))
@@ -125,6 +128,7 @@ mod tests {
         let vars = vec![
             ("SHARDBOOT_DHCP__PORT".to_string(), "6767".to_string()),
             ("SHARDBOOT_CONFIG".to_string(), "/x".to_string()),
+            ("SHARDBOOT_LOG".to_string(), "debug".to_string()),
             ("SHARDBOOT_STATE_DIR".to_string(), "/s".to_string()),
             ("HOME".to_string(), "/root".to_string()),
         ];

@@ -54,13 +54,19 @@ pub struct DhcpMetrics {
 impl DhcpMetrics {
     /// Counts a dropped datagram.
     pub fn drop(&self, reason: DropReason) {
-        let i = DropReason::ALL.iter().position(|r| *r == reason).unwrap_or(0);
+        let i = DropReason::ALL
+            .iter()
+            .position(|r| *r == reason)
+            .unwrap_or(0);
         self.dropped[i].inc();
     }
 
     /// Number dropped for `reason`.
     pub fn dropped(&self, reason: DropReason) -> u64 {
-        let i = DropReason::ALL.iter().position(|r| *r == reason).unwrap_or(0);
+        let i = DropReason::ALL
+            .iter()
+            .position(|r| *r == reason)
+            .unwrap_or(0);
         self.dropped[i].get()
     }
 
@@ -92,27 +98,82 @@ impl DhcpMetrics {
 
     /// Writes the Prometheus exposition.
     pub fn render_prometheus(&self, out: &mut String) {
-        header(out, "shardboot_dhcp_received_total", "counter", "DHCP datagrams received");
-        out.push_str(&format!("shardboot_dhcp_received_total {}\n", self.received.get()));
-        header(out, "shardboot_dhcp_dropped_total", "counter", "Malformed or unsupported datagrams dropped");
+        header(
+            out,
+            "shardboot_dhcp_received_total",
+            "counter",
+            "DHCP datagrams received",
+        );
+        out.push_str(&format!(
+            "shardboot_dhcp_received_total {}\n",
+            self.received.get()
+        ));
+        header(
+            out,
+            "shardboot_dhcp_dropped_total",
+            "counter",
+            "Malformed or unsupported datagrams dropped",
+        );
         for (r, c) in DropReason::ALL.iter().zip(&self.dropped) {
-            sample(out, "shardboot_dhcp_dropped_total", "reason", &r.to_string(), c.get());
+            sample(
+                out,
+                "shardboot_dhcp_dropped_total",
+                "reason",
+                &r.to_string(),
+                c.get(),
+            );
         }
-        header(out, "shardboot_dhcp_ignored_total", "counter", "Valid requests answered with silence");
+        header(
+            out,
+            "shardboot_dhcp_ignored_total",
+            "counter",
+            "Valid requests answered with silence",
+        );
         for (r, c) in IGNORE_REASONS.iter().zip(&self.ignored) {
-            sample(out, "shardboot_dhcp_ignored_total", "reason", r.as_str(), c.get());
+            sample(
+                out,
+                "shardboot_dhcp_ignored_total",
+                "reason",
+                r.as_str(),
+                c.get(),
+            );
         }
-        header(out, "shardboot_dhcp_decisions_total", "counter", "Engine decisions by outcome");
+        header(
+            out,
+            "shardboot_dhcp_decisions_total",
+            "counter",
+            "Engine decisions by outcome",
+        );
         for (o, c) in OUTCOMES.iter().zip(&self.outcomes) {
             sample(out, "shardboot_dhcp_decisions_total", "outcome", o, c.get());
         }
         for (name, help, c) in [
             ("shardboot_dhcp_sent_total", "Replies sent", &self.sent),
-            ("shardboot_dhcp_send_errors_total", "Replies that failed to send", &self.send_errors),
-            ("shardboot_dhcp_queue_full_total", "Datagrams dropped on a full engine queue", &self.queue_full),
-            ("shardboot_lease_commits_total", "Lease store flushes", &self.commits),
-            ("shardboot_lease_committed_changes_total", "Lease changes made durable", &self.committed_effects),
-            ("shardboot_lease_commit_errors_total", "Failed lease store commits", &self.commit_errors),
+            (
+                "shardboot_dhcp_send_errors_total",
+                "Replies that failed to send",
+                &self.send_errors,
+            ),
+            (
+                "shardboot_dhcp_queue_full_total",
+                "Datagrams dropped on a full engine queue",
+                &self.queue_full,
+            ),
+            (
+                "shardboot_lease_commits_total",
+                "Lease store flushes",
+                &self.commits,
+            ),
+            (
+                "shardboot_lease_committed_changes_total",
+                "Lease changes made durable",
+                &self.committed_effects,
+            ),
+            (
+                "shardboot_lease_commit_errors_total",
+                "Failed lease store commits",
+                &self.commit_errors,
+            ),
         ] {
             header(out, name, "counter", help);
             out.push_str(&format!("{name} {}\n", c.get()));
@@ -125,13 +186,35 @@ impl DhcpMetrics {
         header(out, "shardboot_leases", "gauge", "Lease records in memory");
         out.push_str(&format!("shardboot_leases {}\n", self.leases.get()));
         let pools = self.pools.lock().map(|p| p.clone()).unwrap_or_default();
-        header(out, "shardboot_pool_free_addresses", "gauge", "Free addresses per subnet");
+        header(
+            out,
+            "shardboot_pool_free_addresses",
+            "gauge",
+            "Free addresses per subnet",
+        );
         for p in &pools {
-            sample(out, "shardboot_pool_free_addresses", "subnet", &p.network.to_string(), p.free);
+            sample(
+                out,
+                "shardboot_pool_free_addresses",
+                "subnet",
+                &p.network.to_string(),
+                p.free,
+            );
         }
-        header(out, "shardboot_pool_used_addresses", "gauge", "Addresses held per subnet");
+        header(
+            out,
+            "shardboot_pool_used_addresses",
+            "gauge",
+            "Addresses held per subnet",
+        );
         for p in &pools {
-            sample(out, "shardboot_pool_used_addresses", "subnet", &p.network.to_string(), p.in_use);
+            sample(
+                out,
+                "shardboot_pool_used_addresses",
+                "subnet",
+                &p.network.to_string(),
+                p.in_use,
+            );
         }
     }
 }

@@ -74,7 +74,9 @@ pub enum ServerError {
 
 /// Current Unix time in seconds; the only clock the DHCP path reads.
 pub fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 struct Inbound {
@@ -136,7 +138,12 @@ pub async fn run(parts: ServerParts, shutdown: CancellationToken) -> Result<(), 
     drop(in_tx);
 
     let (commit_tx, commit_rx) = mpsc::unbounded_channel::<CommitJob>();
-    let committer = tokio::spawn(commit_loop(store, commit_rx, sockets.clone(), metrics.clone()));
+    let committer = tokio::spawn(commit_loop(
+        store,
+        commit_rx,
+        sockets.clone(),
+        metrics.clone(),
+    ));
 
     let mut tick = tokio::time::interval(reclaim_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -219,7 +226,9 @@ impl Context<'_> {
         if let Some(mac) = MacAddr::from_chaddr(msg.chaddr()) {
             debug!(%mac, xid = msg.xid(), kind = ?msg.opts().msg_type(), outcome = ?decision.outcome, iface = %ctx.interface.name, "decided");
         }
-        let out = decision.reply.and_then(|r| self.encode(r, pkt.listener, buf));
+        let out = decision
+            .reply
+            .and_then(|r| self.encode(r, pkt.listener, buf));
         if decision.effects.is_empty() {
             return out.map(Action::Send).unwrap_or(Action::Nothing);
         }
@@ -292,7 +301,12 @@ async fn read_loop(
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(source) => {
                 error!(interface = %name, error = %source, "DHCP socket failed");
-                let _ = fatal.send(ServerError::Socket { interface: name, source }).await;
+                let _ = fatal
+                    .send(ServerError::Socket {
+                        interface: name,
+                        source,
+                    })
+                    .await;
                 return;
             }
         }

@@ -39,7 +39,9 @@ pub fn host_addresses() -> Result<Vec<(String, Ipv4Net)>, SocketError> {
     let addrs = nix::ifaddrs::getifaddrs().map_err(SocketError::ListInterfaces)?;
     let mut out = Vec::new();
     for a in addrs {
-        let (Some(addr), Some(mask)) = (a.address, a.netmask) else { continue };
+        let (Some(addr), Some(mask)) = (a.address, a.netmask) else {
+            continue;
+        };
         let (Some(addr), Some(mask)) = (addr.as_sockaddr_in(), mask.as_sockaddr_in()) else {
             continue;
         };
@@ -53,11 +55,21 @@ pub fn host_addresses() -> Result<Vec<(String, Ipv4Net)>, SocketError> {
 
 /// The interfaces to serve: the configured ones, or every interface with an address in
 /// a configured subnet. Each gets the address inside a subnet when it has several.
-pub fn resolve_interfaces(config: &Config, host: &[(String, Ipv4Net)]) -> Result<Vec<Interface>, SocketError> {
+pub fn resolve_interfaces(
+    config: &Config,
+    host: &[(String, Ipv4Net)],
+) -> Result<Vec<Interface>, SocketError> {
     let in_subnet = |ip: &Ipv4Addr| config.subnets.iter().any(|s| s.network.contains(ip));
     let pick = |name: &str| -> Option<Ipv4Addr> {
-        let mine: Vec<Ipv4Addr> = host.iter().filter(|(n, _)| n == name).map(|(_, a)| a.addr()).collect();
-        mine.iter().copied().find(|a| in_subnet(a)).or(mine.first().copied())
+        let mine: Vec<Ipv4Addr> = host
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, a)| a.addr())
+            .collect();
+        mine.iter()
+            .copied()
+            .find(|a| in_subnet(a))
+            .or(mine.first().copied())
     };
     if !config.dhcp.interfaces.is_empty() {
         return config
@@ -66,14 +78,21 @@ pub fn resolve_interfaces(config: &Config, host: &[(String, Ipv4Net)]) -> Result
             .iter()
             .map(|name| {
                 let addr = pick(name).ok_or_else(|| SocketError::NoAddress(name.clone()))?;
-                Ok(Interface { name: name.clone(), addr })
+                Ok(Interface {
+                    name: name.clone(),
+                    addr,
+                })
             })
             .collect();
     }
     let mut names: Vec<&String> = host
         .iter()
         .filter(|(n, a)| {
-            in_subnet(&a.addr()) || config.subnets.iter().any(|s| s.interface.as_deref() == Some(n.as_str()))
+            in_subnet(&a.addr())
+                || config
+                    .subnets
+                    .iter()
+                    .any(|s| s.interface.as_deref() == Some(n.as_str()))
         })
         .map(|(n, _)| n)
         .collect();
@@ -83,7 +102,12 @@ pub fn resolve_interfaces(config: &Config, host: &[(String, Ipv4Net)]) -> Result
     }
     Ok(names
         .into_iter()
-        .filter_map(|n| Some(Interface { name: n.clone(), addr: pick(n)? }))
+        .filter_map(|n| {
+            Some(Interface {
+                name: n.clone(),
+                addr: pick(n)?,
+            })
+        })
         .collect())
 }
 

@@ -1,0 +1,314 @@
+//! Test lab helpers: network namespaces joined by veth pairs, the shardboot binary
+//! running inside one, and threads that enter a namespace to use raw sockets there.
+//! Everything created is removed on drop, also when a test panics. Traffic only ever goes
+//! to addresses inside the namespaces created here.
+#![allow(dead_code)]
+
+use std::fs::File;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// Whether the tests run as root (they need namespaces and port 67).
+pub fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// Skips the calling test when not root. CI runs as root, where nothing is skipped.
+#[macro_export]
+macro_rules! require_root {
+    () => {
+        if !common::is_root() {
+            eprintln!("skipped: needs root for network namespaces");
+            return;
+        }
+    };
+}
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// A short unique name (interface names are limited to 15 bytes).
+pub fn unique(prefix: &str) -> String {
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("{prefix}{}x{n}", std::process::id() % 100_000)
+}
+
+/// Runs a command, panicking with its output when it fails.
+pub fn sh(args: &[&str]) {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .expect("spawn");
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A network namespace with its own resolv.conf (so DHCP clients can't touch the host's).
+pub struct Netns {
+    /// Its name.
+    pub name: String,
+}
+
+impl Netns {
+    /// Creates the namespace and brings up its loopback.
+    pub fn new(prefix: &str) -> Self {
+        let name = unique(prefix);
+        sh(&["ip", "netns", "add", &name]);
+        let etc = format!("/etc/netns/{name}");
+        std::fs::create_dir_all(&etc).unwrap();
+        std::fs::write(format!("{etc}/resolv.conf"), "# test namespace\n").unwrap();
+        sh(&["ip", "-n", &name, "link", "set", "lo", "up"]);
+        Self { name }
+    }
+
+    /// A command that runs inside the namespace.
+    pub fn command(&self, program: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.name, program]);
+        c
+    }
+
+    /// Runs `ip` inside the namespace.
+    pub fn ip(&self, args: &[&str]) {
+        let mut full = vec!["ip", "-n", &self.name];
+        full.extend_from_slice(args);
+        sh(&full);
+    }
+
+    /// Runs `f` on a thread that has entered this namespace; sockets it creates live here.
+    pub fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> std::thread::JoinHandle<T> {
+        let path = format!("/var/run/netns/{}", self.name);
+        std::thread::spawn(move || {
+            let file = File::open(&path).expect("open netns");
+            nix::sched::setns(file.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+            f()
+        })
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "pids", &self.name])
+            .output()
+            .map(|o| {
+                for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
+                    let _ = Command::new("kill").args(["-9", pid]).status();
+                }
+            });
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+        let _ = std::fs::remove_dir_all(format!("/etc/netns/{}", self.name));
+    }
+}
+
+/// Two namespaces, `server` and `client`, joined by a veth pair.
+pub struct Lab {
+    /// Where shardboot runs.
+    pub server: Netns,
+    /// Where the clients run.
+    pub client: Netns,
+    /// Server-side interface name.
+    pub server_if: String,
+    /// Client-side interface name.
+    pub client_if: String,
+}
+
+impl Lab {
+    /// Creates the pair; `server_addrs` (CIDR) go on the server side, `client_addrs` on
+    /// the client side (none for a DHCP client that configures itself).
+    pub fn new(server_addrs: &[&str], client_addrs: &[&str]) -> Self {
+        let server = Netns::new("sbs");
+        let client = Netns::new("sbc");
+        let server_if = unique("vs");
+        let client_if = unique("vc");
+        sh(&[
+            "ip", "link", "add", &server_if, "type", "veth", "peer", "name", &client_if,
+        ]);
+        sh(&["ip", "link", "set", &server_if, "netns", &server.name]);
+        sh(&["ip", "link", "set", &client_if, "netns", &client.name]);
+        for a in server_addrs {
+            server.ip(&["addr", "add", a, "dev", &server_if]);
+        }
+        for a in client_addrs {
+            client.ip(&["addr", "add", a, "dev", &client_if]);
+        }
+        server.ip(&["link", "set", &server_if, "up"]);
+        client.ip(&["link", "set", &client_if, "up"]);
+        Self {
+            server,
+            client,
+            server_if,
+            client_if,
+        }
+    }
+}
+
+/// The shardboot binary built for these tests.
+pub fn shardboot_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_shardboot"))
+}
+
+/// A shardboot process inside a namespace, with its own config and state directory.
+pub struct Server {
+    child: Option<Child>,
+    /// Its stderr log.
+    pub log: PathBuf,
+    /// Its state directory.
+    pub state_dir: PathBuf,
+    config: PathBuf,
+    ns: String,
+}
+
+impl Server {
+    /// Writes `config` into `dir` and starts `shardboot serve` in `ns`; waits until the
+    /// DHCP socket is bound.
+    pub fn start(ns: &Netns, dir: &Path, config: &str) -> Self {
+        let path = dir.join("shardboot.toml");
+        std::fs::write(&path, config).unwrap();
+        let mut s = Self {
+            child: None,
+            log: dir.join("shardboot.log"),
+            state_dir: dir.join("state"),
+            config: path,
+            ns: ns.name.clone(),
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let child = Command::new("ip")
+            .args(["netns", "exec", &self.ns])
+            .arg(shardboot_bin())
+            .arg("serve")
+            .arg("--config")
+            .arg(&self.config)
+            .arg("--state-dir")
+            .arg(&self.state_dir)
+            .env("SHARDBOOT_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start shardboot");
+        self.child = Some(child);
+        let before = self.listening_count();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.listening_count() == before {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("shardboot exited with {status}:\n{}", self.log_text());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "shardboot did not start:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn listening_count(&self) -> usize {
+        self.log_text().matches("DHCP listening").count()
+    }
+
+    /// The log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGKILL: no chance to flush or clean up.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM and wait for a clean exit.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(c.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                if c.try_wait().unwrap().is_some() {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    panic!("shardboot did not stop on SIGTERM:\n{}", self.log_text());
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+
+    /// Starts it again on the same config and store.
+    pub fn restart(&mut self) {
+        self.kill9();
+        self.spawn();
+    }
+
+    /// `shardboot leases --json` on the store (the server must be stopped).
+    pub fn leases_json(&self) -> serde_json::Value {
+        let out = Command::new(shardboot_bin())
+            .args(["leases", "--json", "--config"])
+            .arg(&self.config)
+            .arg("--state-dir")
+            .arg(&self.state_dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// A config serving `network` with `range` on `interface`, plus `extra` TOML keys for
+/// the `[dhcp]` section (or whole sections after them). The router is the network's
+/// first host address.
+pub fn config(interface: &str, network: &str, range: &str, extra: &str) -> String {
+    let net: ipnet::Ipv4Net = network.parse().unwrap();
+    let router = net.hosts().next().unwrap();
+    format!(
+        r#"
+[dhcp]
+interfaces = ["{interface}"]
+{extra}
+
+[[subnet]]
+network = "{network}"
+ranges = ["{range}"]
+lease_time = 3600
+router = "{router}"
+dns = ["{router}"]
+"#
+    )
+}

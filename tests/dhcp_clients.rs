@@ -1,0 +1,188 @@
+//! Real DHCP clients (ISC dhclient, busybox udhcpc) against the shardboot binary, across a
+//! veth pair between two network namespaces: obtain, renew and release.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Lab, Server};
+
+fn script(name: &str) -> String {
+    format!("{}/tests/scripts/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Waits until the events file has a line starting with `event`; returns that line's fields.
+fn wait_event(events: &Path, event: &str, nth: usize) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(events).unwrap_or_default();
+        let hits: Vec<&str> = text
+            .lines()
+            .filter(|l| l.split(' ').next() == Some(event))
+            .collect();
+        if hits.len() >= nth {
+            return hits[nth - 1].split(' ').map(str::to_string).collect();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {event} #{nth} event; events so far:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn lease_state(server: &Server, ip: &str) -> String {
+    let leases = server.leases_json();
+    let lease = leases
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["ip"] == ip)
+        .unwrap_or_else(|| panic!("no lease for {ip} in {leases}"));
+    lease["state"].as_str().unwrap().to_string()
+}
+
+fn interface_mac(lab: &Lab) -> String {
+    let out = lab
+        .client
+        .command("cat")
+        .arg(format!("/sys/class/net/{}/address", lab.client_if))
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+#[test]
+fn dhclient_obtains_reboots_and_releases() {
+    require_root!();
+    let lab = Lab::new(&["192.0.2.1/24"], &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = common::config(
+        &lab.server_if,
+        "192.0.2.0/24",
+        "192.0.2.100 - 192.0.2.199",
+        "",
+    );
+    let mut server = Server::start(&lab.server, dir.path(), &cfg);
+    let events = dir.path().join("events");
+    // dhclient runs its script with a clean environment, so bake the events path into a
+    // wrapper.
+    let wrapper = dir.path().join("dhclient-script");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nSB_EVENTS={} exec {} \"$@\"\n",
+            events.display(),
+            script("dhclient-script")
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let dhclient = |extra: &[&str]| {
+        let status = lab
+            .client
+            .command("dhclient")
+            .args(["-4", "-1", "-sf"])
+            .arg(&wrapper)
+            .arg("-lf")
+            .arg(dir.path().join("dhclient.leases"))
+            .arg("-pf")
+            .arg(dir.path().join("dhclient.pid"))
+            .args(extra)
+            .arg(&lab.client_if)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(
+            status.success(),
+            "dhclient {extra:?} failed: {}",
+            server.log_text()
+        );
+    };
+
+    dhclient(&[]);
+    let bound = wait_event(&events, "BOUND", 1);
+    let ip = bound[1].clone();
+    assert!(
+        ip.starts_with("192.0.2.1"),
+        "address {ip} outside the range"
+    );
+    assert_eq!(bound[2], "255.255.255.0");
+    assert_eq!(bound[4], "192.0.2.1", "server identifier");
+
+    // Stop the daemon without releasing, then start again: dhclient reuses its recorded
+    // lease via INIT-REBOOT (REBOOT event) and must get the same address.
+    dhclient(&["-x"]);
+    dhclient(&[]);
+    let reboot = wait_event(&events, "REBOOT", 1);
+    assert_eq!(reboot[1], ip, "same address after reboot");
+
+    // Release: the store marks the lease released.
+    dhclient(&["-r"]);
+    wait_event(&events, "RELEASE", 1);
+    server.stop();
+    assert_eq!(lease_state(&server, &ip), "released");
+    let leases = server.leases_json();
+    assert_eq!(leases[0]["mac"], interface_mac(&lab));
+}
+
+#[test]
+fn udhcpc_obtains_renews_and_releases() {
+    require_root!();
+    let lab = Lab::new(&["192.0.2.1/24"], &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = common::config(
+        &lab.server_if,
+        "192.0.2.0/24",
+        "192.0.2.100 - 192.0.2.199",
+        "",
+    );
+    let mut server = Server::start(&lab.server, dir.path(), &cfg);
+    let events = dir.path().join("events");
+    let mut udhcpc = lab
+        .client
+        .command("udhcpc")
+        .args([
+            "-f",
+            "-R",
+            "-t",
+            "5",
+            "-T",
+            "1",
+            "-A",
+            "1",
+            "-s",
+            &script("udhcpc-script"),
+            "-i",
+            &lab.client_if,
+        ])
+        .env("SB_EVENTS", &events)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let bound = wait_event(&events, "bound", 1);
+    let ip = bound[1].clone();
+    assert!(ip.starts_with("192.0.2.1"), "address {ip}");
+    assert_eq!(bound[4], "192.0.2.1");
+
+    // SIGUSR1 makes udhcpc renew now: a unicast REQUEST with ciaddr (RENEWING state).
+    let pid = udhcpc.id().to_string();
+    // `ip netns exec` execs udhcpc in place, so the child pid is udhcpc's.
+    Command::new("kill").args(["-USR1", &pid]).status().unwrap();
+    let renew = wait_event(&events, "renew", 1);
+    assert_eq!(renew[1], ip, "renewed the same address");
+
+    // SIGTERM with -R sends a RELEASE before exiting.
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    let _ = udhcpc.wait();
+    server.stop();
+    assert_eq!(lease_state(&server, &ip), "released");
+}
