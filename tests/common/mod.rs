@@ -4,6 +4,8 @@
 //! to addresses inside the namespaces created here.
 #![allow(dead_code)]
 
+pub mod relay_client;
+
 use std::fs::File;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
@@ -259,6 +261,11 @@ impl Server {
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
+    }
+
+    /// The process id (shardboot itself: `ip netns exec` execs in place).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// Starts it again on the same config and store.
