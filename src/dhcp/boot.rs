@@ -185,7 +185,9 @@ mod tests {
         let s = settings();
         let srv = Ipv4Addr::new(192, 0, 2, 1);
         let script = "http://192.0.2.1:8080/boot.ipxe";
-        let cases: Vec<(DhcpOptions, Option<(&str, Option<&str>)>)> = vec![
+        // (request options, expected (file, echoed vendor class))
+        type Expected<'a> = Option<(&'a str, Option<&'a str>)>;
+        let cases: Vec<(DhcpOptions, Expected)> = vec![
             (opts(None, None, None, false), None),
             (
                 opts(

@@ -5,162 +5,33 @@
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
 
-use dhcproto::v4::relay::{RelayCode, RelayInfo};
 use dhcproto::v4::{DhcpOption, Message, MessageType, OptionCode};
 
+use super::allocate::{new_lease, requested_ip};
 use super::boot::{self, BootDirective};
+pub use super::decision::{
+    Decision, IgnoreReason, Interface, Outcome, PacketContext, PoolUsage, Reply, Responsibility,
+};
 use super::pool::Pool;
-use super::reply::{self, Destination, ReplyParts, Timers};
+use super::reply::{self, ReplyParts, Timers};
 use super::table::LeaseTable;
 use crate::config::{BootSettings, Config, DhcpSettings, Host, Subnet};
 use crate::lease::{Lease, LeaseEffect, LeaseState};
 use crate::mac::MacAddr;
 
-/// The interface a request arrived on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Interface {
-    /// Kernel name, e.g. `br-prov`.
-    pub name: String,
-    /// This server's address on it.
-    pub addr: Ipv4Addr,
-}
-
-/// Whether this member is the one that should answer the client (ARCHITECTURE.md,
-/// "DHCP decisions" 2). Computed outside the engine from the owner resolver and the
-/// live member set; a single instance is always responsible.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Responsibility {
-    /// Answer.
-    Mine,
-    /// Another member answers; stay silent unless the client is already ours.
-    NotMine,
-}
-
-/// Per-request inputs besides the message.
-#[derive(Debug, Clone, Copy)]
-pub struct PacketContext<'a> {
-    /// Receiving interface.
-    pub interface: &'a Interface,
-    /// Ownership decision for the client.
-    pub responsibility: Responsibility,
-    /// Unix seconds.
-    pub now: u64,
-}
-
-/// A reply and where it goes.
-#[derive(Debug, Clone)]
-pub struct Reply {
-    /// The message.
-    pub message: Message,
-    /// Its destination.
-    pub destination: Destination,
-}
-
-/// Why a request got no reply and no lease change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum IgnoreReason {
-    /// Another member is responsible.
-    NotResponsible,
-    /// The MAC is denied by a `[[host]]` entry.
-    Denied,
-    /// `known_only` is set and the MAC has no `[[host]]` entry.
-    UnknownClient,
-    /// No configured subnet matches the interface, relay or requested address.
-    NoSubnet,
-    /// No free address.
-    PoolExhausted,
-    /// The client chose another server's offer.
-    OtherServer,
-    /// No record of the client's address; RFC 2131 §4.3.2 says stay silent.
-    NoRecord,
-    /// A NAK was due but `never_nak` is set.
-    NakSuppressed,
-    /// A message type clients do not send, or a request missing a required field.
-    Unsupported,
-}
-
-impl IgnoreReason {
-    /// Stable label for metrics and logs.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Self::NotResponsible => "not_responsible",
-            Self::Denied => "denied",
-            Self::UnknownClient => "unknown_client",
-            Self::NoSubnet => "no_subnet",
-            Self::PoolExhausted => "pool_exhausted",
-            Self::OtherServer => "other_server",
-            Self::NoRecord => "no_record",
-            Self::NakSuppressed => "nak_suppressed",
-            Self::Unsupported => "unsupported",
-        }
-    }
-}
-
-/// What the engine decided, for logs and metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// DHCPOFFER of this address.
-    Offer(Ipv4Addr),
-    /// DHCPACK binding this address.
-    Ack(Ipv4Addr),
-    /// DHCPNAK.
-    Nak,
-    /// DHCPACK to an INFORM.
-    Inform,
-    /// The client released this address.
-    Release(Ipv4Addr),
-    /// The client declined this address; it is quarantined.
-    Decline(Ipv4Addr),
-    /// No reply.
-    Ignored(IgnoreReason),
-}
-
-/// The engine's answer to one request.
-#[derive(Debug, Clone)]
-pub struct Decision {
-    /// Reply to send, if any. When `effects` is non-empty it may be sent only after they
-    /// are durable.
-    pub reply: Option<Reply>,
-    /// Lease changes to persist.
-    pub effects: Vec<LeaseEffect>,
-    /// Summary.
-    pub outcome: Outcome,
-}
-
-impl Decision {
-    fn ignore(reason: IgnoreReason) -> Self {
-        Self {
-            reply: None,
-            effects: Vec::new(),
-            outcome: Outcome::Ignored(reason),
-        }
-    }
-}
-
-/// Free and used addresses of one subnet, for metrics.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PoolUsage {
-    /// The subnet.
-    pub network: ipnet::Ipv4Net,
-    /// Addresses that can still be handed out.
-    pub free: u64,
-    /// Addresses held by leases or offers.
-    pub in_use: u64,
-}
-
-struct SubnetState {
-    cfg: Subnet,
-    pools: Vec<Pool>,
+pub(super) struct SubnetState {
+    pub(super) cfg: Subnet,
+    pub(super) pools: Vec<Pool>,
 }
 
 /// The DHCP engine's state and decision logic.
 pub struct Engine {
-    settings: DhcpSettings,
-    boot: BootSettings,
-    subnets: Vec<SubnetState>,
-    hosts: HashMap<MacAddr, Host>,
-    reserved: HashMap<Ipv4Addr, MacAddr>,
-    table: LeaseTable,
+    pub(super) settings: DhcpSettings,
+    pub(super) boot: BootSettings,
+    pub(super) subnets: Vec<SubnetState>,
+    pub(super) hosts: HashMap<MacAddr, Host>,
+    pub(super) reserved: HashMap<Ipv4Addr, MacAddr>,
+    pub(super) table: LeaseTable,
 }
 
 impl Engine {
@@ -209,17 +80,6 @@ impl Engine {
         engine
     }
 
-    fn pools_for(&mut self, ip: Ipv4Addr) -> impl Iterator<Item = &mut Pool> {
-        self.subnets
-            .iter_mut()
-            .flat_map(|s| s.pools.iter_mut())
-            .filter(move |p| p.contains(ip))
-    }
-
-    fn set_used(&mut self, ip: Ipv4Addr, used: bool) {
-        self.pools_for(ip).for_each(|p| p.set_used(ip, used));
-    }
-
     /// The lease or offer on `ip`.
     pub fn lease(&self, ip: Ipv4Addr) -> Option<&Lease> {
         self.table.get(ip)
@@ -256,101 +116,6 @@ impl Engine {
 
     fn server_id(&self, ctx: &PacketContext<'_>) -> Ipv4Addr {
         self.settings.server_id.unwrap_or(ctx.interface.addr)
-    }
-
-    /// RFC 3527 link selection, RFC 3011 subnet selection, then giaddr (RFC 2131 §4.3.1),
-    /// then the receiving interface.
-    fn select_subnet(&self, msg: &Message, ctx: &PacketContext<'_>) -> Option<usize> {
-        let link = match msg.opts().get(OptionCode::RelayAgentInformation) {
-            Some(DhcpOption::RelayAgentInformation(info)) => {
-                match info.get(RelayCode::LinkSelection) {
-                    Some(RelayInfo::LinkSelection(ip)) => Some(*ip),
-                    _ => None,
-                }
-            }
-            _ => None,
-        };
-        let selection = match msg.opts().get(OptionCode::SubnetSelection) {
-            Some(DhcpOption::SubnetSelection(ip)) => Some(*ip),
-            _ => None,
-        };
-        let giaddr = Some(msg.giaddr()).filter(|g| !g.is_unspecified());
-        if let Some(addr) = link.or(selection).or(giaddr) {
-            return self
-                .subnets
-                .iter()
-                .position(|s| s.cfg.network.contains(&addr));
-        }
-        let iface = ctx.interface;
-        self.subnets
-            .iter()
-            .position(|s| s.cfg.interface.as_deref() == Some(iface.name.as_str()))
-            .or_else(|| {
-                self.subnets
-                    .iter()
-                    .position(|s| s.cfg.interface.is_none() && s.cfg.network.contains(&iface.addr))
-            })
-    }
-
-    /// Whether `mac` may be given `ip` now.
-    fn available_for(&self, ip: Ipv4Addr, mac: &MacAddr, now: u64) -> bool {
-        if self.reserved.get(&ip).is_some_and(|owner| owner != mac) {
-            return false;
-        }
-        match self.table.get(ip) {
-            None => true,
-            Some(l) if l.state == LeaseState::Declined => !l.is_active(now),
-            Some(l) if &l.mac == mac => true,
-            Some(l) => !l.is_active(now),
-        }
-    }
-
-    /// Whether `ip` may be bound for `mac` in subnet `si`: its reservation, or a dynamic
-    /// address when it has no reservation elsewhere.
-    fn servable(&self, si: usize, ip: Ipv4Addr, mac: &MacAddr) -> bool {
-        match self.hosts.get(mac).and_then(|h| h.ip) {
-            Some(reserved) => reserved == ip,
-            None => self.subnets[si]
-                .pools
-                .iter()
-                .any(|p| p.contains(ip) && !p.is_blocked(ip)),
-        }
-    }
-
-    fn choose_address(
-        &mut self,
-        si: usize,
-        mac: &MacAddr,
-        requested: Option<Ipv4Addr>,
-        now: u64,
-    ) -> Option<Ipv4Addr> {
-        let net = self.subnets[si].cfg.network;
-        if let Some(ip) = self.hosts.get(mac).and_then(|h| h.ip) {
-            return (net.contains(&ip) && self.available_for(ip, mac, now)).then_some(ip);
-        }
-        let previous = self.table.by_mac(mac).map(|l| l.ip);
-        for candidate in previous.into_iter().chain(requested) {
-            if self.servable(si, candidate, mac) && self.available_for(candidate, mac, now) {
-                return Some(candidate);
-            }
-        }
-        let total: usize = self.subnets[si]
-            .pools
-            .iter()
-            .map(|p| u32::from(p.free()) as usize)
-            .sum();
-        for _ in 0..=total {
-            let ip = self.subnets[si]
-                .pools
-                .iter_mut()
-                .find_map(Pool::next_free)?;
-            if self.available_for(ip, mac, now) {
-                return Some(ip);
-            }
-            // The bitmap said free but a record holds it; fix the bitmap and go on.
-            self.set_used(ip, true);
-        }
-        None
     }
 
     /// Decides the answer to one validated request.
@@ -578,7 +343,7 @@ impl Engine {
         let Some(ip) = requested_ip(msg) else {
             return Decision::ignore(IgnoreReason::Unsupported);
         };
-        if !self.table.get(ip).is_some_and(|l| &l.mac == mac) {
+        if self.table.get(ip).is_none_or(|l| &l.mac != mac) {
             return Decision::ignore(IgnoreReason::NoRecord);
         }
         // RFC 2131 §4.3.3: mark the address as not available.
@@ -652,46 +417,5 @@ impl Engine {
             effects: Vec::new(),
             outcome: Outcome::Inform,
         }
-    }
-}
-
-fn requested_ip(msg: &Message) -> Option<Ipv4Addr> {
-    match msg.opts().get(OptionCode::RequestedIpAddress) {
-        Some(DhcpOption::RequestedIpAddress(ip)) if !ip.is_unspecified() => Some(*ip),
-        _ => None,
-    }
-}
-
-fn new_lease(
-    msg: &Message,
-    ip: Ipv4Addr,
-    mac: MacAddr,
-    state: LeaseState,
-    now: u64,
-    secs: u32,
-) -> Lease {
-    let opts = msg.opts();
-    Lease {
-        ip,
-        mac,
-        state,
-        starts: now,
-        expires: now + u64::from(secs),
-        hostname: match opts.get(OptionCode::Hostname) {
-            Some(DhcpOption::Hostname(h)) => Some(h.clone()),
-            _ => None,
-        },
-        client_id: match opts.get(OptionCode::ClientIdentifier) {
-            Some(DhcpOption::ClientIdentifier(c)) => Some(c.clone()),
-            _ => None,
-        },
-        machine_id: match opts.get(OptionCode::ClientMachineIdentifier) {
-            Some(DhcpOption::ClientMachineIdentifier(u)) => Some(u.clone()),
-            _ => None,
-        },
-        arch: match opts.get(OptionCode::ClientSystemArchitecture) {
-            Some(DhcpOption::ClientSystemArchitecture(a)) => Some(a.0),
-            _ => None,
-        },
     }
 }

@@ -1,7 +1,9 @@
 //! DHCPv4: wire checks, the pure decision engine, boot selection, address pools, and the
 //! socket server that persists lease changes before replying.
 
+mod allocate;
 pub mod boot;
+pub mod decision;
 pub mod engine;
 pub mod metrics;
 pub mod pool;

@@ -122,7 +122,7 @@ impl Pool {
                 // On the first word, ignore bits below the cursor.
                 taken |= (1u64 << (self.cursor % 64)) - 1;
             }
-            if w == words - 1 && self.len % 64 != 0 {
+            if w == words - 1 && !self.len.is_multiple_of(64) {
                 taken |= !((1u64 << (self.len % 64)) - 1);
             }
             if taken != u64::MAX {

@@ -1,0 +1,141 @@
+//! The engine's inputs and outputs: the request context it is given and the decision it
+//! returns.
+
+use std::net::Ipv4Addr;
+
+use dhcproto::v4::Message;
+
+use super::reply::Destination;
+use crate::lease::LeaseEffect;
+
+/// The interface a request arrived on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interface {
+    /// Kernel name, e.g. `br-prov`.
+    pub name: String,
+    /// This server's address on it.
+    pub addr: Ipv4Addr,
+}
+
+/// Whether this member is the one that should answer the client (ARCHITECTURE.md,
+/// "DHCP decisions" 2). Computed outside the engine from the owner resolver and the
+/// live member set; a single instance is always responsible.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Responsibility {
+    /// Answer.
+    Mine,
+    /// Another member answers; stay silent unless the client is already ours.
+    NotMine,
+}
+
+/// Per-request inputs besides the message.
+#[derive(Debug, Clone, Copy)]
+pub struct PacketContext<'a> {
+    /// Receiving interface.
+    pub interface: &'a Interface,
+    /// Ownership decision for the client.
+    pub responsibility: Responsibility,
+    /// Unix seconds.
+    pub now: u64,
+}
+
+/// A reply and where it goes.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    /// The message.
+    pub message: Message,
+    /// Its destination.
+    pub destination: Destination,
+}
+
+/// Why a request got no reply and no lease change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IgnoreReason {
+    /// Another member is responsible.
+    NotResponsible,
+    /// The MAC is denied by a `[[host]]` entry.
+    Denied,
+    /// `known_only` is set and the MAC has no `[[host]]` entry.
+    UnknownClient,
+    /// No configured subnet matches the interface, relay or requested address.
+    NoSubnet,
+    /// No free address.
+    PoolExhausted,
+    /// The client chose another server's offer.
+    OtherServer,
+    /// No record of the client's address; RFC 2131 §4.3.2 says stay silent.
+    NoRecord,
+    /// A NAK was due but `never_nak` is set.
+    NakSuppressed,
+    /// A message type clients do not send, or a request missing a required field.
+    Unsupported,
+}
+
+impl IgnoreReason {
+    /// Stable label for metrics and logs.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::NotResponsible => "not_responsible",
+            Self::Denied => "denied",
+            Self::UnknownClient => "unknown_client",
+            Self::NoSubnet => "no_subnet",
+            Self::PoolExhausted => "pool_exhausted",
+            Self::OtherServer => "other_server",
+            Self::NoRecord => "no_record",
+            Self::NakSuppressed => "nak_suppressed",
+            Self::Unsupported => "unsupported",
+        }
+    }
+}
+
+/// What the engine decided, for logs and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// DHCPOFFER of this address.
+    Offer(Ipv4Addr),
+    /// DHCPACK binding this address.
+    Ack(Ipv4Addr),
+    /// DHCPNAK.
+    Nak,
+    /// DHCPACK to an INFORM.
+    Inform,
+    /// The client released this address.
+    Release(Ipv4Addr),
+    /// The client declined this address; it is quarantined.
+    Decline(Ipv4Addr),
+    /// No reply.
+    Ignored(IgnoreReason),
+}
+
+/// The engine's answer to one request.
+#[derive(Debug, Clone)]
+pub struct Decision {
+    /// Reply to send, if any. When `effects` is non-empty it may be sent only after they
+    /// are durable.
+    pub reply: Option<Reply>,
+    /// Lease changes to persist.
+    pub effects: Vec<LeaseEffect>,
+    /// Summary.
+    pub outcome: Outcome,
+}
+
+impl Decision {
+    pub(super) fn ignore(reason: IgnoreReason) -> Self {
+        Self {
+            reply: None,
+            effects: Vec::new(),
+            outcome: Outcome::Ignored(reason),
+        }
+    }
+}
+
+/// Free and used addresses of one subnet, for metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolUsage {
+    /// The subnet.
+    pub network: ipnet::Ipv4Net,
+    /// Addresses that can still be handed out.
+    pub free: u64,
+    /// Addresses held by leases or offers.
+    pub in_use: u64,
+}

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the test suite and benchmarks drive (real DHCP/TFTP clients,
+# load tools, reference servers). Idempotent: does nothing when all are present.
+set -euo pipefail
+
+packages=(
+  iproute2          # ip netns, veth
+  isc-dhcp-client   # dhclient
+  udhcpc            # busybox udhcpc
+  kea-admin         # perfdhcp
+  kea-dhcp4-server  # reference server for benchmarks
+  dnsmasq-base      # reference server for benchmarks
+  tftp-hpa atftp curl tftpd-hpa
+  ipxe              # undionly.kpxe, snponly.efi, ipxe.efi
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# kea-dhcp4-server and tftpd-hpa start system services on install; the tests run their
+# own instances in namespaces and need nothing listening on the host.
+for svc in kea-dhcp4-server tftpd-hpa; do
+  systemctl stop "$svc" 2>/dev/null || service "$svc" stop 2>/dev/null || true
+done
