@@ -28,7 +28,7 @@ fn engine() -> Engine {
 /// simulated second, as the server's tick does.
 fn clock(e: &mut Engine, n: u32, per_sec: u32) -> u64 {
     let now = 1_000_000 + u64::from(n / per_sec);
-    if n % per_sec == 0 {
+    if n.is_multiple_of(per_sec) {
         e.handle_tick(now);
     }
     now
