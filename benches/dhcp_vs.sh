@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# DHCP throughput, side by side in one run: Kea's perfdhcp against shardboot, dnsmasq and
+# Kea, each serving the same /16 on one side of a veth pair between two namespaces.
+# Prints 4-way exchanges per second for each and the ratios. Run as root.
+#
+#   benches/dhcp_vs.sh [seconds-per-server] [perfdhcp-rate]
+#
+# shardboot: every lease flushed to disk (sled) before its ACK.
+# dnsmasq:   Debian's, --no-ping (it otherwise pings each address first), lease file on.
+# Kea:       kea-dhcp4 with multi-threading and memfile persist=true (appends without fsync).
+# Traffic stays inside the two namespaces made here; every run is bounded by perfdhcp -p.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"
+secs=${1:-10}
+rate=${2:-40000}
+clients=50000
+
+tests/install-deps.sh
+cargo build --release --locked -q
+bin="$PWD/target/release/shardboot"
+
+tag="sbvs$$"
+srv="$tag-s"; cli="$tag-c"; sif="${tag}s"; cif="${tag}c"
+work=$(mktemp -d)
+server_pid=
+cleanup() {
+  [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null || true
+  ip netns del "$srv" 2>/dev/null || true
+  ip netns del "$cli" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+ip netns add "$srv"; ip netns add "$cli"
+ip link add "$sif" type veth peer name "$cif"
+ip link set "$sif" netns "$srv"; ip link set "$cif" netns "$cli"
+ip -n "$srv" addr add 198.18.0.1/16 dev "$sif"; ip -n "$cli" addr add 198.18.0.2/16 dev "$cif"
+for ns in "$srv" "$cli"; do ip -n "$ns" link set lo up; done
+ip -n "$srv" link set "$sif" up; ip -n "$cli" link set "$cif" up
+
+start() { # name, command...
+  local name=$1; shift
+  ip netns exec "$srv" "$@" > "$work/$name.log" 2>&1 &
+  server_pid=$!
+  sleep 1.5
+  kill -0 "$server_pid" 2>/dev/null || { echo "$name failed to start:"; cat "$work/$name.log"; exit 1; }
+}
+stop() {
+  kill "$server_pid" 2>/dev/null || true
+  wait "$server_pid" 2>/dev/null || true
+  server_pid=
+}
+measure() { # name → prints the 4-way rate
+  local out
+  out=$(cd "$work" && ip netns exec "$cli" perfdhcp -4 -r "$rate" -R "$clients" -p "$secs" -W 1000000 -l 198.18.0.2 198.18.0.1 2>&1 || true)
+  echo "$out" > "$work/perfdhcp-$1.txt"
+  echo "$out" | awk '/^Rate:/ {print $2; exit}'
+}
+
+cat > "$work/shardboot.toml" <<TOML
+[dhcp]
+interfaces = ["$sif"]
+[[subnet]]
+network = "198.18.0.0/16"
+ranges = ["198.18.1.0 - 198.18.255.254"]
+lease_time = 3600
+router = "198.18.0.1"
+TOML
+start shardboot "$bin" serve --config "$work/shardboot.toml" --state-dir "$work/shardboot-state"
+r_sb=$(measure shardboot); stop
+
+start dnsmasq dnsmasq --no-daemon --port=0 --no-ping --bind-interfaces --interface="$sif" \
+  --dhcp-range=198.18.1.0,198.18.255.254,255.255.0.0,1h --dhcp-lease-max=200000 \
+  --dhcp-authoritative --dhcp-leasefile="$work/dnsmasq.leases" --pid-file="$work/dnsmasq.pid" --quiet-dhcp
+r_dm=$(measure dnsmasq); stop
+
+cat > "$work/kea.json" <<JSON
+{ "Dhcp4": {
+  "interfaces-config": { "interfaces": ["$sif"], "dhcp-socket-type": "udp" },
+  "multi-threading": { "enable-multi-threading": true, "thread-pool-size": 2, "packet-queue-size": 256 },
+  "lease-database": { "type": "memfile", "persist": true, "name": "$work/kea-leases.csv", "lfc-interval": 0 },
+  "valid-lifetime": 3600,
+  "subnet4": [ { "id": 1, "subnet": "198.18.0.0/16", "pools": [ { "pool": "198.18.1.0 - 198.18.255.254" } ],
+                 "option-data": [ { "name": "routers", "data": "198.18.0.1" } ] } ],
+  "loggers": [ { "name": "kea-dhcp4", "severity": "WARN", "output_options": [ { "output": "$work/kea.log" } ] } ]
+} }
+JSON
+start kea env KEA_PIDFILE_DIR="$work" KEA_LOCKFILE_DIR=none kea-dhcp4 -c "$work/kea.json"
+r_kea=$(measure kea); stop
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.1f", a / b; else print "n/a" }'; }
+echo
+echo "perfdhcp -r $rate -R $clients -p $secs, relayed over veth, $(nproc) cores"
+printf '%-10s %12s\n' server "4-way/s"
+printf '%-10s %12s\n' shardboot "$r_sb" dnsmasq "$r_dm" kea "$r_kea"
+echo "shardboot / Kea:     $(ratio "$r_sb" "$r_kea")x"
+echo "shardboot / dnsmasq: $(ratio "$r_sb" "$r_dm")x"
