@@ -17,8 +17,10 @@ fn fixture(name: &str) -> Vec<u8> {
     .unwrap()
 }
 
-/// (file, expected boot file in the OFFER, expected option 60 echo)
-const CASES: [(&str, Option<&str>, Option<&[u8]>); 5] = [
+/// A captured packet, the boot file its OFFER must carry and the option 60 it must echo.
+type Case = (&'static str, Option<&'static str>, Option<&'static [u8]>);
+
+const CASES: [Case; 5] = [
     ("dhclient-discover.bin", None, None),
     ("udhcpc-discover.bin", None, None),
     ("perfdhcp-discover.bin", None, None),
