@@ -1,19 +1,22 @@
 //! The DHCP socket loop: the I/O shell around the pure engine.
 //!
-//! - One reader task per interface socket feeds datagrams into one engine task, so all
-//!   decisions are made in arrival order against one in-memory state, with no locks.
+//! - One thread ("dhcp-engine", its own single-threaded runtime) reads every interface
+//!   socket and decides each request in arrival order against one in-memory state: no
+//!   locks, no cross-thread hand-off per packet.
 //! - Replies without lease changes (OFFER, NAK, INFORM) are sent at once.
-//! - Lease changes go to the committer, which writes everything queued since its last
-//!   flush as one batch and one flush (group commit), and only then sends the ACKs that
-//!   depended on them. An ACK never leaves before its lease is on disk.
+//! - Lease changes go to the committer thread, which writes everything queued since its
+//!   last flush as one batch and one flush (group commit), and only then sends the ACKs
+//!   that depended on them. An ACK never leaves before its lease is on disk.
 
+use std::io::ErrorKind;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::sync::Arc;
+use std::os::fd::AsFd;
+use std::sync::{mpsc as std_mpsc, Arc};
+use std::task::Poll;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use dhcproto::v4::Message;
 use tokio::net::UdpSocket;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
@@ -28,17 +31,22 @@ use crate::mac::MacAddr;
 /// decisions" 2). A single instance answers everything.
 pub type ResponsibilityFn = Arc<dyn Fn(&Message, u64) -> Responsibility + Send + Sync>;
 
-/// Most datagrams the engine queue holds before new ones are dropped (and counted).
-const QUEUE_DEPTH: usize = 16_384;
 /// Most queued changes folded into one flush.
 const MAX_BATCH: usize = 16_384;
+/// Under load (the previous flush covered more than one request), the committer waits
+/// this long for more changes before flushing: fewer, larger flushes cost far less CPU in
+/// sled, and a few milliseconds on an ACK are invisible to DHCP clients. An idle server
+/// flushes at once.
+const COMMIT_WINDOW: Duration = Duration::from_millis(3);
+/// Datagrams read from one socket before looking at the others, the clock and shutdown.
+const READ_BURST: usize = 64;
 
 /// One bound socket and the interface it serves.
 pub struct Listener {
     /// The interface.
     pub interface: Interface,
-    /// Its socket.
-    pub socket: UdpSocket,
+    /// Its socket, non-blocking (see [`super::socket::bind`]).
+    pub socket: std::net::UdpSocket,
 }
 
 /// Everything the server needs.
@@ -70,6 +78,9 @@ pub enum ServerError {
         /// OS error.
         source: std::io::Error,
     },
+    /// A thread could not be started.
+    #[error("starting the DHCP threads: {0}")]
+    Thread(std::io::Error),
 }
 
 /// Current Unix time in seconds; the only clock the DHCP path reads.
@@ -79,25 +90,10 @@ pub fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-struct Inbound {
-    listener: usize,
-    data: Vec<u8>,
-    from: SocketAddr,
-}
-
 struct Outgoing {
     listener: usize,
     bytes: Vec<u8>,
     to: SocketAddr,
-}
-
-/// What to do after one datagram.
-enum Action {
-    Nothing,
-    /// A reply that depends on no lease change.
-    Send(Outgoing),
-    /// Lease changes to make durable, and the reply (if any) that waits for them.
-    Commit(CommitJob),
 }
 
 struct CommitJob {
@@ -109,6 +105,22 @@ struct CommitJob {
 /// Runs until `shutdown` is cancelled or a socket fails. On shutdown, changes already
 /// queued are flushed and their replies sent before returning.
 pub async fn run(parts: ServerParts, shutdown: CancellationToken) -> Result<(), ServerError> {
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("dhcp-engine".into())
+        .spawn(move || {
+            let result = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(ServerError::Thread)
+                .and_then(|rt| rt.block_on(engine_loop(parts, shutdown)));
+            let _ = done_tx.send(result);
+        })
+        .map_err(ServerError::Thread)?;
+    done_rx.await.unwrap_or(Ok(()))
+}
+
+async fn engine_loop(parts: ServerParts, shutdown: CancellationToken) -> Result<(), ServerError> {
     let ServerParts {
         listeners,
         mut engine,
@@ -118,129 +130,191 @@ pub async fn run(parts: ServerParts, shutdown: CancellationToken) -> Result<(), 
         reclaim_interval,
         responsibility,
     } = parts;
-    let interfaces: Vec<Interface> = listeners.iter().map(|l| l.interface.clone()).collect();
-    let sockets: Arc<Vec<UdpSocket>> = Arc::new(listeners.into_iter().map(|l| l.socket).collect());
-
-    let (in_tx, mut in_rx) = mpsc::channel::<Inbound>(QUEUE_DEPTH);
-    let (fatal_tx, mut fatal_rx) = mpsc::channel::<ServerError>(1);
-    let readers = CancellationToken::new();
-    for (i, iface) in interfaces.iter().enumerate() {
-        tokio::spawn(read_loop(
-            i,
-            iface.name.clone(),
-            sockets.clone(),
-            in_tx.clone(),
-            fatal_tx.clone(),
-            metrics.clone(),
-            readers.clone(),
-        ));
+    let mut interfaces = Vec::with_capacity(listeners.len());
+    let mut sockets = Vec::with_capacity(listeners.len());
+    let mut committer_sockets = Vec::with_capacity(listeners.len());
+    for l in listeners {
+        let socket_err = |source| ServerError::Socket {
+            interface: l.interface.name.clone(),
+            source,
+        };
+        committer_sockets.push(l.socket.try_clone().map_err(socket_err)?);
+        sockets.push(UdpSocket::from_std(l.socket).map_err(socket_err)?);
+        interfaces.push(l.interface);
     }
-    drop(in_tx);
 
-    let (commit_tx, commit_rx) = mpsc::unbounded_channel::<CommitJob>();
-    let committer = tokio::spawn(commit_loop(
-        store,
-        commit_rx,
-        sockets.clone(),
-        metrics.clone(),
-    ));
+    let (commit_tx, commit_rx) = std_mpsc::channel::<CommitJob>();
+    let committer = {
+        let metrics = metrics.clone();
+        std::thread::Builder::new()
+            .name("dhcp-commit".into())
+            .spawn(move || commit_loop(store, commit_rx, committer_sockets, metrics))
+            .map_err(ServerError::Thread)?
+    };
 
-    let mut tick = tokio::time::interval(reclaim_interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut out_buf = Vec::with_capacity(600);
-    let result = loop {
-        tokio::select! {
-            biased;
-            _ = shutdown.cancelled() => break Ok(()),
-            Some(err) = fatal_rx.recv() => break Err(err),
-            Some(first) = in_rx.recv() => {
-                let now = unix_now();
-                let mut next = Some(first);
-                // Drain what is already queued before going back to select!.
-                let mut budget = 256;
-                while let Some(pkt) = next.take() {
-                    let ctx = Context { engine: &mut engine, interfaces: &interfaces, metrics: &metrics, responsibility: responsibility.as_ref(), port, now };
-                    match ctx.handle(pkt, &mut out_buf) {
-                        Action::Nothing => {}
-                        Action::Send(out) => send(&sockets, out, &metrics).await,
-                        Action::Commit(job) => {
-                            let _ = commit_tx.send(job);
+    let mut ctx = LoopState {
+        interfaces: &interfaces,
+        metrics: &metrics,
+        responsibility: responsibility.as_ref(),
+        port,
+        out: Vec::with_capacity(600),
+    };
+    let mut buf = vec![0u8; MAX_REQUEST_LEN + 1];
+    let mut next_tick = Instant::now() + reclaim_interval;
+    let result = 'outer: loop {
+        if shutdown.is_cancelled() {
+            break Ok(());
+        }
+        if Instant::now() >= next_tick {
+            next_tick = Instant::now() + reclaim_interval;
+            reclaim(&mut engine, &metrics);
+        }
+        // Drain what the sockets hold, a burst per socket at a time.
+        let mut busy = false;
+        let now = unix_now();
+        for (i, socket) in sockets.iter().enumerate() {
+            for _ in 0..READ_BURST {
+                match socket.try_recv_from(&mut buf) {
+                    Ok((n, from)) => {
+                        busy = true;
+                        metrics.received.inc();
+                        match ctx.handle(&mut engine, i, &buf[..n], from, now) {
+                            Action::Nothing => {}
+                            Action::Send(listener, to) => {
+                                send_now(&sockets[listener], &ctx.out, to, &metrics).await
+                            }
+                            Action::Commit(job) => {
+                                let _ = commit_tx.send(job);
+                            }
                         }
                     }
-                    budget -= 1;
-                    if budget > 0 {
-                        next = in_rx.try_recv().ok();
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    // ICMP errors surface as ECONNREFUSED on Linux; they are not fatal.
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            ErrorKind::ConnectionRefused | ErrorKind::Interrupted
+                        ) => {}
+                    Err(source) => {
+                        error!(interface = %interfaces[i].name, error = %source, "DHCP socket failed");
+                        break 'outer Err(ServerError::Socket {
+                            interface: interfaces[i].name.clone(),
+                            source,
+                        });
                     }
-                }
-            }
-            _ = tick.tick() => {
-                let freed = engine.handle_tick(unix_now());
-                if freed > 0 {
-                    debug!(freed, "reclaimed expired leases and offers");
-                }
-                metrics.leases.set(engine.leases().count() as u64);
-                if let Ok(mut p) = metrics.pools.lock() {
-                    *p = engine.pool_usage();
                 }
             }
         }
+        if busy {
+            continue;
+        }
+        let readable = std::future::poll_fn(|cx| {
+            for s in &sockets {
+                if let Poll::Ready(r) = s.poll_recv_ready(cx) {
+                    return Poll::Ready(r);
+                }
+            }
+            Poll::Pending
+        });
+        tokio::select! {
+            _ = shutdown.cancelled() => break Ok(()),
+            _ = tokio::time::sleep_until(next_tick.into()) => {}
+            _ = readable => {}
+        }
     };
-    readers.cancel();
     drop(commit_tx);
     // Let queued commits finish so no durable change loses its reply.
-    let _ = committer.await;
-    info!("DHCP server stopped");
+    let _ = committer.join();
+    info!(
+        received = metrics.received.get(),
+        sent = metrics.sent.get(),
+        commits = metrics.commits.get(),
+        committed_changes = metrics.committed_effects.get(),
+        "DHCP server stopped"
+    );
     result
 }
 
-struct Context<'a> {
-    engine: &'a mut Engine,
+fn reclaim(engine: &mut Engine, metrics: &DhcpMetrics) {
+    let freed = engine.handle_tick(unix_now());
+    if freed > 0 {
+        debug!(freed, "reclaimed expired leases and offers");
+    }
+    metrics.leases.set(engine.leases().count() as u64);
+    if let Ok(mut p) = metrics.pools.lock() {
+        *p = engine.pool_usage();
+    }
+}
+
+/// What to do after one datagram.
+enum Action {
+    Nothing,
+    /// Send the reply now in `LoopState::out`: it depends on no lease change.
+    Send(usize, SocketAddr),
+    /// Lease changes to make durable, and the reply (if any) that waits for them.
+    Commit(CommitJob),
+}
+
+struct LoopState<'a> {
     interfaces: &'a [Interface],
     metrics: &'a DhcpMetrics,
     responsibility: Option<&'a ResponsibilityFn>,
     port: u16,
-    now: u64,
+    /// Encoded reply of the last `Action::Send`.
+    out: Vec<u8>,
 }
 
-impl Context<'_> {
+impl LoopState<'_> {
     /// Decodes and decides one datagram.
-    fn handle(self, pkt: Inbound, buf: &mut Vec<u8>) -> Action {
-        let msg = match wire::decode_request(&pkt.data) {
+    fn handle(
+        &mut self,
+        engine: &mut Engine,
+        listener: usize,
+        data: &[u8],
+        from: SocketAddr,
+        now: u64,
+    ) -> Action {
+        let msg = match wire::decode_request(data) {
             Ok(m) => m,
             Err(reason) => {
                 self.metrics.drop(reason);
-                debug!(from = %pkt.from, len = pkt.data.len(), %reason, "dropped datagram");
+                debug!(%from, len = data.len(), %reason, "dropped datagram");
                 return Action::Nothing;
             }
         };
         let responsibility = self
             .responsibility
-            .map_or(Responsibility::Mine, |f| f(&msg, self.now));
+            .map_or(Responsibility::Mine, |f| f(&msg, now));
         let ctx = PacketContext {
-            interface: &self.interfaces[pkt.listener],
+            interface: &self.interfaces[listener],
             responsibility,
-            now: self.now,
+            now,
         };
-        let decision = self.engine.handle_message(&msg, &ctx);
+        let decision = engine.handle_message(&msg, &ctx);
         self.metrics.outcome(&decision.outcome);
-        if let Some(mac) = MacAddr::from_chaddr(msg.chaddr()) {
-            debug!(%mac, xid = msg.xid(), kind = ?msg.opts().msg_type(), outcome = ?decision.outcome, iface = %ctx.interface.name, "decided");
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            if let Some(mac) = MacAddr::from_chaddr(msg.chaddr()) {
+                debug!(%mac, xid = msg.xid(), kind = ?msg.opts().msg_type(), outcome = ?decision.outcome, iface = %ctx.interface.name, "decided");
+            }
         }
-        let out = decision
-            .reply
-            .and_then(|r| self.encode(r, pkt.listener, buf));
+        let to = decision.reply.and_then(|r| self.encode(r));
         if decision.effects.is_empty() {
-            return out.map(Action::Send).unwrap_or(Action::Nothing);
+            return to.map_or(Action::Nothing, |to| Action::Send(listener, to));
         }
         Action::Commit(CommitJob {
             effects: decision.effects,
-            reply: out,
+            reply: to.map(|to| Outgoing {
+                listener,
+                bytes: self.out.clone(),
+                to,
+            }),
             queued: Instant::now(),
         })
     }
 
-    fn encode(&self, reply: Reply, listener: usize, buf: &mut Vec<u8>) -> Option<Outgoing> {
-        if let Err(e) = wire::encode_reply(&reply.message, buf) {
+    /// Encodes `reply` into `self.out`; returns where it goes.
+    fn encode(&mut self, reply: Reply) -> Option<SocketAddr> {
+        if let Err(e) = wire::encode_reply(&reply.message, &mut self.out) {
             warn!(error = %e, "could not encode reply");
             return None;
         }
@@ -250,83 +324,71 @@ impl Context<'_> {
             Destination::Unicast(ip) => SocketAddrV4::new(ip, client_port),
             Destination::Broadcast => SocketAddrV4::new(Ipv4Addr::BROADCAST, client_port),
         };
-        Some(Outgoing {
-            listener,
-            bytes: buf.clone(),
-            to: SocketAddr::V4(to),
-        })
+        Some(SocketAddr::V4(to))
     }
 }
 
-async fn send(sockets: &[UdpSocket], out: Outgoing, metrics: &DhcpMetrics) {
-    match sockets[out.listener].send_to(&out.bytes, out.to).await {
+async fn send_now(socket: &UdpSocket, bytes: &[u8], to: SocketAddr, metrics: &DhcpMetrics) {
+    let res = match socket.try_send_to(bytes, to) {
+        Err(e) if e.kind() == ErrorKind::WouldBlock => socket.send_to(bytes, to).await,
+        other => other,
+    };
+    count_send(res, to, metrics);
+}
+
+fn count_send(res: std::io::Result<usize>, to: SocketAddr, metrics: &DhcpMetrics) {
+    match res {
         Ok(_) => metrics.sent.inc(),
         Err(e) => {
             metrics.send_errors.inc();
-            debug!(to = %out.to, error = %e, "send failed");
+            debug!(%to, error = %e, "send failed");
         }
     }
 }
 
-async fn read_loop(
-    index: usize,
-    name: String,
-    sockets: Arc<Vec<UdpSocket>>,
-    tx: mpsc::Sender<Inbound>,
-    fatal: mpsc::Sender<ServerError>,
-    metrics: Arc<DhcpMetrics>,
-    stop: CancellationToken,
-) {
-    // One byte more than we accept, so an oversized datagram is seen as such.
-    let mut buf = vec![0u8; MAX_REQUEST_LEN + 1];
+/// Sends on a non-blocking std socket, waiting (bounded) for buffer space.
+fn send_blocking(
+    socket: &std::net::UdpSocket,
+    bytes: &[u8],
+    to: SocketAddr,
+) -> std::io::Result<usize> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let mut tries = 0;
     loop {
-        let res = tokio::select! {
-            _ = stop.cancelled() => return,
-            r = sockets[index].recv_from(&mut buf) => r,
-        };
-        match res {
-            Ok((n, from)) => {
-                metrics.received.inc();
-                let pkt = Inbound {
-                    listener: index,
-                    data: buf[..n].to_vec(),
-                    from,
-                };
-                if tx.try_send(pkt).is_err() {
-                    metrics.queue_full.inc();
-                }
+        match socket.send_to(bytes, to) {
+            Err(e) if e.kind() == ErrorKind::WouldBlock && tries < 10 => {
+                tries += 1;
+                let mut fds = [PollFd::new(socket.as_fd(), PollFlags::POLLOUT)];
+                let _ = poll(&mut fds, PollTimeout::from(100u16));
             }
-            // ICMP errors surface as ECONNREFUSED on Linux; they are not fatal.
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(source) => {
-                error!(interface = %name, error = %source, "DHCP socket failed");
-                let _ = fatal
-                    .send(ServerError::Socket {
-                        interface: name,
-                        source,
-                    })
-                    .await;
-                return;
-            }
+            other => return other,
         }
     }
 }
 
-async fn commit_loop(
+fn commit_loop(
     store: Arc<dyn LeaseStore>,
-    mut rx: mpsc::UnboundedReceiver<CommitJob>,
-    sockets: Arc<Vec<UdpSocket>>,
+    rx: std_mpsc::Receiver<CommitJob>,
+    sockets: Vec<std::net::UdpSocket>,
     metrics: Arc<DhcpMetrics>,
 ) {
-    while let Some(first) = rx.recv().await {
+    let mut under_load = false;
+    while let Ok(first) = rx.recv() {
         let mut jobs = vec![first];
+        let deadline = Instant::now()
+            + if under_load {
+                COMMIT_WINDOW
+            } else {
+                Duration::ZERO
+            };
         while jobs.len() < MAX_BATCH {
-            match rx.try_recv() {
+            let wait = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(wait) {
                 Ok(j) => jobs.push(j),
                 Err(_) => break,
             }
         }
+        under_load = jobs.len() > 1;
         let mut effects = Vec::with_capacity(jobs.len());
         let mut replies = Vec::with_capacity(jobs.len());
         let mut queued = Vec::with_capacity(jobs.len());
@@ -335,28 +397,22 @@ async fn commit_loop(
             replies.extend(job.reply);
             queued.push(job.queued);
         }
-        let n = effects.len() as u64;
-        let store = store.clone();
-        let result = tokio::task::spawn_blocking(move || store.commit(&effects)).await;
-        match result {
-            Ok(Ok(())) => {
+        match store.commit(&effects) {
+            Ok(()) => {
                 metrics.commits.inc();
-                metrics.committed_effects.add(n);
+                metrics.committed_effects.add(effects.len() as u64);
                 for q in queued {
                     metrics.commit_latency.observe(q.elapsed().as_secs_f64());
                 }
                 for out in replies {
-                    send(&sockets, out, &metrics).await;
+                    let res = send_blocking(&sockets[out.listener], &out.bytes, out.to);
+                    count_send(res, out.to, &metrics);
                 }
             }
-            Ok(Err(e)) => {
-                // The replies are dropped: the clients retry and the engine re-persists.
-                metrics.commit_errors.inc();
-                error!(error = %e, changes = n, "lease commit failed; replies withheld");
-            }
             Err(e) => {
+                // The replies are withheld: the clients retry and the engine re-persists.
                 metrics.commit_errors.inc();
-                error!(error = %e, "lease commit task failed; replies withheld");
+                error!(error = %e, changes = effects.len(), "lease commit failed; replies withheld");
             }
         }
     }

@@ -111,8 +111,9 @@ pub fn resolve_interfaces(
         .collect())
 }
 
-/// Binds 0.0.0.0:`port` on `interface` with broadcast enabled.
-pub fn bind(interface: &str, port: u16) -> Result<tokio::net::UdpSocket, SocketError> {
+/// Binds 0.0.0.0:`port` on `interface` with broadcast enabled, non-blocking. A std socket:
+/// the DHCP server registers it with the runtime of its own thread.
+pub fn bind(interface: &str, port: u16) -> Result<std::net::UdpSocket, SocketError> {
     let err = |source| SocketError::Bind {
         interface: interface.to_string(),
         port,
@@ -128,5 +129,5 @@ pub fn bind(interface: &str, port: u16) -> Result<tokio::net::UdpSocket, SocketE
     s.set_nonblocking(true).map_err(err)?;
     s.bind(&SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port)).into())
         .map_err(err)?;
-    tokio::net::UdpSocket::from_std(s.into()).map_err(err)
+    Ok(s.into())
 }
