@@ -1,1 +1,3 @@
+//! shardboot: PXE/iPXE-aware DHCPv4, TFTP and HTTP boot server.
 
+pub mod tftp;
