@@ -110,9 +110,6 @@ pub enum DecodeError {
     /// A string field is missing its NUL terminator.
     #[error("unterminated string field")]
     Unterminated,
-    /// A request option has a name but no value.
-    #[error("option without value")]
-    OptionWithoutValue,
     /// Too many options for a sane request.
     #[error("too many options")]
     TooManyOptions,
@@ -186,11 +183,15 @@ fn decode_request(body: &[u8]) -> Result<Request<'_>, DecodeError> {
         if rest.iter().all(|&b| b == 0) {
             break;
         }
-        let (name, r) = take_field(rest)?;
-        if r.is_empty() {
-            return Err(DecodeError::OptionWithoutValue);
-        }
-        let (value, r) = take_field(r).map_err(|_| DecodeError::OptionWithoutValue)?;
+        // RFC 2347 §2 options come in name/value pairs. An incomplete trailing pair
+        // is ignored rather than failing the request, so that the client still gets
+        // an answer (an error packet, if the name or mode is bad) instead of silence.
+        let Ok((name, r)) = take_field(rest) else {
+            break;
+        };
+        let Ok((value, r)) = take_field(r) else {
+            break;
+        };
         if options.len() == MAX_OPTIONS {
             return Err(DecodeError::TooManyOptions);
         }
@@ -323,17 +324,19 @@ mod tests {
             (&[0, 9], DecodeError::UnknownOpcode(9)),
             (&[0, 1, b'a'], DecodeError::Unterminated),
             (&[0, 1, b'a', 0, b'o'], DecodeError::Unterminated),
-            (
-                &[0, 1, b'a', 0, b'o', 0, b'x', 0],
-                DecodeError::OptionWithoutValue,
-            ),
-            (
-                &[0, 1, b'a', 0, b'o', 0, b'x', 0, b'1'],
-                DecodeError::OptionWithoutValue,
-            ),
         ];
         for (buf, want) in cases {
             assert_eq!(Packet::decode(buf), Err(*want), "{buf:?}");
+        }
+    }
+
+    #[test]
+    fn ignores_incomplete_trailing_option() {
+        for buf in [&b"\0\x01a\0o\0x\0"[..], b"\0\x01a\0o\0x\01", b"\0\x01a\0o\0x"] {
+            let Ok(Packet::Read(r)) = Packet::decode(buf) else {
+                panic!("{buf:?}")
+            };
+            assert!(r.options.is_empty());
         }
     }
 

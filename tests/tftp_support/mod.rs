@@ -465,6 +465,16 @@ impl TestClient {
                             send_ack(block, &mut acks_sent, tid);
                         }
                         if last {
+                            // RFC 1350 §6: dally, re-acknowledging a retransmitted final
+                            // block in case our last ACK was lost.
+                            let dally = Instant::now() + Duration::from_secs(1);
+                            while Instant::now() < dally {
+                                if let Ok((n, f)) = self.sock.recv_from(&mut buf) {
+                                    if f == tid && n >= 4 && buf[1] == 3 {
+                                        send_ack(block, &mut acks_sent, tid);
+                                    }
+                                }
+                            }
                             return Ok(res);
                         }
                     } else {
