@@ -88,7 +88,9 @@ fn netascii_round_trips_through_tftp_hpa() {
     let dest = scratch(out.path(), "boot.txt");
     let host = server.addr.ip().to_string();
     let port = server.addr.port().to_string();
-    let (ok, log) = run_cmd(None, &[
+    let (ok, log) = run_cmd(
+        None,
+        &[
             "tftp",
             "-m",
             "netascii",
@@ -98,7 +100,8 @@ fn netascii_round_trips_through_tftp_hpa() {
             "get",
             "boot.txt",
             dest.to_str().unwrap(),
-        ]);
+        ],
+    );
     assert!(ok, "{log}");
     assert_eq!(std::fs::read(&dest).unwrap(), text);
 }
@@ -109,9 +112,13 @@ fn changed_file_is_served_fresh() {
     let out = tempfile::tempdir().unwrap();
     let server = TestServer::start(settings(root.path()), "127.0.0.1:0".parse().unwrap());
     let p = root.path().join("one.bin");
-    for (i, content) in [b"first".to_vec(), random_bytes(5000, 99), b"third!".to_vec()]
-        .iter()
-        .enumerate()
+    for (i, content) in [
+        b"first".to_vec(),
+        random_bytes(5000, 99),
+        b"third!".to_vec(),
+    ]
+    .iter()
+    .enumerate()
     {
         std::fs::write(&p, content).unwrap();
         let dest = scratch(out.path(), &format!("v{i}"));

@@ -102,7 +102,9 @@ fn traversal_list_is_refused_with_error_packets() {
     // Missing-file answers are not policy refusals; everything else above is.
     assert!(server.metrics.refused_paths.load(Relaxed) >= 25);
     // The server still serves legitimate requests afterwards.
-    let r = client.get(server.addr, "snponly.efi", &[], &Faults::default()).unwrap();
+    let r = client
+        .get(server.addr, "snponly.efi", &[], &Faults::default())
+        .unwrap();
     assert_eq!(r.data, std::fs::read(p.join("snponly.efi")).unwrap());
 }
 
@@ -140,13 +142,20 @@ fn malformed_datagrams_are_counted_and_do_not_stop_the_loop() {
         vec![0xff; 1500],
         vec![0, 1, b'a'],
         vec![0, 2, b'a'],
-        vec![0, 1].into_iter().chain(std::iter::repeat_n(b'a', 4000)).collect(),
+        vec![0, 1]
+            .into_iter()
+            .chain(std::iter::repeat_n(b'a', 4000))
+            .collect(),
     ];
     for j in &junk {
         client.sock.send_to(j, server.addr).unwrap();
     }
-    wait_for("malformed counted", || server.metrics.malformed_packets.load(Relaxed) >= 6);
-    let r = client.get(server.addr, "b512.bin", &[], &Faults::default()).unwrap();
+    wait_for("malformed counted", || {
+        server.metrics.malformed_packets.load(Relaxed) >= 6
+    });
+    let r = client
+        .get(server.addr, "b512.bin", &[], &Faults::default())
+        .unwrap();
     assert_eq!(r.data.len(), 512);
 }
 
@@ -158,22 +167,46 @@ fn oack_reports_negotiated_values() {
         .get(
             server.addr,
             "rand-300k.bin",
-            &[("blksize", "99999"), ("tsize", "0"), ("windowsize", "32"), ("timeout", "2"), ("x-vendor", "1")],
+            &[
+                ("blksize", "99999"),
+                ("tsize", "0"),
+                ("windowsize", "32"),
+                ("timeout", "2"),
+                ("x-vendor", "1"),
+            ],
             &Faults::default(),
         )
         .unwrap();
     assert_eq!(r.data.len(), 300_001);
-    let oack: Vec<(&str, &str)> = r.oack.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let oack: Vec<(&str, &str)> = r
+        .oack
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
     // blksize 99999 is outside RFC 2348's range, so it is ignored, not clamped.
-    assert_eq!(oack, vec![("tsize", "300001"), ("windowsize", "4"), ("timeout", "2")]);
+    assert_eq!(
+        oack,
+        vec![("tsize", "300001"), ("windowsize", "4"), ("timeout", "2")]
+    );
 }
 
 fn faulty_get(window: &str, faults: Faults) {
     let root = Root::new();
     let server = start(&root, |_| {});
-    let want = root.files.iter().find(|(n, _)| n == "rand-300k.bin").unwrap().1.clone();
+    let want = root
+        .files
+        .iter()
+        .find(|(n, _)| n == "rand-300k.bin")
+        .unwrap()
+        .1
+        .clone();
     let r = TestClient::new()
-        .get(server.addr, "rand-300k.bin", &[("blksize", "1024"), ("windowsize", window)], &faults)
+        .get(
+            server.addr,
+            "rand-300k.bin",
+            &[("blksize", "1024"), ("windowsize", window)],
+            &faults,
+        )
         .unwrap();
     assert_eq!(r.data, want);
     let blocks = want.len() as u64 / 1024 + 1;
@@ -184,27 +217,49 @@ fn faulty_get(window: &str, faults: Faults) {
         "{} data packets for {blocks} blocks",
         r.data_packets
     );
-    wait_for("completion counted", || server.metrics.transfers_completed.load(Relaxed) == 1);
+    wait_for("completion counted", || {
+        server.metrics.transfers_completed.load(Relaxed) == 1
+    });
 }
 
 #[test]
 fn lockstep_survives_dropped_acks() {
-    faulty_get("1", Faults { drop_ack_every: Some(7), ..Faults::default() });
+    faulty_get(
+        "1",
+        Faults {
+            drop_ack_every: Some(7),
+            ..Faults::default()
+        },
+    );
 }
 
 #[test]
 fn lockstep_duplicate_acks_do_not_double_the_stream() {
     let root = Root::new();
     let server = start(&root, |_| {});
-    let faults = Faults { dup_ack_every: Some(1), ..Faults::default() };
+    let faults = Faults {
+        dup_ack_every: Some(1),
+        ..Faults::default()
+    };
     let r = TestClient::new()
-        .get(server.addr, "rand-300k.bin", &[("blksize", "1024")], &faults)
+        .get(
+            server.addr,
+            "rand-300k.bin",
+            &[("blksize", "1024")],
+            &faults,
+        )
         .unwrap();
     let blocks = 300_001 / 1024 + 1;
     assert_eq!(r.data.len(), 300_001);
     // Every ACK was sent twice; a naive server would send every block twice.
-    assert!(r.data_packets <= blocks + 2, "{} packets for {blocks} blocks", r.data_packets);
-    wait_for("duplicates counted", || server.metrics.duplicate_acks.load(Relaxed) >= blocks - 2);
+    assert!(
+        r.data_packets <= blocks + 2,
+        "{} packets for {blocks} blocks",
+        r.data_packets
+    );
+    wait_for("duplicates counted", || {
+        server.metrics.duplicate_acks.load(Relaxed) >= blocks - 2
+    });
 }
 
 #[test]
@@ -224,10 +279,15 @@ fn single_port_mode_answers_from_the_listening_port() {
     let root = Root::new();
     let server = start(&root, |s| s.single_port = true);
     let r = TestClient::new()
-        .get(server.addr, "w8.bin", &[("blksize", "1468"), ("windowsize", "8")], &Faults {
-            lose_data_every: Some(5),
-            ..Faults::default()
-        })
+        .get(
+            server.addr,
+            "w8.bin",
+            &[("blksize", "1468"), ("windowsize", "8")],
+            &Faults {
+                lose_data_every: Some(5),
+                ..Faults::default()
+            },
+        )
         .unwrap();
     assert_eq!(r.data.len(), 1468 * 8);
     assert_eq!(r.server_tid, Some(server.addr));
@@ -237,7 +297,9 @@ fn single_port_mode_answers_from_the_listening_port() {
 fn per_transfer_mode_answers_from_a_new_port() {
     let root = Root::new();
     let server = start(&root, |_| {});
-    let r = TestClient::new().get(server.addr, "b1468.bin", &[], &Faults::default()).unwrap();
+    let r = TestClient::new()
+        .get(server.addr, "b1468.bin", &[], &Faults::default())
+        .unwrap();
     let tid: SocketAddr = r.server_tid.unwrap();
     assert_eq!(tid.ip(), server.addr.ip());
     assert_ne!(tid.port(), server.addr.port());
@@ -252,7 +314,9 @@ fn per_client_limit_refuses_extra_transfers() {
     });
     // First client requests and then never ACKs: its transfer holds the slot.
     let hog = TestClient::new();
-    let (first, _) = hog.request(server.addr, &TestClient::rrq(b"ipxe.efi", "octet", &[])).unwrap();
+    let (first, _) = hog
+        .request(server.addr, &TestClient::rrq(b"ipxe.efi", "octet", &[]))
+        .unwrap();
     assert_eq!(first[1], 3, "first transfer starts with DATA 1");
     let (reply, _) = TestClient::new()
         .request(server.addr, &TestClient::rrq(b"one.bin", "octet", &[]))
@@ -269,11 +333,16 @@ fn unacknowledged_transfer_gives_up_after_retries() {
         s.timeout = std::time::Duration::from_millis(50);
     });
     let hog = TestClient::new();
-    hog.request(server.addr, &TestClient::rrq(b"ipxe.efi", "octet", &[])).unwrap();
-    wait_for("timeout counted", || server.metrics.transfers_failed.load(Relaxed) == 1);
+    hog.request(server.addr, &TestClient::rrq(b"ipxe.efi", "octet", &[]))
+        .unwrap();
+    wait_for("timeout counted", || {
+        server.metrics.transfers_failed.load(Relaxed) == 1
+    });
     assert_eq!(server.metrics.transfers_active.load(Relaxed), 0);
     // The slot is free again.
-    let r = TestClient::new().get(server.addr, "one.bin", &[], &Faults::default()).unwrap();
+    let r = TestClient::new()
+        .get(server.addr, "one.bin", &[], &Faults::default())
+        .unwrap();
     assert_eq!(r.data.len(), 1);
 }
 
@@ -284,7 +353,12 @@ fn block_numbers_roll_over_on_large_files() {
     std::fs::write(root.path().join("big.bin"), &data).unwrap();
     let server = start(&root, |_| {});
     let r = TestClient::new()
-        .get(server.addr, "big.bin", &[("blksize", "16"), ("windowsize", "32")], &Faults::default())
+        .get(
+            server.addr,
+            "big.bin",
+            &[("blksize", "16"), ("windowsize", "32")],
+            &Faults::default(),
+        )
         .unwrap();
     assert!(r.data == data, "rolled-over download differs");
 }
@@ -294,7 +368,10 @@ fn missing_file_is_an_error_packet_not_a_crash() {
     let root = Root::new();
     let server = start(&root, |_| {});
     let (reply, _) = TestClient::new()
-        .request(server.addr, &TestClient::rrq(b"undionly-missing.kpxe", "octet", &[]))
+        .request(
+            server.addr,
+            &TestClient::rrq(b"undionly-missing.kpxe", "octet", &[]),
+        )
         .unwrap();
     assert_eq!(error_code(&reply), Some(1));
     server.stop().expect("clean shutdown");

@@ -332,7 +332,11 @@ mod tests {
 
     #[test]
     fn ignores_incomplete_trailing_option() {
-        for buf in [&b"\0\x01a\0o\0x\0"[..], b"\0\x01a\0o\0x\01", b"\0\x01a\0o\0x"] {
+        for buf in [
+            &b"\0\x01a\0o\0x\0"[..],
+            b"\0\x01a\0o\0x\x001",
+            b"\0\x01a\0o\0x",
+        ] {
             let Ok(Packet::Read(r)) = Packet::decode(buf) else {
                 panic!("{buf:?}")
             };

@@ -211,14 +211,19 @@ async fn drive(
             }
             r = sock.recv(rbuf) => match r {
                 Ok(n) => {
-                    if t.handle_packet(&rbuf[..n], Instant::now()) == Handled::Malformed {
+                    let handled = t.handle_packet(&rbuf[..n], Instant::now());
+                    if handled == Handled::Malformed {
                         metrics.malformed_packets.fetch_add(1, Relaxed);
                     }
+                    tracing::trace!(?handled, len = n, head = ?&rbuf[..n.min(4)], "tftp packet");
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
                 Err(e) => return Outcome::Socket(e),
             },
-            _ = tokio::time::sleep_until(deadline.into()) => t.handle_timeout(Instant::now()),
+            _ = tokio::time::sleep_until(deadline.into()) => {
+                t.handle_timeout(Instant::now());
+                tracing::trace!(status = ?t.status(), "tftp timeout");
+            }
         }
     }
 }

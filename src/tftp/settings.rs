@@ -26,7 +26,9 @@ pub struct TftpSettings {
     pub max_per_client: usize,
     /// Largest file served, in octets.
     pub max_file_size: u64,
-    /// Retransmissions without progress before a transfer is abandoned.
+    /// Retransmissions without progress before a transfer is abandoned. The wait
+    /// doubles after each one (RFC 1123 §4.2.3.2), capped at
+    /// [`MAX_BACKOFF`](super::transfer::MAX_BACKOFF): the defaults give up after ~31 s.
     pub retries: u32,
     /// Retransmission timeout when the client does not negotiate one (RFC 2349).
     pub timeout: Duration,

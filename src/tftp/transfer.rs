@@ -11,6 +11,10 @@ use std::time::{Duration, Instant};
 use super::options::Negotiated;
 use super::packet::{self, Packet};
 
+/// Longest wait between retransmissions once backed off (unless the negotiated
+/// timeout itself is longer).
+pub const MAX_BACKOFF: Duration = Duration::from_secs(8);
+
 /// Where a transfer stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
@@ -263,7 +267,14 @@ impl Transfer {
         }
         self.retries += 1;
         self.stats.timeouts += 1;
-        self.deadline = now + self.timeout;
+        // RFC 1123 §4.2.3.2: back off exponentially. Some clients (atftp) re-ACK a
+        // duplicate block only on their own multi-second timer, so a fixed short
+        // interval would exhaust the retries before they answer.
+        let backoff = self
+            .timeout
+            .saturating_mul(1 << self.retries.min(16))
+            .min(MAX_BACKOFF.max(self.timeout));
+        self.deadline = now + backoff;
         match self.phase {
             Phase::Oack { .. } => self.phase = Phase::Oack { due: true },
             Phase::Data => self.next = self.acked + 1,
@@ -414,9 +425,11 @@ mod tests {
         t.handle_timeout(t1);
         assert_eq!(drain(&mut t), vec![1, 2]);
         let t2 = t.poll_timeout().unwrap();
-        assert!(t2 > t1);
+        // Exponential backoff: 1 s, then 2 s, then 4 s.
+        assert_eq!(t2 - t1, Duration::from_secs(2));
         t.handle_timeout(t2);
         assert_eq!(drain(&mut t), vec![1, 2]);
+        assert_eq!(t.poll_timeout().unwrap() - t2, Duration::from_secs(4));
         t.handle_timeout(t.poll_timeout().unwrap());
         assert_eq!(t.status(), Status::Failed(FailReason::Timeout));
         assert!(drain(&mut t).is_empty());
@@ -436,6 +449,22 @@ mod tests {
         t.handle_timeout(t.poll_timeout().unwrap());
         assert_eq!(t.status(), Status::Running);
         assert_eq!(drain(&mut t), vec![2]);
+    }
+
+    #[test]
+    fn backoff_is_capped() {
+        let t0 = Instant::now();
+        let mut t = Transfer::new(file(100), &neg(8, 1, false), 30, t0);
+        for _ in 0..20 {
+            t.handle_timeout(t.poll_timeout().unwrap());
+        }
+        let now = t0 + Duration::from_secs(1000);
+        t.handle_timeout(now);
+        assert_eq!(t.poll_timeout().unwrap() - now, MAX_BACKOFF);
+        // Progress resets the interval to the base timeout.
+        drain(&mut t);
+        t.handle_packet(&ack(1), now);
+        assert_eq!(t.poll_timeout().unwrap() - now, Duration::from_secs(1));
     }
 
     #[test]
