@@ -35,6 +35,7 @@ size=$(stat -c %s "$root/ipxe.efi")
 
 pids=()
 namespaces=()
+declare -A server_pid=()
 cleanup() {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
     sleep 0.3
@@ -59,6 +60,7 @@ start_server() {
     ip netns exec "$ns" ip link set sbb1 up
     ip netns exec "$ns" "$@" >"$work/$name.log" 2>&1 &
     pids+=($!)
+    server_pid[$name]=$!
     sleep 0.5
     kill -0 "${pids[-1]}" 2>/dev/null || { echo "tftp_bench: $name did not start:" >&2; cat "$work/$name.log" >&2; exit 1; }
 }
@@ -70,7 +72,14 @@ start_server dnsmasq dnsmasq --keep-in-foreground --port=0 --no-resolv --no-host
     --listen-address=127.0.0.1 --bind-interfaces --quiet-tftp
 start_server tftpd-hpa in.tftpd -L -s "$root" -a 127.0.0.1:69 -u root
 
-# run_bench NAME WINDOW -> prints "seconds ok" for N downloads. xargs runs atftp
+# cpu_ticks PID -> user+system CPU of PID and its reaped children (tftpd-hpa forks per
+# transfer), in clock ticks.
+cpu_ticks() {
+    awk '{print $14 + $15 + $16 + $17}' "/proc/$1/stat"
+}
+hz=$(getconf CLK_TCK)
+
+# run_bench NAME WINDOW -> prints "seconds ok server-cpu-ticks" for N downloads. xargs runs atftp
 # directly (no shell or timeout wrapper per download: spawning is client cost that
 # every server pays equally and would flatten the ratios); files land on tmpfs and
 # "ok" counts the byte-identical ones. atftp gives up on its own after its retries;
@@ -81,28 +90,35 @@ run_bench() {
     local opts=(--option "blksize 1468")
     [ "$ws" != 1 ] && opts+=(--option "windowsize $ws")
     mkdir -p "$out"
-    local start end
+    local start end cpu0 cpu1
+    cpu0=$(cpu_ticks "${server_pid[$name]}")
     start=$(date +%s.%N)
     seq "$N" | timeout 600 ip netns exec "$ns" xargs -P "$P" -I{} \
         atftp "${opts[@]}" -g -r ipxe.efi -l "$out/{}" 127.0.0.1 69 >/dev/null 2>&1 || true
     end=$(date +%s.%N)
+    cpu1=$(cpu_ticks "${server_pid[$name]}")
     local ok=0
     for f in "$out"/*; do cmp -s "$f" "$root/ipxe.efi" && ok=$((ok + 1)); done
     rm -rf "$out"
-    echo "$(echo "$end - $start" | bc -l) $ok"
+    echo "$(echo "$end - $start" | bc -l) $ok $((cpu1 - cpu0))"
 }
 
 printf "file %s (%d octets), %d downloads, %d parallel atftp clients, blksize 1468\n" \
     "$FILE" "$size" "$N" "$P"
-printf "%-10s %4s %8s %10s %12s %9s\n" server window ok "MB/s" "transfers/s" "vs dnsmasq"
+printf "%-10s %4s %9s %8s %12s %11s %16s\n" server window ok "MB/s" "transfers/s" "vs dnsmasq" "server CPU ms/tx"
 for ws in $WINDOWS; do
     declare -A rate=()
     for name in dnsmasq tftpd-hpa shardboot; do
-        read -r secs ok < <(run_bench "$name" "$ws")
+        read -r secs ok ticks < <(run_bench "$name" "$ws")
         mbs=$(echo "$ok * $size / $secs / 1000000" | bc -l)
         tps=$(echo "$ok / $secs" | bc -l)
         rate[$name]=$tps
         ratio=$(echo "$tps / ${rate[dnsmasq]}" | bc -l)
-        printf "%-10s %4s %4d/%-4d %9.1f %12.1f %8.2fx\n" "$name" "$ws" "$ok" "$N" "$mbs" "$tps" "$ratio"
+        # in.tftpd forks a child per transfer and does not wait for it, so its CPU
+        # is not accounted to the listener.
+        cpu=$(printf "%.2f" "$(echo "$ticks * 1000 / $hz / $N" | bc -l)")
+        [ "$name" = tftpd-hpa ] && cpu=n/a
+        printf "%-10s %4s %4d/%-4d %8.1f %12.1f %10.2fx %16s\n" \
+            "$name" "$ws" "$ok" "$N" "$mbs" "$tps" "$ratio" "$cpu"
     done
 done

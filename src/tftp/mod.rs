@@ -10,6 +10,7 @@
 //! with the validated [`TftpSettings`], shared [`TftpMetrics`] and a shutdown token.
 
 mod admission;
+mod batch;
 pub mod cache;
 pub mod metrics;
 pub mod options;

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::admission::{note_refusal, Accepted, Admission, Shared};
+use super::batch::Batch;
 use super::metrics::{Reason, TftpMetrics};
 use super::packet::{encode_error, ErrorCode};
 use super::transfer::{FailReason, Handled, Status, Transfer};
@@ -189,19 +190,34 @@ async fn drive(
     metrics: &TftpMetrics,
     shutdown: &CancellationToken,
 ) -> Outcome {
+    let mut batch = Batch::default();
+    // One timer for the whole transfer, moved rather than re-created per packet.
+    let sleep = tokio::time::sleep_until(tokio::time::Instant::now());
+    tokio::pin!(sleep);
+    let mut armed = None;
     loop {
+        let mut sent = Ok(());
         while t.poll_transmit(out) {
-            if let Err(e) = sock.send(out).await {
-                if e.raw_os_error() == Some(libc::ENOBUFS) {
-                    // Local queue full: the block counts as lost; the timer resends it.
-                    break;
-                }
+            if batch.must_flush_before(out) {
+                sent = sent.and(batch.flush(sock).await);
+            }
+            batch.push(out);
+        }
+        sent = sent.and(batch.flush(sock).await);
+        if let Err(e) = sent {
+            // A full local queue loses packets like the network would; the timer
+            // resends them. Anything else (ICMP unreachable: client gone) ends it.
+            if e.raw_os_error() != Some(libc::ENOBUFS) {
                 return Outcome::Socket(e);
             }
         }
         let Some(deadline) = t.poll_timeout() else {
             return Outcome::Finished;
         };
+        if armed != Some(deadline) {
+            armed = Some(deadline);
+            sleep.as_mut().reset(deadline.into());
+        }
         tokio::select! {
             biased;
             _ = shutdown.cancelled() => {
@@ -215,12 +231,12 @@ async fn drive(
                     if handled == Handled::Malformed {
                         metrics.malformed_packets.fetch_add(1, Relaxed);
                     }
-                    tracing::trace!(?handled, len = n, head = ?&rbuf[..n.min(4)], "tftp packet");
+                    tracing::trace!(?handled, len = n, "tftp packet");
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
                 Err(e) => return Outcome::Socket(e),
             },
-            _ = tokio::time::sleep_until(deadline.into()) => {
+            _ = &mut sleep => {
                 t.handle_timeout(Instant::now());
                 tracing::trace!(status = ?t.status(), "tftp timeout");
             }
