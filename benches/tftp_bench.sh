@@ -122,3 +122,20 @@ for ws in $WINDOWS; do
             "$name" "$ws" "$ok" "$N" "$mbs" "$tps" "$ratio" "$cpu"
     done
 done
+
+# Memory with many transfers at once: CONC simultaneous downloads from shardboot, peak
+# resident set of the server process. The file is cached once and shared.
+CONC=${CONC:-500}
+pid=${server_pid[shardboot]}
+rss0=$(awk '/VmRSS/ {print $2}' "/proc/$pid/status")
+out=$work/out-mem
+mkdir -p "$out"
+seq "$CONC" | timeout 600 ip netns exec "sbbench-shardboot-$$" xargs -P "$CONC" -I{} \
+    atftp --option "blksize 1468" --option "windowsize 8" -g -r ipxe.efi -l "$out/{}" \
+    127.0.0.1 69 >/dev/null 2>&1 || true
+hwm=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
+ok=0
+for f in "$out"/*; do cmp -s "$f" "$root/ipxe.efi" && ok=$((ok + 1)); done
+rm -rf "$out"
+printf "shardboot, %d concurrent downloads (windowsize 8): %d/%d ok, RSS %d KiB before, peak %d KiB\n" \
+    "$CONC" "$ok" "$CONC" "$rss0" "$hwm"

@@ -11,8 +11,10 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use tokio::io::Interest;
 use tokio::net::UdpSocket;
 
-/// Kernel limit on segments per GSO send (`UDP_MAX_SEGMENTS`).
-const MAX_SEGMENTS: usize = 64;
+/// Segments per send. The kernel allows 64 (`UDP_MAX_SEGMENTS`), but the batch buffer
+/// is per transfer: 16 full 1468-octet blocks keep it at ~23 KiB (~12 MiB for 500
+/// transfers) while already cutting system calls 16-fold.
+const MAX_SEGMENTS: usize = 16;
 /// Stay under the 64 KiB IP datagram limit the whole super-packet must respect.
 const MAX_BYTES: usize = 65_000;
 /// `UDP_SEGMENT` from <linux/udp.h>.

@@ -96,7 +96,8 @@ pub struct TftpMetrics {
     pub transfers_failed: AtomicU64,
     /// Transfers in progress (a gauge).
     pub transfers_active: AtomicU64,
-    /// DATA payload octets sent, retransmissions included.
+    /// DATA payload octets sent, retransmissions included; added when each transfer
+    /// ends.
     pub bytes_sent: AtomicU64,
     /// DATA blocks sent again.
     pub retransmits: AtomicU64,
