@@ -4,7 +4,9 @@
 //!
 //! Layout: [`packet`] (wire format), [`options`] (negotiation), [`transfer`] (the
 //! sans-IO state machine), [`path`] (confinement), [`cache`] (file cache),
-//! [`settings`], [`metrics`]; `server` and `single_port` are the tokio shells.
+//! [`settings`], [`metrics`]; `server` (one task and socket per transfer) and
+//! `single_port` (everything on the listening socket) are the tokio shells, `admission`
+//! the limits they share, `batch` the GSO window sender.
 //!
 //! Wiring: bind a UDP socket (port 69 in production, port 0 in tests) and call [`run`]
 //! with the validated [`TftpSettings`], shared [`TftpMetrics`] and a shutdown token.
