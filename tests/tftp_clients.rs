@@ -128,3 +128,43 @@ fn changed_file_is_served_fresh() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+#[test]
+fn default_settings_serve_debians_ipxe_package() {
+    // Debian ships /usr/lib/ipxe/ipxe.efi as a symlink to /boot/ipxe.efi; the default
+    // link_targets (/boot) allow exactly that kind of link.
+    let pkg = std::path::Path::new("/usr/lib/ipxe");
+    if !pkg.join("ipxe.efi").exists() {
+        eprintln!("skipping: Debian's ipxe package is not installed");
+        return;
+    }
+    let server = TestServer::start(
+        shardboot::tftp::TftpSettings::default(),
+        "127.0.0.1:0".parse().unwrap(),
+    );
+    let out = tempfile::tempdir().unwrap();
+    for (name, real) in [
+        ("ipxe.efi", "ipxe.efi"),
+        ("snponly-x86_64.efi", "snponly.efi"),
+        ("/undionly.kpxe", "undionly.kpxe"),
+    ] {
+        let dest = scratch(out.path(), real);
+        let (ok, log) = download(Tool::AtftpBlksize, None, server.addr, name, &dest);
+        assert!(ok, "{name}: {log}");
+        assert_eq!(
+            std::fs::read(&dest).unwrap(),
+            std::fs::read(pkg.join(real)).unwrap()
+        );
+    }
+    let warnings = shardboot::tftp::check_boot_files(
+        &shardboot::tftp::TftpSettings::default(),
+        &[
+            "ipxe.efi",
+            "snponly-x86_64.efi",
+            "undionly.kpxe",
+            "ipxe-arm64.efi",
+        ],
+    );
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("ipxe-arm64.efi"));
+}

@@ -71,20 +71,20 @@ impl Batch {
             let r = sock
                 .async_io(Interest::WRITABLE, || send_gso(sock, &self.buf, self.seg))
                 .await;
-            match r {
+            match r.as_ref().map_err(|e| e.raw_os_error()) {
                 Ok(_) => return Ok(()),
                 // No GSO here (old kernel, device without checksum offload): fall back
                 // for good, and send this batch the slow way.
-                Err(e)
-                    if matches!(
-                        e.raw_os_error(),
-                        Some(libc::EIO | libc::EINVAL | libc::ENOPROTOOPT | libc::EOPNOTSUPP)
-                    ) =>
-                {
+                Err(Some(code @ (libc::EIO | libc::ENOPROTOOPT | libc::EOPNOTSUPP))) => {
                     GSO_OFF.store(true, Relaxed);
-                    tracing::info!(error = %e, "tftp: UDP GSO unavailable, sending per packet");
+                    tracing::info!(
+                        errno = code,
+                        "tftp: UDP GSO unavailable, sending per packet"
+                    );
                 }
-                Err(e) => return Err(e),
+                // A segment larger than the path MTU allows: this batch only.
+                Err(Some(libc::EINVAL | libc::EMSGSIZE)) => {}
+                Err(_) => return r.map(|_| ()),
             }
         }
         for chunk in self.buf.chunks(self.seg.max(1)) {
