@@ -8,3 +8,4 @@ pub mod dhcp;
 pub mod lease;
 pub mod mac;
 pub mod metrics;
+pub mod tftp;

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# TFTP throughput: shardboot vs dnsmasq vs tftpd-hpa, same file, same clients, same run.
+#
+# Each server runs in its own network namespace (only `lo`, port 69), so nothing
+# leaves the machine and the three can all use port 69. Clients are atftp, N downloads
+# with P in parallel, blksize 1468, windowsize 1 (option not sent) and 8.
+# dnsmasq and tftpd-hpa do not implement windowsize (RFC 7440) and ignore the option.
+#
+# usage (root): benches/tftp_bench.sh          env: N=200 P=50 FILE=/usr/lib/ipxe/ipxe.efi
+set -euo pipefail
+
+N=${N:-200}
+P=${P:-50}
+FILE=${FILE:-/usr/lib/ipxe/ipxe.efi}
+WINDOWS=${WINDOWS:-"1 8"}
+here=$(cd "$(dirname "$0")/.." && pwd)
+[ "$(id -u)" = 0 ] || { echo "tftp_bench: needs root (network namespaces)" >&2; exit 1; }
+for t in atftp dnsmasq in.tftpd ip; do
+    command -v "$t" >/dev/null || { echo "tftp_bench: missing $t" >&2; exit 1; }
+done
+
+(cd "$here" && cargo build --release --quiet --example tftp_serve)
+target=${CARGO_TARGET_DIR:-$here/target}
+serve_bin=$target/release/examples/tftp_serve
+
+base=/dev/shm
+[ -d "$base" ] || base=/tmp
+work=$(mktemp -d "$base/tftp-bench.XXXXXX")
+chmod 755 "$work"
+root=$work/root
+mkdir -p "$root"
+cp -L "$FILE" "$root/ipxe.efi"
+chmod -R a+rX "$root"
+size=$(stat -c %s "$root/ipxe.efi")
+
+pids=()
+namespaces=()
+declare -A server_pid=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    sleep 0.3
+    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+    for ns in "${namespaces[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+# start_server NAME CMD... : runs CMD inside a fresh namespace named sbbench-NAME-$$.
+start_server() {
+    local name=$1; shift
+    local ns=sbbench-$name-$$
+    ip netns add "$ns"
+    namespaces+=("$ns")
+    ip netns exec "$ns" ip link set lo up
+    # glibc's getaddrinfo (AI_ADDRCONFIG, used by in.tftpd -a) sees no IPv4 address
+    # when a namespace has only lo; a veth pair with a TEST-NET-2 address fixes that.
+    ip netns exec "$ns" ip link add sbb0 type veth peer name sbb1
+    ip netns exec "$ns" ip addr add 198.18.0.1/32 dev sbb0
+    ip netns exec "$ns" ip link set sbb0 up
+    ip netns exec "$ns" ip link set sbb1 up
+    ip netns exec "$ns" "$@" >"$work/$name.log" 2>&1 &
+    pids+=($!)
+    server_pid[$name]=$!
+    sleep 0.5
+    kill -0 "${pids[-1]}" 2>/dev/null || { echo "tftp_bench: $name did not start:" >&2; cat "$work/$name.log" >&2; exit 1; }
+}
+
+start_server shardboot "$serve_bin" --listen 127.0.0.1:69 --root "$root" \
+    --max-transfers 1000 --max-per-client 1000
+start_server dnsmasq dnsmasq --keep-in-foreground --port=0 --no-resolv --no-hosts \
+    --enable-tftp --tftp-root="$root" --tftp-max=1000 --user=root --pid-file= \
+    --listen-address=127.0.0.1 --bind-interfaces --quiet-tftp
+start_server tftpd-hpa in.tftpd -L -s "$root" -a 127.0.0.1:69 -u root
+
+# cpu_ticks PID -> user+system CPU of PID and its reaped children (tftpd-hpa forks per
+# transfer), in clock ticks.
+cpu_ticks() {
+    awk '{print $14 + $15 + $16 + $17}' "/proc/$1/stat"
+}
+hz=$(getconf CLK_TCK)
+
+# run_bench NAME WINDOW -> prints "seconds ok server-cpu-ticks" for N downloads. xargs runs atftp
+# directly (no shell or timeout wrapper per download: spawning is client cost that
+# every server pays equally and would flatten the ratios); files land on tmpfs and
+# "ok" counts the byte-identical ones. atftp gives up on its own after its retries;
+# the outer timeout bounds the whole run.
+run_bench() {
+    local name=$1 ws=$2 ns=sbbench-$1-$$
+    local out=$work/out-$name-$ws
+    local opts=(--option "blksize 1468")
+    [ "$ws" != 1 ] && opts+=(--option "windowsize $ws")
+    mkdir -p "$out"
+    local start end cpu0 cpu1
+    cpu0=$(cpu_ticks "${server_pid[$name]}")
+    start=$(date +%s.%N)
+    seq "$N" | timeout 600 ip netns exec "$ns" xargs -P "$P" -I{} \
+        atftp "${opts[@]}" -g -r ipxe.efi -l "$out/{}" 127.0.0.1 69 >/dev/null 2>&1 || true
+    end=$(date +%s.%N)
+    cpu1=$(cpu_ticks "${server_pid[$name]}")
+    local ok=0
+    for f in "$out"/*; do cmp -s "$f" "$root/ipxe.efi" && ok=$((ok + 1)); done
+    rm -rf "$out"
+    echo "$(echo "$end - $start" | bc -l) $ok $((cpu1 - cpu0))"
+}
+
+printf "file %s (%d octets), %d downloads, %d parallel atftp clients, blksize 1468\n" \
+    "$FILE" "$size" "$N" "$P"
+printf "%-10s %4s %9s %8s %12s %11s %16s\n" server window ok "MB/s" "transfers/s" "vs dnsmasq" "server CPU ms/tx"
+for ws in $WINDOWS; do
+    declare -A rate=()
+    for name in dnsmasq tftpd-hpa shardboot; do
+        read -r secs ok ticks < <(run_bench "$name" "$ws")
+        mbs=$(echo "$ok * $size / $secs / 1000000" | bc -l)
+        tps=$(echo "$ok / $secs" | bc -l)
+        rate[$name]=$tps
+        ratio=$(echo "$tps / ${rate[dnsmasq]}" | bc -l)
+        # in.tftpd forks a child per transfer and does not wait for it, so its CPU
+        # is not accounted to the listener.
+        cpu=$(printf "%.2f" "$(echo "$ticks * 1000 / $hz / $N" | bc -l)")
+        [ "$name" = tftpd-hpa ] && cpu=n/a
+        printf "%-10s %4s %4d/%-4d %8.1f %12.1f %10.2fx %16s\n" \
+            "$name" "$ws" "$ok" "$N" "$mbs" "$tps" "$ratio" "$cpu"
+    done
+done
+
+# Memory with many transfers at once: CONC simultaneous downloads from shardboot, peak
+# resident set of the server process. The file is cached once and shared.
+CONC=${CONC:-500}
+pid=${server_pid[shardboot]}
+rss0=$(awk '/VmRSS/ {print $2}' "/proc/$pid/status")
+out=$work/out-mem
+mkdir -p "$out"
+seq "$CONC" | timeout 600 ip netns exec "sbbench-shardboot-$$" xargs -P "$CONC" -I{} \
+    atftp --option "blksize 1468" --option "windowsize 8" -g -r ipxe.efi -l "$out/{}" \
+    127.0.0.1 69 >/dev/null 2>&1 || true
+hwm=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
+ok=0
+for f in "$out"/*; do cmp -s "$f" "$root/ipxe.efi" && ok=$((ok + 1)); done
+rm -rf "$out"
+printf "shardboot, %d concurrent downloads (windowsize 8): %d/%d ok, RSS %d KiB before, peak %d KiB\n" \
+    "$CONC" "$ok" "$CONC" "$rss0" "$hwm"

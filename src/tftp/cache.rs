@@ -1,0 +1,198 @@
+//! In-memory file cache: boot binaries are small and hot, so each is read once and
+//! shared by every transfer through an `Arc`.
+//!
+//! Freshness: every request `fstat`s the file it opened (see [`super::path`]); an entry
+//! is reused only while device, inode, size, mtime and ctime all match, so a replaced
+//! or rewritten file is picked up on the next request. Memory: entries are evicted
+//! least-recently-used to stay under `max_bytes`; a file larger than that is read for
+//! its transfer and not kept. Transfers hold their own `Arc`, so eviction never pulls
+//! data from under a running transfer.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use super::path::{Opened, Refusal};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Identity {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Identity {
+    fn of(m: &std::fs::Metadata) -> Self {
+        Identity {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Entry {
+    id: Identity,
+    data: Arc<[u8]>,
+    last_used: u64,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    map: HashMap<PathBuf, Entry>,
+    bytes: u64,
+    tick: u64,
+}
+
+/// Whether a load was served from memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// Served from the cache.
+    Hit,
+    /// Read from disk.
+    Miss,
+}
+
+/// A bounded cache of file contents keyed by real path.
+#[derive(Debug)]
+pub struct FileCache {
+    max_bytes: u64,
+    inner: Mutex<Inner>,
+}
+
+impl FileCache {
+    /// An empty cache holding at most `max_bytes` of file data.
+    pub fn new(max_bytes: u64) -> Self {
+        FileCache {
+            max_bytes,
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    /// Octets currently cached.
+    pub fn bytes(&self) -> u64 {
+        self.lock().bytes
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave the map inconsistent in a way
+        // that matters (worst case a stale byte count), so keep serving.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Returns the contents of an opened file, from memory when unchanged. Blocking:
+    /// may read the file.
+    pub fn load(&self, opened: Opened) -> Result<(Arc<[u8]>, Source), Refusal> {
+        let id = Identity::of(&opened.meta);
+        {
+            let mut inner = self.lock();
+            inner.tick += 1;
+            let tick = inner.tick;
+            if let Some(e) = inner.map.get_mut(&opened.real) {
+                if e.id == id {
+                    e.last_used = tick;
+                    return Ok((e.data.clone(), Source::Hit));
+                }
+            }
+        }
+        // Read outside the lock so one slow disk read does not stall other requests.
+        let mut buf = Vec::with_capacity(id.size as usize);
+        let mut file = opened.file;
+        file.by_ref()
+            .take(id.size)
+            .read_to_end(&mut buf)
+            .map_err(|_| Refusal::Io)?;
+        let data: Arc<[u8]> = buf.into();
+        // If the file changed while we read it, serve what we read but do not cache it
+        // under an identity it may not match.
+        let unchanged = file
+            .metadata()
+            .map(|m| Identity::of(&m) == id)
+            .unwrap_or(false);
+        let size = data.len() as u64;
+        if unchanged && size <= self.max_bytes {
+            let mut inner = self.lock();
+            if let Some(old) = inner.map.remove(&opened.real) {
+                inner.bytes -= old.data.len() as u64;
+            }
+            while inner.bytes + size > self.max_bytes {
+                let Some(victim) = inner
+                    .map
+                    .iter()
+                    .min_by_key(|(_, e)| e.last_used)
+                    .map(|(k, _)| k.clone())
+                else {
+                    break;
+                };
+                if let Some(old) = inner.map.remove(&victim) {
+                    inner.bytes -= old.data.len() as u64;
+                }
+            }
+            let tick = inner.tick;
+            inner.bytes += size;
+            inner.map.insert(
+                opened.real,
+                Entry {
+                    id,
+                    data: data.clone(),
+                    last_used: tick,
+                },
+            );
+        }
+        Ok((data, Source::Miss))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tftp::path::open_confined;
+
+    fn load(c: &FileCache, root: &std::path::Path, rel: &str) -> (Vec<u8>, Source) {
+        let (d, s) = c.load(open_confined(root, rel, &[]).unwrap()).unwrap();
+        (d.to_vec(), s)
+    }
+
+    #[test]
+    fn hits_then_reloads_on_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"one").unwrap();
+        let c = FileCache::new(1 << 20);
+        assert_eq!(load(&c, dir.path(), "f"), (b"one".to_vec(), Source::Miss));
+        assert_eq!(load(&c, dir.path(), "f"), (b"one".to_vec(), Source::Hit));
+        // Same size, new content: ctime/mtime change is enough.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(&p, b"two").unwrap();
+        assert_eq!(load(&c, dir.path(), "f"), (b"two".to_vec(), Source::Miss));
+        assert_eq!(c.bytes(), 3);
+    }
+
+    #[test]
+    fn stays_under_budget_evicting_lru() {
+        let dir = tempfile::tempdir().unwrap();
+        for n in ["a", "b", "c"] {
+            std::fs::write(dir.path().join(n), [0u8; 40]).unwrap();
+        }
+        std::fs::write(dir.path().join("big"), [0u8; 200]).unwrap();
+        let c = FileCache::new(100);
+        load(&c, dir.path(), "a");
+        load(&c, dir.path(), "b");
+        load(&c, dir.path(), "a");
+        load(&c, dir.path(), "c"); // evicts b
+        assert_eq!(c.bytes(), 80);
+        assert_eq!(load(&c, dir.path(), "a").1, Source::Hit);
+        assert_eq!(load(&c, dir.path(), "b").1, Source::Miss);
+        // Too big to cache, still served.
+        assert_eq!(load(&c, dir.path(), "big").0.len(), 200);
+        assert_eq!(load(&c, dir.path(), "big").1, Source::Miss);
+        assert!(c.bytes() <= 100);
+    }
+}

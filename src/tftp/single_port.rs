@@ -1,0 +1,155 @@
+//! Single-port mode: every transfer runs on the listening socket, demultiplexed by the
+//! client's address and port, for NAT and firewalls that pass only port 69. All state
+//! machines are driven from this one task; only file loading leaves it.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::net::UdpSocket;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::admission::{note_refusal, Admission, Prepared, Shared, Slot};
+use super::packet::{encode_error, ErrorCode};
+use super::path::Refusal;
+use super::server::{finish, is_transient, Outcome, RECV_BUF};
+use super::transfer::{Handled, Status};
+use super::TftpError;
+
+struct Running {
+    p: Prepared,
+    _slot: Slot,
+    started: Instant,
+    /// Deadline last pushed on the timer heap, to avoid pushing duplicates.
+    armed: Option<Instant>,
+}
+
+type Loaded = (SocketAddr, Slot, Vec<u8>, Result<Prepared, Refusal>);
+
+pub(crate) async fn run(
+    socket: UdpSocket,
+    shared: Arc<Shared>,
+    shutdown: CancellationToken,
+) -> Result<(), TftpError> {
+    let metrics = shared.metrics.clone();
+    let mut transfers: HashMap<SocketAddr, Running> = HashMap::new();
+    let mut timers: BinaryHeap<Reverse<(Instant, SocketAddr)>> = BinaryHeap::new();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Loaded>();
+    let mut buf = vec![0u8; RECV_BUF];
+    let mut out = Vec::with_capacity(usize::from(shared.settings.max_blksize) + 4);
+    let result = loop {
+        let next = timers.peek().map(|Reverse((d, _))| *d);
+        let touched: SocketAddr = tokio::select! {
+            _ = shutdown.cancelled() => break Ok(()),
+            Some((peer, slot, datagram, res)) = rx.recv() => match res {
+                Ok(p) => {
+                    metrics.transfers_started.fetch_add(1, Relaxed);
+                    let run = Running { p, _slot: slot, started: Instant::now(), armed: None };
+                    transfers.insert(peer, run);
+                    peer
+                }
+                Err(r) => {
+                    note_refusal(&metrics, peer, &datagram, r);
+                    let (code, msg) = r.wire();
+                    encode_error(&mut out, code, msg);
+                    let _ = socket.send_to(&out, peer).await;
+                    continue;
+                }
+            },
+            _ = tokio::time::sleep_until(next.unwrap_or_else(Instant::now).into()), if next.is_some() => {
+                let Some(Reverse((_, peer))) = timers.pop() else { continue };
+                match transfers.get_mut(&peer) {
+                    Some(run) => {
+                        if run.armed.is_some_and(|a| a <= Instant::now()) {
+                            run.armed = None;
+                        }
+                        run.p.transfer.handle_timeout(Instant::now());
+                        peer
+                    }
+                    None => continue,
+                }
+            }
+            r = socket.recv_from(&mut buf) => {
+                let (n, peer) = match r {
+                    Ok(x) => x,
+                    Err(e) if is_transient(&e) => continue,
+                    Err(e) => break Err(TftpError::Recv(e)),
+                };
+                if let Some(run) = transfers.get_mut(&peer) {
+                    if run.p.transfer.handle_packet(&buf[..n], Instant::now()) == Handled::Malformed {
+                        metrics.malformed_packets.fetch_add(1, Relaxed);
+                    }
+                    peer
+                } else {
+                    match shared.admit(&buf[..n], peer) {
+                        Admission::Ignore => {}
+                        Admission::Reject(code, msg) => {
+                            encode_error(&mut out, code, msg);
+                            let _ = socket.send_to(&out, peer).await;
+                        }
+                        Admission::Start(acc) => {
+                            let (worker, tx) = (shared.clone(), tx.clone());
+                            tokio::task::spawn_blocking(move || {
+                                let res = worker.prepare(&acc.datagram, Instant::now());
+                                let _ = tx.send((peer, acc.slot, acc.datagram, res));
+                            });
+                        }
+                    }
+                    continue;
+                }
+            }
+        };
+        // Send whatever the touched transfer has due, then re-arm or retire it.
+        let Some(run) = transfers.get_mut(&touched) else {
+            continue;
+        };
+        let mut outcome = Outcome::Finished;
+        while run.p.transfer.poll_transmit(&mut out) {
+            if let Err(e) = socket.send_to(&out, touched).await {
+                if !is_transient(&e) {
+                    outcome = Outcome::Socket(e);
+                    break;
+                }
+            }
+        }
+        match (run.p.transfer.status(), &outcome) {
+            (Status::Running, Outcome::Finished) => {
+                if let Some(d) = run.p.transfer.poll_timeout() {
+                    if run.armed != Some(d) {
+                        run.armed = Some(d);
+                        timers.push(Reverse((d, touched)));
+                    }
+                }
+            }
+            _ => {
+                if let Some(run) = transfers.remove(&touched) {
+                    finish(&metrics, &run.p.transfer, outcome, &run.p.file, run.started);
+                }
+            }
+        }
+        // Stale timer entries accumulate at most one per ACK and expire within one
+        // timeout; compact if a burst left many behind.
+        if timers.len() > 64 + 8 * transfers.len() {
+            timers = transfers
+                .iter()
+                .filter_map(|(peer, r)| r.armed.map(|d| Reverse((d, *peer))))
+                .collect();
+        }
+    };
+    for (peer, run) in transfers.drain() {
+        encode_error(&mut out, ErrorCode::NotDefined, "server shutting down");
+        let _ = socket.send_to(&out, peer).await;
+        finish(
+            &metrics,
+            &run.p.transfer,
+            Outcome::Shutdown,
+            &run.p.file,
+            run.started,
+        );
+    }
+    result
+}
