@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
@@ -13,6 +14,7 @@ use crate::dhcp::server::{self, Listener, ServerParts};
 use crate::dhcp::socket::{self, SocketError};
 use crate::dhcp::Engine;
 use crate::lease::{LeaseStore, SledStore, StoreError};
+use crate::tftp::{self, TftpMetrics};
 
 /// Errors that stop shardboot from starting or running.
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +41,17 @@ pub enum AppError {
     /// The DHCP server stopped with an error.
     #[error(transparent)]
     Dhcp(#[from] server::ServerError),
+    /// The TFTP socket cannot be bound.
+    #[error("cannot bind TFTP socket on {addr}: {source}")]
+    TftpBind {
+        /// The configured address.
+        addr: std::net::SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The TFTP server stopped with an error.
+    #[error(transparent)]
+    Tftp(#[from] tftp::TftpError),
 }
 
 /// Where the lease database lives inside `state_dir`.
@@ -61,37 +74,66 @@ pub fn open_store(state_dir: &Path) -> Result<SledStore, AppError> {
 pub struct Handles {
     /// DHCP metrics.
     pub dhcp: Arc<DhcpMetrics>,
+    /// TFTP metrics.
+    pub tftp: Arc<TftpMetrics>,
 }
 
-/// Runs every enabled listener until `shutdown` is cancelled.
+/// Runs every enabled listener until `shutdown` is cancelled. If one stops with an
+/// error, the others are shut down and that error is returned.
 pub async fn run(
     config: Config,
     handles: Handles,
     shutdown: CancellationToken,
 ) -> Result<(), AppError> {
+    let mut tasks: JoinSet<Result<(), AppError>> = JoinSet::new();
+    if config.tftp.enabled {
+        let addr = config.tftp.listen;
+        let socket = tokio::net::UdpSocket::bind(addr)
+            .await
+            .map_err(|source| AppError::TftpBind { addr, source })?;
+        info!(listen = %addr, root = %config.tftp.settings.root.display(), "TFTP listening");
+        let (settings, metrics, stop) = (
+            Arc::new(config.tftp.settings.clone()),
+            handles.tftp.clone(),
+            shutdown.clone(),
+        );
+        tasks.spawn(async move { Ok(tftp::run(socket, settings, metrics, stop).await?) });
+    }
+    if config.dhcp.enabled {
+        let parts = dhcp_parts(&config, &handles)?;
+        let stop = shutdown.clone();
+        tasks.spawn(async move { Ok(server::run(parts, stop).await?) });
+    } else {
+        info!("DHCP disabled");
+    }
+    let mut first_error = None;
+    while let Some(joined) = tasks.join_next().await {
+        if let Ok(Err(e)) = joined {
+            shutdown.cancel();
+            first_error.get_or_insert(e);
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// Opens the store, loads the engine and binds the DHCP sockets.
+fn dhcp_parts(config: &Config, handles: &Handles) -> Result<ServerParts, AppError> {
     let store = Arc::new(open_store(&config.state_dir)?);
     let stored = store.load().map_err(|source| AppError::Store {
         path: lease_store_path(&config.state_dir),
         source,
     })?;
     info!(leases = stored.len(), state_dir = %config.state_dir.display(), "lease store open");
-    let now = server::unix_now();
-    let engine = Engine::new(&config, stored, now);
-
-    if !config.dhcp.enabled {
-        info!("DHCP disabled");
-        shutdown.cancelled().await;
-        return Ok(());
-    }
+    let engine = Engine::new(config, stored, server::unix_now());
     let host = socket::host_addresses()?;
-    let interfaces = socket::resolve_interfaces(&config, &host)?;
+    let interfaces = socket::resolve_interfaces(config, &host)?;
     let mut listeners = Vec::with_capacity(interfaces.len());
     for interface in interfaces {
         let socket = socket::bind(&interface.name, config.dhcp.port)?;
         info!(interface = %interface.name, address = %interface.addr, port = config.dhcp.port, "DHCP listening");
         listeners.push(Listener { interface, socket });
     }
-    let parts = ServerParts {
+    Ok(ServerParts {
         listeners,
         engine,
         store,
@@ -99,7 +141,5 @@ pub async fn run(
         port: config.dhcp.port,
         reclaim_interval: Duration::from_secs(config.dhcp.reclaim_interval_secs.into()),
         responsibility: None,
-    };
-    server::run(parts, shutdown).await?;
-    Ok(())
+    })
 }

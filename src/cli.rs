@@ -23,6 +23,19 @@ pub fn check_config(config: &Config) -> anyhow::Result<()> {
         )?;
     }
     writeln!(out, "hosts: {}", config.hosts.len())?;
+    if config.tftp.enabled {
+        writeln!(
+            out,
+            "tftp: {} serving {}",
+            config.tftp.listen,
+            config.tftp.settings.root.display()
+        )?;
+    }
+    // Warnings, not errors: a missing boot file must not stop DHCP (the client gets a
+    // TFTP error and the operator a log line), but the operator should hear about it.
+    for w in config.boot_file_warnings() {
+        writeln!(out, "warning: {w}")?;
+    }
     Ok(())
 }
 

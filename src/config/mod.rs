@@ -80,6 +80,8 @@ pub struct Config {
     pub dhcp: DhcpSettings,
     /// Boot file selection.
     pub boot: BootSettings,
+    /// TFTP listener.
+    pub tftp: TftpListener,
     /// Served subnets.
     pub subnets: Vec<Subnet>,
     /// Per-MAC reservations and overrides.
@@ -107,6 +109,31 @@ pub struct DhcpSettings {
     pub decline_hold_secs: u32,
     /// How often expired leases are reclaimed, in seconds.
     pub reclaim_interval_secs: u32,
+}
+
+/// `[tftp]` after validation: where the listener runs and what it serves.
+#[derive(Debug, Clone)]
+pub struct TftpListener {
+    /// Whether `serve` starts it.
+    pub enabled: bool,
+    /// Listening address.
+    pub listen: std::net::SocketAddr,
+    /// Root, aliases, limits.
+    pub settings: crate::tftp::TftpSettings,
+}
+
+impl Config {
+    /// Warnings about configured boot files the TFTP root cannot serve (for `check-config`).
+    pub fn boot_file_warnings(&self) -> Vec<String> {
+        if !self.tftp.enabled {
+            return Vec::new();
+        }
+        let b = &self.boot;
+        let mut names: Vec<&str> = vec![&b.bios, &b.uefi_ia32, &b.uefi_x64, &b.uefi_arm64];
+        names.extend(self.hosts.iter().filter_map(|h| h.boot_file.as_deref()));
+        names.retain(|n| !n.contains("://"));
+        crate::tftp::check_boot_files(&self.tftp.settings, &names)
+    }
 }
 
 /// `[boot]` after validation: what a PXE or iPXE client is told to load.

@@ -14,6 +14,8 @@ pub struct RawConfig {
     pub dhcp: RawDhcp,
     #[serde(default)]
     pub boot: RawBoot,
+    #[serde(default)]
+    pub tftp: crate::tftp::RawTftp,
     #[serde(default, rename = "subnet")]
     pub subnets: Vec<RawSubnet>,
     #[serde(default, rename = "host")]

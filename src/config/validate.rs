@@ -7,8 +7,11 @@ use std::path::PathBuf;
 use ipnet::Ipv4Net;
 
 use super::raw::{RawBoot, RawConfig, RawDhcp, RawHost, RawSubnet};
-use super::{BootSettings, Config, ConfigIssue, DhcpSettings, Host, LogFormat, Subnet};
+use super::{
+    BootSettings, Config, ConfigIssue, DhcpSettings, Host, LogFormat, Subnet, TftpListener,
+};
 use crate::mac::MacAddr;
+use crate::tftp::{RawTftp, TftpSettings};
 
 /// Longest boot file name that fits the BOOTP `file` field with its NUL (RFC 2131 §2).
 const MAX_BOOT_FILE: usize = 127;
@@ -64,6 +67,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, Vec<ConfigIssue>> {
 
     let dhcp = dhcp_settings(raw.dhcp, &mut issues);
     let boot = boot_settings(raw.boot, &mut issues);
+    let tftp = tftp_listener(raw.tftp, &mut issues);
     let subnets: Vec<Subnet> = raw
         .subnets
         .into_iter()
@@ -79,6 +83,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, Vec<ConfigIssue>> {
             log_format,
             dhcp,
             boot,
+            tftp,
             subnets,
             hosts,
         })
@@ -120,6 +125,29 @@ fn dhcp_settings(raw: RawDhcp, issues: &mut Issues) -> DhcpSettings {
         offer_hold_secs,
         decline_hold_secs: raw.decline_hold_secs.unwrap_or(600),
         reclaim_interval_secs,
+    }
+}
+
+fn tftp_listener(mut raw: RawTftp, issues: &mut Issues) -> TftpListener {
+    let enabled = raw.enabled.take().unwrap_or(true);
+    let listen = match raw.listen.take().as_deref().unwrap_or("0.0.0.0:69").parse() {
+        Ok(a) => a,
+        Err(_) => {
+            issues.add("tftp.listen", "must be an address:port such as 0.0.0.0:69");
+            "0.0.0.0:69".parse().expect("valid literal")
+        }
+    };
+    let settings = match TftpSettings::try_from(raw) {
+        Ok(s) => s,
+        Err(e) => {
+            issues.add(format!("tftp.{}", e.key), e.reason);
+            TftpSettings::default()
+        }
+    };
+    TftpListener {
+        enabled,
+        listen,
+        settings,
     }
 }
 

@@ -80,6 +80,10 @@ impl Default for TftpSettings {
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct RawTftp {
+    /// Whether `shardboot serve` starts the TFTP listener (read by `config`, default true).
+    pub enabled: Option<bool>,
+    /// Listening address (read by `config`, default `0.0.0.0:69`).
+    pub listen: Option<String>,
     /// See [`TftpSettings::root`].
     pub root: Option<PathBuf>,
     /// Replaces the default alias map when present.

@@ -1,0 +1,71 @@
+//! `shardboot serve` runs DHCP and TFTP side by side from one config: a PXE-style client
+//! leases an address and then fetches its boot file over TFTP from the same process.
+
+mod common;
+
+use std::process::Command;
+
+use common::{Lab, Server};
+
+#[test]
+fn one_process_serves_dhcp_and_the_boot_file_over_tftp() {
+    require_root!();
+    let lab = Lab::new(&["192.0.2.1/24"], &["192.0.2.50/24"]);
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("tftproot");
+    std::fs::create_dir(&root).unwrap();
+    let payload: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(root.join("undionly.kpxe"), &payload).unwrap();
+    let extra = format!(
+        "\n[tftp]\nlisten = \"192.0.2.1:69\"\nroot = \"{}\"\n",
+        root.display()
+    );
+    let cfg = common::config(
+        &lab.server_if,
+        "192.0.2.0/24",
+        "192.0.2.100 - 192.0.2.199",
+        "",
+    ) + &extra;
+    let server = Server::start(&lab.server, dir.path(), &cfg);
+    assert!(
+        server.log_text().contains("TFTP listening"),
+        "{}",
+        server.log_text()
+    );
+
+    let out = dir.path().join("fetched");
+    let status = lab
+        .client
+        .command("tftp")
+        .args(["-m", "binary", "192.0.2.1", "-c", "get", "undionly.kpxe"])
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(std::fs::read(&out).unwrap(), payload);
+}
+
+#[test]
+fn check_config_warns_about_missing_boot_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(
+        &path,
+        format!("[tftp]\nroot = \"{}\"\n", dir.path().display()),
+    )
+    .unwrap();
+    let out = Command::new(common::shardboot_bin())
+        .args(["check-config", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "a missing boot file is a warning, not an error"
+    );
+    assert!(
+        stdout.contains("warning:") && stdout.contains("undionly.kpxe"),
+        "{stdout}"
+    );
+}
