@@ -57,15 +57,7 @@ fn interface_mac(lab: &Lab) -> String {
 #[test]
 fn dhclient_obtains_reboots_and_releases() {
     require_root!();
-    let lab = Lab::new(&["192.0.2.1/24"], &[]);
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = common::config(
-        &lab.server_if,
-        "192.0.2.0/24",
-        "192.0.2.100 - 192.0.2.199",
-        "",
-    );
-    let mut server = Server::start(&lab.server, dir.path(), &cfg);
+    let (lab, dir, mut server) = common::small_lab();
     let events = dir.path().join("events");
     // dhclient runs its script with a clean environment, so bake the events path into a
     // wrapper.
@@ -136,15 +128,7 @@ fn dhclient_obtains_reboots_and_releases() {
 #[test]
 fn udhcpc_obtains_renews_and_releases() {
     require_root!();
-    let lab = Lab::new(&["192.0.2.1/24"], &[]);
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = common::config(
-        &lab.server_if,
-        "192.0.2.0/24",
-        "192.0.2.100 - 192.0.2.199",
-        "",
-    );
-    let mut server = Server::start(&lab.server, dir.path(), &cfg);
+    let (lab, dir, mut server) = common::small_lab();
     let events = dir.path().join("events");
     let mut udhcpc = lab
         .client

@@ -12,7 +12,6 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use common::relay_client::{mac, Answer, RelayClient};
-use common::{Lab, Server};
 
 const CYCLES: usize = 4;
 const BATCH: u32 = 100;
@@ -112,15 +111,7 @@ fn client_thread(cmds: mpsc::Receiver<Cmd>, reports: mpsc::Sender<Report>) {
 #[test]
 fn acked_leases_survive_sigkill_mid_storm() {
     require_root!();
-    let lab = Lab::new(&["198.18.0.1/16"], &["198.18.0.2/16"]);
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = common::config(
-        &lab.server_if,
-        "198.18.0.0/16",
-        "198.18.1.0 - 198.18.255.254",
-        "",
-    );
-    let mut server = Server::start(&lab.server, dir.path(), &cfg);
+    let (lab, _dir, mut server) = common::relay_lab();
 
     let (cmd_tx, cmd_rx) = mpsc::channel();
     let (rep_tx, rep_rx) = mpsc::channel();

@@ -7,8 +7,6 @@ mod common;
 
 use std::collections::HashSet;
 
-use common::{Lab, Server};
-
 /// DISCOVERs sent; a few may be dropped under load, so more than the 20,000 required.
 const DISCOVERS: u32 = 24_000;
 
@@ -49,15 +47,7 @@ fn parse(report: &str) -> Stats {
 
 fn run_perfdhcp(target: Option<&str>) {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let lab = Lab::new(&["198.18.0.1/16"], &["198.18.0.2/16"]);
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = common::config(
-        &lab.server_if,
-        "198.18.0.0/16",
-        "198.18.1.0 - 198.18.255.254",
-        "",
-    );
-    let mut server = Server::start(&lab.server, dir.path(), &cfg);
+    let (lab, dir, mut server) = common::relay_lab();
     let mut cmd = lab.client.command("perfdhcp");
     // -R: distinct client MACs; -n: DISCOVERs to send; -p: hard time limit (seconds);
     // -W: wait for late answers before counting them as drops (see LAB.md).

@@ -319,3 +319,33 @@ dns = ["{router}"]
 "#
     )
 }
+
+/// A lab with shardboot serving 192.0.2.0/24 (.100–.199) on the server side; the client
+/// side has no address (a DHCP client configures it).
+pub fn small_lab() -> (Lab, tempfile::TempDir, Server) {
+    let lab = Lab::new(&["192.0.2.1/24"], &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        &lab.server_if,
+        "192.0.2.0/24",
+        "192.0.2.100 - 192.0.2.199",
+        "",
+    );
+    let server = Server::start(&lab.server, dir.path(), &cfg);
+    (lab, dir, server)
+}
+
+/// A lab with shardboot serving 198.18.0.0/16 (.1.0–.255.254, room for 65,000 clients);
+/// the client side is 198.18.0.2, where load clients act as a relay agent.
+pub fn relay_lab() -> (Lab, tempfile::TempDir, Server) {
+    let lab = Lab::new(&["198.18.0.1/16"], &["198.18.0.2/16"]);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        &lab.server_if,
+        "198.18.0.0/16",
+        "198.18.1.0 - 198.18.255.254",
+        "",
+    );
+    let server = Server::start(&lab.server, dir.path(), &cfg);
+    (lab, dir, server)
+}
