@@ -96,3 +96,21 @@ fn the_built_in_default_passes() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("192.0.2.0/24"));
 }
+
+#[test]
+fn the_readme_example_config_is_valid() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let block: String = readme
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("README has a toml block")
+        .to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("readme.toml");
+    std::fs::write(&path, block).unwrap();
+    let (ok, stdout, stderr) = check_config(&path, &[]);
+    assert!(ok, "README example rejected:\n{stderr}");
+    assert!(stdout.contains("subnet[1] 172.23.4.0/24"), "{stdout}");
+}
