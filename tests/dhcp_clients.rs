@@ -108,6 +108,19 @@ fn dhclient_obtains_reboots_and_releases() {
     );
     assert_eq!(bound[2], "255.255.255.0");
     assert_eq!(bound[4], "192.0.2.1", "server identifier");
+    // dhclient leaves the broadcast flag clear, so the server unicast the OFFER/ACK to the
+    // new address after adding a neighbour entry for the client's MAC (RFC 2131 §4.1).
+    let neigh = lab
+        .server
+        .command("ip")
+        .args(["neigh", "show", &ip])
+        .output()
+        .unwrap();
+    let neigh = String::from_utf8_lossy(&neigh.stdout).to_string();
+    assert!(
+        neigh.contains(&interface_mac(&lab)),
+        "no ARP entry for {ip}: {neigh:?}"
+    );
 
     // Stop the daemon without releasing, then start again: dhclient reuses its recorded
     // lease via INIT-REBOOT (REBOOT event) and must get the same address.

@@ -290,7 +290,7 @@ impl Engine {
         Decision {
             reply: Some(Reply {
                 message: reply::build(msg, &parts),
-                destination: reply::destination(msg, MessageType::Nak),
+                destination: reply::destination(msg, MessageType::Nak, Ipv4Addr::UNSPECIFIED),
             }),
             effects: Vec::new(),
             outcome: Outcome::Nak,
@@ -320,7 +320,7 @@ impl Engine {
         };
         Reply {
             message: reply::build(msg, &parts),
-            destination: reply::destination(msg, kind),
+            destination: reply::destination(msg, kind, ip),
         }
     }
 
@@ -412,7 +412,7 @@ impl Engine {
         Decision {
             reply: Some(Reply {
                 message: reply::build(msg, &parts),
-                destination: reply::destination(msg, MessageType::Ack),
+                destination: reply::destination(msg, MessageType::Ack, Ipv4Addr::UNSPECIFIED),
             }),
             effects: Vec::new(),
             outcome: Outcome::Inform,

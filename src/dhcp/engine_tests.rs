@@ -104,8 +104,19 @@ fn four_way_exchange_binds_and_persists_only_the_ack() {
         reply.opts().get(OptionCode::SubnetMask),
         Some(&DhcpOption::SubnetMask(Ipv4Addr::new(255, 255, 255, 0)))
     );
+    // No broadcast flag, no ciaddr: unicast to yiaddr at the client's MAC (RFC 2131 §4.1).
     assert_eq!(
         d.reply.as_ref().unwrap().destination,
+        Destination::UnicastNew(ip, mac(1).0)
+    );
+    // With the broadcast flag: broadcast.
+    let mut b = msg(MessageType::Discover, mac(1));
+    b.set_flags(Flags::default().set_broadcast());
+    assert_eq!(
+        e.handle_message(&b, &ctx(&i, T0))
+            .reply
+            .unwrap()
+            .destination,
         Destination::Broadcast
     );
 

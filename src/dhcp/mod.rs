@@ -2,6 +2,7 @@
 //! socket server that persists lease changes before replying.
 
 mod allocate;
+pub mod arp;
 pub mod boot;
 pub mod decision;
 pub mod engine;

@@ -14,6 +14,9 @@ pub enum Destination {
     Relay(Ipv4Addr),
     /// To the client's configured address, client port 68.
     Unicast(Ipv4Addr),
+    /// To `yiaddr`, port 68, at this hardware address: the client has no address yet, so
+    /// the server must add an ARP entry first, or fall back to broadcast.
+    UnicastNew(Ipv4Addr, [u8; 6]),
     /// To 255.255.255.255:68 on the receiving interface.
     Broadcast,
 }
@@ -148,10 +151,9 @@ pub fn build(req: &Message, parts: &ReplyParts<'_>) -> Message {
 }
 
 /// RFC 2131 §4.1 / §4.3.2: relay first, then NAKs broadcast, then `ciaddr`, then the
-/// broadcast flag. A client without a configured address whose broadcast flag is clear
-/// would accept unicast to `yiaddr`, but that needs an ARP entry we cannot add portably,
-/// so it gets a broadcast, which every client accepts.
-pub fn destination(req: &Message, kind: MessageType) -> Destination {
+/// broadcast flag; a client with none of these gets unicast to `yiaddr` at its hardware
+/// address (the server adds the ARP entry, or broadcasts when it cannot).
+pub fn destination(req: &Message, kind: MessageType, yiaddr: Ipv4Addr) -> Destination {
     if !req.giaddr().is_unspecified() {
         return Destination::Relay(req.giaddr());
     }
@@ -161,5 +163,10 @@ pub fn destination(req: &Message, kind: MessageType) -> Destination {
     if !req.ciaddr().is_unspecified() {
         return Destination::Unicast(req.ciaddr());
     }
-    Destination::Broadcast
+    match <[u8; 6]>::try_from(req.chaddr().get(..6).unwrap_or_default()) {
+        Ok(mac) if !req.flags().broadcast() && !yiaddr.is_unspecified() => {
+            Destination::UnicastNew(yiaddr, mac)
+        }
+        _ => Destination::Broadcast,
+    }
 }

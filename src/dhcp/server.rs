@@ -20,6 +20,7 @@ use tokio::net::UdpSocket;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
+use super::arp;
 use super::engine::{Engine, Interface, PacketContext, Reply, Responsibility};
 use super::metrics::DhcpMetrics;
 use super::reply::Destination;
@@ -178,7 +179,7 @@ async fn engine_loop(parts: ServerParts, shutdown: CancellationToken) -> Result<
                     Ok((n, from)) => {
                         busy = true;
                         metrics.received.inc();
-                        match ctx.handle(&mut engine, i, &buf[..n], from, now) {
+                        match ctx.handle(&mut engine, i, socket, &buf[..n], from, now) {
                             Action::Nothing => {}
                             Action::Send(listener, to) => {
                                 send_now(&sockets[listener], &ctx.out, to, &metrics).await
@@ -270,6 +271,7 @@ impl LoopState<'_> {
         &mut self,
         engine: &mut Engine,
         listener: usize,
+        socket: &UdpSocket,
         data: &[u8],
         from: SocketAddr,
         now: u64,
@@ -297,7 +299,9 @@ impl LoopState<'_> {
                 debug!(%mac, xid = msg.xid(), kind = ?msg.opts().msg_type(), outcome = ?decision.outcome, iface = %ctx.interface.name, "decided");
             }
         }
-        let to = decision.reply.and_then(|r| self.encode(r));
+        let to = decision
+            .reply
+            .and_then(|r| self.encode(r, listener, socket));
         if decision.effects.is_empty() {
             return to.map_or(Action::Nothing, |to| Action::Send(listener, to));
         }
@@ -313,7 +317,7 @@ impl LoopState<'_> {
     }
 
     /// Encodes `reply` into `self.out`; returns where it goes.
-    fn encode(&mut self, reply: Reply) -> Option<SocketAddr> {
+    fn encode(&mut self, reply: Reply, listener: usize, socket: &UdpSocket) -> Option<SocketAddr> {
         if let Err(e) = wire::encode_reply(&reply.message, &mut self.out) {
             warn!(error = %e, "could not encode reply");
             return None;
@@ -323,6 +327,16 @@ impl LoopState<'_> {
             Destination::Relay(ip) => SocketAddrV4::new(ip, self.port),
             Destination::Unicast(ip) => SocketAddrV4::new(ip, client_port),
             Destination::Broadcast => SocketAddrV4::new(Ipv4Addr::BROADCAST, client_port),
+            Destination::UnicastNew(ip, mac) => {
+                match arp::add_entry(socket, &self.interfaces[listener].name, ip, mac) {
+                    Ok(()) => SocketAddrV4::new(ip, client_port),
+                    Err(e) => {
+                        // RFC 2131 §4.1: without an ARP entry, broadcast instead.
+                        debug!(error = %e, "cannot add ARP entry; broadcasting");
+                        SocketAddrV4::new(Ipv4Addr::BROADCAST, client_port)
+                    }
+                }
+            }
         };
         Some(SocketAddr::V4(to))
     }
