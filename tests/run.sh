@@ -11,4 +11,13 @@ fi
 tests/install-deps.sh
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
-cargo test --all-targets --locked
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+set +e
+cargo test --all-targets --locked 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+# One closing line for the whole suite (cargo prints one per test binary, and the last
+# binary, a criterion bench in test mode, has no tests of its own).
+awk '/^test result:/ { p += $4; f += $6 } END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+exit "$status"
