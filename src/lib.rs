@@ -8,4 +8,5 @@ pub mod dhcp;
 pub mod lease;
 pub mod mac;
 pub mod metrics;
+pub mod owner;
 pub mod tftp;
