@@ -49,6 +49,14 @@ pub enum AppError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The HTTP socket cannot be bound or the server failed.
+    #[error("HTTP listener on {addr}: {source}")]
+    Http {
+        /// The configured address.
+        addr: std::net::SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
     /// The TFTP server stopped with an error.
     #[error(transparent)]
     Tftp(#[from] tftp::TftpError),
@@ -76,6 +84,8 @@ pub struct Handles {
     pub dhcp: Arc<DhcpMetrics>,
     /// TFTP metrics.
     pub tftp: Arc<TftpMetrics>,
+    /// HTTP metrics.
+    pub http: Arc<crate::http::HttpMetrics>,
 }
 
 /// Runs every enabled listener until `shutdown` is cancelled. If one stops with an
@@ -98,6 +108,24 @@ pub async fn run(
             shutdown.clone(),
         );
         tasks.spawn(async move { Ok(tftp::run(socket, settings, metrics, stop).await?) });
+    }
+    if config.http.enabled {
+        let addr = config.http.listen;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| AppError::Http { addr, source })?;
+        info!(listen = %addr, "HTTP listening");
+        let state = Arc::new(crate::http::HttpState {
+            settings: config.http.clone(),
+            resolver: crate::owner::Resolver::new(&config),
+            handles: handles.clone(),
+        });
+        let stop = shutdown.clone();
+        tasks.spawn(async move {
+            crate::http::run(listener, state, stop)
+                .await
+                .map_err(|source| AppError::Http { addr, source })
+        });
     }
     if config.dhcp.enabled {
         let parts = dhcp_parts(&config, &handles)?;

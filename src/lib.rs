@@ -5,6 +5,8 @@ pub mod app;
 pub mod cli;
 pub mod config;
 pub mod dhcp;
+pub mod http;
+pub mod ipxe;
 pub mod lease;
 pub mod mac;
 pub mod metrics;

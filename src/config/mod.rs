@@ -6,6 +6,7 @@
 
 mod overrides;
 mod raw;
+mod routing;
 mod validate;
 
 use std::fmt;
@@ -18,6 +19,7 @@ use crate::mac::MacAddr;
 
 pub use overrides::{apply_env_overrides, apply_override, parse_flag, OverrideError};
 pub use raw::RawConfig;
+pub use routing::{ChainTo, Fallback, HttpSettings, Member, OwnerSettings, ResolverKind};
 
 /// The configuration used when no file is given: a lab segment on 192.0.2.0/24
 /// (RFC 5737 documentation range), served on every interface that has an address in it.
@@ -82,6 +84,12 @@ pub struct Config {
     pub boot: BootSettings,
     /// TFTP listener.
     pub tftp: TftpListener,
+    /// HTTP listener.
+    pub http: HttpSettings,
+    /// Owner resolution.
+    pub owner: OwnerSettings,
+    /// The shardboot members (one per conductor); empty for a single instance.
+    pub members: Vec<Member>,
     /// Served subnets.
     pub subnets: Vec<Subnet>,
     /// Per-MAC reservations and overrides.

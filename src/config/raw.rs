@@ -16,6 +16,12 @@ pub struct RawConfig {
     pub boot: RawBoot,
     #[serde(default)]
     pub tftp: crate::tftp::RawTftp,
+    #[serde(default)]
+    pub http: RawHttp,
+    #[serde(default)]
+    pub owner: RawOwner,
+    #[serde(default, rename = "member")]
+    pub members: Vec<RawMember>,
     #[serde(default, rename = "subnet")]
     pub subnets: Vec<RawSubnet>,
     #[serde(default, rename = "host")]
@@ -87,4 +93,36 @@ pub struct RawHost {
     pub dns: Vec<String>,
     pub router: Option<String>,
     pub lease_time: Option<u32>,
+}
+
+/// `[http]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHttp {
+    pub enabled: Option<bool>,
+    pub listen: Option<String>,
+    pub chain_timeout_ms: Option<u32>,
+    pub chain_retries: Option<u32>,
+}
+
+/// `[owner]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub struct RawOwner {
+    #[serde(rename = "self")]
+    pub self_name: Option<String>,
+    pub resolvers: Option<Vec<String>>,
+    pub inventory: Option<String>,
+    pub fallback: Option<String>,
+    pub chain_to: Option<String>,
+}
+
+/// One `[[member]]`: a shardboot instance beside one Ironic conductor.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMember {
+    pub name: Option<String>,
+    pub http_url: Option<String>,
+    pub conductor: Option<String>,
+    pub conductor_url: Option<String>,
 }

@@ -68,6 +68,10 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, Vec<ConfigIssue>> {
     let dhcp = dhcp_settings(raw.dhcp, &mut issues);
     let boot = boot_settings(raw.boot, &mut issues);
     let tftp = tftp_listener(raw.tftp, &mut issues);
+    let mut add = |k: String, r: String| issues.add(k, r);
+    let http = super::routing::http(raw.http, &mut add);
+    let members = super::routing::members(raw.members, &mut add);
+    let owner = super::routing::owner(raw.owner, &members, &mut add);
     let subnets: Vec<Subnet> = raw
         .subnets
         .into_iter()
@@ -84,6 +88,9 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, Vec<ConfigIssue>> {
             dhcp,
             boot,
             tftp,
+            http,
+            owner,
+            members,
             subnets,
             hosts,
         })

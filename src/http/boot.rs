@@ -1,0 +1,101 @@
+//! The boot routes' decisions, pure: from a MAC and its owner resolution to the iPXE
+//! script (or status) to send.
+
+use crate::config::{ChainTo, Fallback, HttpSettings, Member};
+use crate::ipxe::{self, UnsafeValue};
+use crate::mac::MacAddr;
+use crate::owner::Resolution;
+
+/// What a boot request gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BootAnswer {
+    /// An iPXE script.
+    Script {
+        /// How it was decided, for metrics: `local`, `remote`, `fallback`.
+        kind: &'static str,
+        /// The script.
+        body: String,
+    },
+    /// 404: unknown machine and `fallback = "404"`.
+    NotFound,
+}
+
+/// Inputs besides the MAC and resolution.
+pub struct BootContext<'a> {
+    /// Timeouts and retries for scripts.
+    pub http: &'a HttpSettings,
+    /// This member, if members are configured.
+    pub me: Option<&'a Member>,
+    /// The owning member, if known.
+    pub owner: Option<&'a Member>,
+    /// Unknown machines.
+    pub fallback: &'a Fallback,
+    /// Machines owned elsewhere.
+    pub chain_to: ChainTo,
+}
+
+fn per_node_url(conductor_url: &str, mac: &MacAddr) -> String {
+    format!("{conductor_url}/pxelinux.cfg/{}", mac.hyphenated())
+}
+
+/// Decides the script for `mac` (ARCHITECTURE.md, "HTTP boot routing").
+pub fn answer(
+    mac: &MacAddr,
+    res: &Resolution,
+    ctx: &BootContext<'_>,
+) -> Result<BootAnswer, UnsafeValue> {
+    let timeout = ctx.http.chain_timeout_ms.to_string();
+    let retries = ctx.http.chain_retries.to_string();
+    let mac_s = mac.to_string();
+    let chain = |kind: &'static str, owner: &str, url: &str| -> Result<BootAnswer, UnsafeValue> {
+        let body = ipxe::render(
+            ipxe::CHAIN,
+            &[
+                ("mac", &mac_s),
+                ("owner", owner),
+                ("reason", res.source),
+                ("url", url),
+                ("timeout_ms", &timeout),
+                ("retries", &retries),
+            ],
+        )?;
+        Ok(BootAnswer::Script { kind, body })
+    };
+    let local = matches!((ctx.me, ctx.owner), (Some(me), Some(o)) if me.name == o.name);
+    match ctx.owner {
+        Some(owner) if local => {
+            if let Some(c) = &owner.conductor_url {
+                return chain("local", &owner.name, &per_node_url(c, mac));
+            }
+        }
+        Some(owner) => {
+            let url = match (ctx.chain_to, &owner.conductor_url) {
+                (ChainTo::Conductor, Some(c)) => per_node_url(c, mac),
+                _ => format!("{}/v1/boot/{mac_s}/boot.ipxe", owner.http_url),
+            };
+            return chain("remote", &owner.name, &url);
+        }
+        None => {}
+    }
+    let body = match ctx.fallback {
+        Fallback::NotFound => return Ok(BootAnswer::NotFound),
+        Fallback::Exit => ipxe::render(ipxe::EXIT, &[("mac", &mac_s)])?,
+        Fallback::Sanboot => ipxe::render(ipxe::SANBOOT, &[("mac", &mac_s)])?,
+        Fallback::Chain(url) => return chain("fallback", "fallback", url),
+    };
+    Ok(BootAnswer::Script {
+        kind: "fallback",
+        body,
+    })
+}
+
+/// The first-stage script.
+pub fn first_stage(http: &HttpSettings) -> Result<String, UnsafeValue> {
+    ipxe::render(
+        ipxe::BOOT,
+        &[
+            ("timeout_ms", &http.chain_timeout_ms.to_string()),
+            ("retries", &http.chain_retries.to_string()),
+        ],
+    )
+}

@@ -1,0 +1,166 @@
+//! The HTTP listener: boot routes (public, unauthenticated by nature), `/healthz` and
+//! `/metrics`. The operator API (leases, hosts) joins it in a later change.
+
+pub mod boot;
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error};
+
+use crate::app::Handles;
+use crate::config::HttpSettings;
+use crate::mac::MacAddr;
+use crate::metrics::{header as metric_header, sample, Counter};
+use crate::owner::Resolver;
+use boot::{BootAnswer, BootContext};
+
+const OUTCOMES: [&str; 6] = [
+    "first_stage",
+    "local",
+    "remote",
+    "fallback",
+    "not_found",
+    "bad_request",
+];
+
+/// HTTP counters.
+#[derive(Debug, Default)]
+pub struct HttpMetrics {
+    /// Boot requests by outcome (index into the outcome list).
+    pub boot: [Counter; 6],
+}
+
+impl HttpMetrics {
+    fn count(&self, outcome: &str) {
+        if let Some(i) = OUTCOMES.iter().position(|o| *o == outcome) {
+            self.boot[i].inc();
+        }
+    }
+
+    /// Requests counted with `outcome`.
+    pub fn get(&self, outcome: &str) -> u64 {
+        OUTCOMES
+            .iter()
+            .position(|o| *o == outcome)
+            .map_or(0, |i| self.boot[i].get())
+    }
+
+    /// Writes the Prometheus exposition.
+    pub fn render_prometheus(&self, out: &mut String) {
+        metric_header(
+            out,
+            "shardboot_http_boot_requests_total",
+            "counter",
+            "Boot script requests by outcome",
+        );
+        for (o, c) in OUTCOMES.iter().zip(&self.boot) {
+            sample(
+                out,
+                "shardboot_http_boot_requests_total",
+                "outcome",
+                o,
+                c.get(),
+            );
+        }
+    }
+}
+
+/// Shared state of the HTTP handlers.
+pub struct HttpState {
+    /// Listener settings.
+    pub settings: HttpSettings,
+    /// Owner lookups.
+    pub resolver: Resolver,
+    /// Metrics of every listener, for `/metrics`.
+    pub handles: Handles,
+}
+
+/// The router: boot routes, health and metrics.
+pub fn router(state: Arc<HttpState>) -> Router {
+    Router::new()
+        .route("/boot.ipxe", get(first_stage))
+        .route("/v1/boot/{mac}/boot.ipxe", get(boot_mac))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/metrics", get(metrics))
+        .with_state(state)
+}
+
+/// Serves until `shutdown` is cancelled.
+pub async fn run(
+    listener: TcpListener,
+    state: Arc<HttpState>,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await
+}
+
+fn ipxe_script(body: String) -> Response {
+    ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response()
+}
+
+fn internal(e: impl std::fmt::Display) -> Response {
+    error!(error = %e, "could not render a boot script");
+    (
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "cannot render boot script\n",
+    )
+        .into_response()
+}
+
+async fn first_stage(State(s): State<Arc<HttpState>>) -> Response {
+    s.handles.http.count("first_stage");
+    match boot::first_stage(&s.settings) {
+        Ok(body) => ipxe_script(body),
+        Err(e) => internal(e),
+    }
+}
+
+async fn boot_mac(State(s): State<Arc<HttpState>>, Path(raw): Path<String>) -> Response {
+    // The path segment is request data: it is parsed, never echoed or logged raw.
+    let Ok(mac) = raw.parse::<MacAddr>() else {
+        s.handles.http.count("bad_request");
+        debug!(len = raw.len(), "boot request with an invalid MAC");
+        return (StatusCode::BAD_REQUEST, "invalid MAC address\n").into_response();
+    };
+    let res = s.resolver.resolve(&mac);
+    let ctx = BootContext {
+        http: &s.settings,
+        me: s.resolver.self_name().and_then(|n| s.resolver.member(n)),
+        owner: res.member.as_deref().and_then(|n| s.resolver.member(n)),
+        fallback: &s.resolver.settings().fallback,
+        chain_to: s.resolver.settings().chain_to,
+    };
+    debug!(%mac, owner = ?res.member, source = res.source, "boot request");
+    match boot::answer(&mac, &res, &ctx) {
+        Ok(BootAnswer::Script { kind, body }) => {
+            s.handles.http.count(kind);
+            ipxe_script(body)
+        }
+        Ok(BootAnswer::NotFound) => {
+            s.handles.http.count("not_found");
+            (
+                StatusCode::NOT_FOUND,
+                "no boot configuration for this machine\n",
+            )
+                .into_response()
+        }
+        Err(e) => internal(e),
+    }
+}
+
+async fn metrics(State(s): State<Arc<HttpState>>) -> Response {
+    let mut out = String::with_capacity(8192);
+    s.handles.dhcp.render_prometheus(&mut out);
+    s.handles.tftp.render_prometheus(&mut out);
+    s.handles.http.render_prometheus(&mut out);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+}

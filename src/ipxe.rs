@@ -1,0 +1,111 @@
+//! iPXE scripts rendered from the templates in `ipxe/`. Every value placed into a script
+//! passes [`is_script_safe`]: iPXE expands `${…}`, splits on spaces and treats `&&`, `||`
+//! and `#` specially, so a value that could carry any of them never reaches a script.
+
+/// A rendering failure: a value was not safe to place into a script.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("value for {{{{{0}}}}} is not safe to put into an iPXE script")]
+pub struct UnsafeValue(pub &'static str);
+
+/// The first-stage script (`/boot.ipxe`).
+pub const BOOT: &str = include_str!("../ipxe/boot.ipxe");
+/// Chain to one URL, with retries.
+pub const CHAIN: &str = include_str!("../ipxe/chain.ipxe");
+/// Unknown machine: leave iPXE so the firmware tries the next boot device.
+pub const EXIT: &str = include_str!("../ipxe/exit.ipxe");
+/// Unknown machine: boot the first local disk.
+pub const SANBOOT: &str = include_str!("../ipxe/sanboot.ipxe");
+
+/// Whether `v` may appear in an iPXE script: non-empty, at most 512 bytes, and only
+/// letters, digits and `-._~:/?=%@+,`. That admits URLs (without `&` query separators,
+/// which iPXE would read as `&&` fragments), MACs, names and numbers, and nothing that
+/// iPXE expands or splits on.
+pub fn is_script_safe(v: &str) -> bool {
+    !v.is_empty()
+        && v.len() <= 512
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~:/?=%@+,".contains(&b))
+}
+
+/// Whether `v` is a safe absolute http(s) URL (see [`is_script_safe`]).
+pub fn is_safe_url(v: &str) -> bool {
+    (v.starts_with("http://") || v.starts_with("https://")) && is_script_safe(v)
+}
+
+/// Replaces each `{{key}}` in `template` with its value, refusing unsafe values.
+pub fn render(template: &str, values: &[(&'static str, &str)]) -> Result<String, UnsafeValue> {
+    let mut out = template.to_string();
+    for (key, value) in values {
+        if !is_script_safe(value) {
+            return Err(UnsafeValue(key));
+        }
+        out = out.replace(&format!("{{{{{key}}}}}"), value);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_everything_ipxe_would_interpret() {
+        for bad in [
+            "",
+            "${net0/mac}",
+            "http://a/b c",
+            "http://a/b\nchain http://evil",
+            "http://a/?x=1&&chain",
+            "a||b",
+            "#comment",
+            "http://a/\"quoted\"",
+            "http://a/'q'",
+            "http://a/\\",
+            "x;y",
+            "http://a/{b}",
+            "http://a/\0",
+        ] {
+            assert!(!is_script_safe(bad), "{bad:?} accepted");
+        }
+        let long = "a".repeat(513);
+        assert!(!is_script_safe(&long));
+        for good in [
+            "http://192.0.2.1:8088/pxelinux.cfg/52-54-00-12-34-56",
+            "52:54:00:12:34:56",
+            "node-1",
+            "10000",
+        ] {
+            assert!(is_script_safe(good), "{good:?} refused");
+        }
+        assert!(is_safe_url("https://ironic.example:6385/x"));
+        assert!(!is_safe_url("ftp://x/y"));
+    }
+
+    #[test]
+    fn renders_and_fills_every_placeholder() {
+        let s = render(
+            CHAIN,
+            &[
+                ("mac", "52:54:00:12:34:56"),
+                ("owner", "conductor-a"),
+                ("reason", "inventory"),
+                (
+                    "url",
+                    "http://192.0.2.1:8088/pxelinux.cfg/52-54-00-12-34-56",
+                ),
+                ("timeout_ms", "10000"),
+                ("retries", "3"),
+            ],
+        )
+        .unwrap();
+        assert!(s.starts_with("#!ipxe\n"));
+        assert!(s.contains(
+            "chain --timeout 10000 http://192.0.2.1:8088/pxelinux.cfg/52-54-00-12-34-56 ||"
+        ));
+        assert!(!s.contains("{{"), "{s}");
+        assert_eq!(
+            render(CHAIN, &[("url", "http://x/${y}")]),
+            Err(UnsafeValue("url"))
+        );
+    }
+}

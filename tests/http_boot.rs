@@ -1,0 +1,220 @@
+//! The HTTP boot routes through a real socket, driven by curl: owner resolution by
+//! inventory (member name or conductor host name) and by RFC 3074 hash, the chained URL
+//! for local and remote owners, fallbacks, and hostile input that must never reach a
+//! script.
+
+use std::net::SocketAddr;
+use std::process::Command;
+use std::sync::Arc;
+
+use shardboot::app::Handles;
+use shardboot::config::Config;
+use shardboot::http::{self, HttpState};
+use shardboot::mac::MacAddr;
+use shardboot::owner::{responsible_member, Resolver};
+use tokio_util::sync::CancellationToken;
+
+struct TestServer {
+    addr: SocketAddr,
+    handles: Handles,
+    stop: CancellationToken,
+    thread: Option<std::thread::JoinHandle<()>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.stop.cancel();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+const MEMBERS: &str = r#"
+[[member]]
+name = "a"
+http_url = "http://127.0.0.1:18080"
+conductor = "127.0.0.1"
+conductor_url = "http://127.0.0.1:8088"
+
+[[member]]
+name = "b"
+http_url = "http://127.0.0.2:18080"
+conductor = "127.0.0.2:8090"
+conductor_url = "http://127.0.0.2:8088"
+"#;
+
+const INVENTORY: &str = r#"
+"52:54:00:00:00:0a" = "a"
+"52-54-00-00-00-0b" = "127.0.0.2:8090"
+"52:54:00:00:00:0c" = "not-a-member"
+"#;
+
+fn start(owner: &str) -> TestServer {
+    let dir = tempfile::tempdir().unwrap();
+    let inv = dir.path().join("inventory.toml");
+    std::fs::write(&inv, INVENTORY).unwrap();
+    let text = format!(
+        "[owner]\nself = \"a\"\ninventory = \"{}\"\n{owner}\n{MEMBERS}",
+        inv.display()
+    );
+    let config = Config::from_toml_with_overrides(&text, &[]).unwrap();
+    let handles = Handles::default();
+    let state = Arc::new(HttpState {
+        settings: config.http.clone(),
+        resolver: Resolver::new(&config),
+        handles: handles.clone(),
+    });
+    let stop = CancellationToken::new();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let s = stop.clone();
+    let thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(listener.local_addr().unwrap()).unwrap();
+            http::run(listener, state, s).await.unwrap();
+        });
+    });
+    TestServer {
+        addr: rx.recv().unwrap(),
+        handles,
+        stop,
+        thread: Some(thread),
+        _dir: dir,
+    }
+}
+
+/// GET with curl; returns (status, body).
+fn get(s: &TestServer, path: &str) -> (u16, String) {
+    let out = Command::new("curl")
+        .args(["-s", "--path-as-is", "-o", "-", "-w", "\n%{http_code}"])
+        .arg(format!("http://{}{path}", s.addr))
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n').unwrap();
+    (code.parse().unwrap(), body.to_string())
+}
+
+#[test]
+fn first_stage_tries_every_nic_on_this_server() {
+    let s = start("");
+    let (code, body) = get(&s, "/boot.ipxe");
+    assert_eq!(code, 200);
+    assert!(body.starts_with("#!ipxe\n"), "{body}");
+    for nic in ["net0", "net1", "net2", "net3"] {
+        assert!(
+            body.contains(&format!(
+                "chain --timeout 10000 /v1/boot/${{{nic}/mac}}/boot.ipxe"
+            )),
+            "{body}"
+        );
+    }
+    assert_eq!(get(&s, "/healthz"), (200, "ok\n".to_string()));
+}
+
+#[test]
+fn inventory_owner_decides_the_chain() {
+    let s = start("resolvers = [\"inventory\"]");
+    // Owned by this member: its conductor's per-node config.
+    let (code, body) = get(&s, "/v1/boot/52:54:00:00:00:0a/boot.ipxe");
+    assert_eq!(code, 200);
+    assert!(
+        body.contains(
+            "chain --timeout 10000 http://127.0.0.1:8088/pxelinux.cfg/52-54-00-00-00-0a ||"
+        ),
+        "{body}"
+    );
+    // Owned by the member beside conductor 127.0.0.2:8090, any MAC spelling: that member.
+    for form in ["52:54:00:00:00:0b", "52-54-00-00-00-0B", "52540000000b"] {
+        let (code, body) = get(&s, &format!("/v1/boot/{form}/boot.ipxe"));
+        assert_eq!(code, 200);
+        assert!(
+            body.contains("http://127.0.0.2:18080/v1/boot/52:54:00:00:00:0b/boot.ipxe"),
+            "{form}: {body}"
+        );
+    }
+    // Unknown, or owned by something that is not a member: the fallback (exit).
+    for mac in ["52:54:00:00:00:0c", "52:54:00:00:00:0d"] {
+        let (code, body) = get(&s, &format!("/v1/boot/{mac}/boot.ipxe"));
+        assert_eq!(code, 200);
+        assert!(
+            body.contains("\nexit\n") && !body.contains("chain"),
+            "{body}"
+        );
+    }
+    assert_eq!(s.handles.http.get("local"), 1);
+    assert_eq!(s.handles.http.get("remote"), 3);
+    assert_eq!(s.handles.http.get("fallback"), 2);
+}
+
+#[test]
+fn chain_to_conductor_and_404_fallback() {
+    let s = start("resolvers = [\"inventory\"]\nchain_to = \"conductor\"\nfallback = \"404\"");
+    let (_, body) = get(&s, "/v1/boot/52:54:00:00:00:0b/boot.ipxe");
+    assert!(
+        body.contains("http://127.0.0.2:8088/pxelinux.cfg/52-54-00-00-00-0b"),
+        "{body}"
+    );
+    assert_eq!(get(&s, "/v1/boot/52:54:00:00:00:0d/boot.ipxe").0, 404);
+}
+
+#[test]
+fn hash_resolver_agrees_with_rfc3074_buckets() {
+    let s = start("resolvers = [\"hash\"]");
+    for n in 0..40u8 {
+        let mac = MacAddr([0x52, 0x54, 0x00, 0x12, 0x34, n]);
+        let want = responsible_member(&mac, &["a", "b"]).unwrap();
+        let (code, body) = get(&s, &format!("/v1/boot/{mac}/boot.ipxe"));
+        assert_eq!(code, 200);
+        let expected = if want == "a" {
+            format!("http://127.0.0.1:8088/pxelinux.cfg/{}", mac.hyphenated())
+        } else {
+            format!("http://127.0.0.2:18080/v1/boot/{mac}/boot.ipxe")
+        };
+        assert!(body.contains(&expected), "{mac} → {want}: {body}");
+    }
+}
+
+#[test]
+fn hostile_macs_get_400_and_are_never_echoed() {
+    let s = start("");
+    let attacks = [
+        "$%7Bnet0/mac%7D",
+        "${net0/mac}",
+        "52:54:00:00:00:0a%0Achain%20http://evil",
+        "52:54:00:00:00:0a%20||%20shell",
+        "..%2F..%2Fetc%2Fpasswd",
+        "52:54:00:00:00:0a;reboot",
+        "%00",
+        "52:54:00:00:00",
+        "zz:zz:zz:zz:zz:zz",
+        "52%3A54%3A00%3A00%3A00%3A0a%23",
+        "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+        "%3Cscript%3E",
+    ];
+    for a in attacks {
+        let (code, body) = get(&s, &format!("/v1/boot/{a}/boot.ipxe"));
+        assert!(code == 400 || code == 404, "{a}: {code} {body}");
+        for needle in [
+            "evil", "shell", "passwd", "reboot", "script", "net0", "AAAA",
+        ] {
+            assert!(!body.contains(needle), "{a}: body echoes input: {body}");
+        }
+    }
+    let (_, metrics) = get(&s, "/metrics");
+    assert!(
+        metrics.contains("shardboot_http_boot_requests_total{outcome=\"bad_request\"}"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("shardboot_dhcp_received_total"),
+        "{metrics}"
+    );
+    assert!(s.handles.http.get("bad_request") >= 9);
+}
