@@ -1,0 +1,526 @@
+#!/usr/bin/env bash
+# A real OpenStack Ironic (PyPI `ironic`, 39.x) on loopback, for shardboot's integration
+# tests and .ci/run: two conductors sharing one sqlite database, fake-hardware nodes with
+# ports, and "who owns which MAC" as Ironic itself reports it.
+#
+#   lab.sh setup                                venv + `pip install ironic` (idempotent)
+#   lab.sh start DIR [--basic-auth USER:PASS]   configs, schema, both conductors, wait
+#   lab.sh enroll DIR N                         N nodes + 1 port each, print owners
+#   lab.sh owners DIR                           print {"mac","node","conductor"} lines
+#   lab.sh conductors DIR                       print GET /v1/conductors (JSON)
+#   lab.sh stop-conductor DIR 2 [--kill] [--no-wait]
+#                                               stop conductor 2 (SIGTERM: it deregisters;
+#                                               --kill: SIGKILL, a crash, noticed after
+#                                               heartbeat_timeout); waits until no node
+#                                               is reported on it and prints the seconds
+#   lab.sh start-conductor DIR 2                start conductor 2 again (same config)
+#   lab.sh stop DIR                             stop everything (TERM, then KILL)
+#   lab.sh curl DIR PATH [curl args...]         curl the API with header (+ auth)
+#
+# Processes (each in its own session/process group, PGID = PID written to DIR):
+#   1: `ironic` (API + conductor), [DEFAULT] host = 127.0.0.1, json-rpc 127.0.0.1:8089,
+#      API on 127.0.0.1:${SB_IRONIC_API_PORT:-6385, or a free port when 6385 is taken}
+#      -> Ironic reports this conductor as "127.0.0.1"
+#   2: `ironic-conductor`, [DEFAULT] host = 127.0.0.2, json-rpc 127.0.0.2:8090
+#      -> Ironic reports this conductor as "127.0.0.2:8090"
+#
+# Files in DIR: ironic-{1,2}.conf, ironic-{1,2}.log, ironic-{1,2}.pid, api_url,
+# ironic.sqlite, htpasswd + basic_auth (USER:PASS) when --basic-auth is used.
+# stdout carries only data (JSON); progress and errors go to stderr.
+#
+# Environment:
+#   SB_IRONIC_VENV            venv (default <repo>/target/ironic-venv, inside the build tree)
+#   SB_IRONIC_SPEC            pip requirement (default 'ironic==39.*')
+#   SB_IRONIC_API_PORT        API port (default 6385 when free, else any free port)
+#   SB_IRONIC_START_TIMEOUT   seconds to wait for API + both conductors (default 120)
+#   SB_IRONIC_HEARTBEAT_INTERVAL / SB_IRONIC_HEARTBEAT_TIMEOUT / SB_IRONIC_HASH_RING_RESET
+#                             [conductor] heartbeat_interval / heartbeat_timeout and
+#                             [DEFAULT] hash_ring_reset_interval (defaults 2 / 10 / 2;
+#                             Ironic's own defaults are 10 / 60 / 15)
+#   SB_IRONIC_DEBUG=1         [DEFAULT] debug = true
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
+VENV=${SB_IRONIC_VENV:-$TARGET_DIR/ironic-venv}
+SPEC=${SB_IRONIC_SPEC:-ironic==39.*}
+MARKER=$VENV/.shardboot-ironic-ready
+API_VERSION_HEADER='X-OpenStack-Ironic-API-Version: 1.89'
+HB_INTERVAL=${SB_IRONIC_HEARTBEAT_INTERVAL:-2}
+HB_TIMEOUT=${SB_IRONIC_HEARTBEAT_TIMEOUT:-10}
+RING_RESET=${SB_IRONIC_HASH_RING_RESET:-2}
+START_TIMEOUT=${SB_IRONIC_START_TIMEOUT:-120}
+# Both conductors' identities. Conductor 1's json-rpc port must stay 8089 (Ironic's
+# default) for it to be reported as plain "127.0.0.1".
+C1_HOST=127.0.0.1 C1_RPC_PORT=8089 C1_NAME=127.0.0.1
+C2_HOST=127.0.0.2 C2_RPC_PORT=8090 C2_NAME=127.0.0.2:8090
+
+log() { printf 'lab.sh: %s\n' "$*" >&2; }
+die() { printf 'lab.sh: error: %s\n' "$*" >&2; exit 1; }
+now() { date +%s.%N; }
+elapsed() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$1" "$(now)"; }
+
+usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
+
+# ---------------------------------------------------------------------------------- setup
+cmd_setup() {
+  if [ -f "$MARKER" ] && [ "$(cat "$MARKER")" = "$SPEC" ] && [ -x "$VENV/bin/ironic" ]; then
+    log "ironic already installed in $VENV ($("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("ironic"))'))"
+    return 0
+  fi
+  command -v python3 >/dev/null || die "python3 not found"
+  local t0; t0=$(now)
+  log "creating venv $VENV"
+  mkdir -p "$(dirname "$VENV")"
+  if ! python3 -m venv --clear "$VENV" 2>"$TARGET_DIR/ironic-venv.err"; then
+    # Debian ships ensurepip separately (python3-venv).
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      log "python3 -m venv failed; installing python3-venv"
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv >/dev/null \
+        || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv >/dev/null; } \
+        || die "could not install python3-venv"
+      python3 -m venv --clear "$VENV" || die "python3 -m venv $VENV failed"
+    else
+      cat "$TARGET_DIR/ironic-venv.err" >&2
+      die "python3 -m venv $VENV failed (install python3-venv)"
+    fi
+  fi
+  rm -f "$TARGET_DIR/ironic-venv.err"
+  # pip's cache lives in the build tree too: nothing is cached outside it.
+  export PIP_CACHE_DIR=$TARGET_DIR/pip-cache PIP_DISABLE_PIP_VERSION_CHECK=1
+  log "pip install '$SPEC' (about a minute)"
+  "$VENV/bin/pip" install -q --upgrade pip >&2 || die "pip upgrade failed"
+  "$VENV/bin/pip" install -q "$SPEC" >&2 || die "pip install '$SPEC' failed"
+  "$VENV/bin/python" -W ignore -c 'import ironic.command.singleprocess, bcrypt' || die "ironic installed but does not import"
+  printf '%s\n' "$SPEC" >"$MARKER"
+  log "installed ironic $("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("ironic"))') in $(elapsed "$t0") s"
+}
+
+require_venv() {
+  [ -f "$MARKER" ] && [ -x "$VENV/bin/ironic" ] || die "no Ironic venv at $VENV; run: $0 setup"
+}
+
+# ------------------------------------------------------------------------------- helpers
+absdir() { mkdir -p "$1" && (cd "$1" && pwd); }
+
+port_free() { # HOST PORT
+  python3 -c '
+import socket, sys
+s = socket.socket()
+try:
+    s.bind((sys.argv[1], int(sys.argv[2])))
+except OSError:
+    sys.exit(1)
+' "$1" "$2"
+}
+
+free_port() { # HOST
+  python3 -c '
+import socket, sys
+s = socket.socket(); s.bind((sys.argv[1], 0)); print(s.getsockname()[1])' "$1"
+}
+
+pid_of() { # DIR N -> pid if that process (group) is alive
+  local f=$1/ironic-$2.pid pid
+  [ -f "$f" ] || return 1
+  pid=$(cat "$f")
+  [ -n "$pid" ] && kill -0 -- "-$pid" 2>/dev/null && echo "$pid"
+}
+
+log_tail() { # DIR N
+  local f=$1/ironic-$2.log
+  if [ -f "$f" ]; then
+    printf -- '---- last 40 lines of %s ----\n' "$f" >&2
+    tail -n 40 "$f" >&2
+    printf -- '----\n' >&2
+  fi
+}
+
+fail_with_logs() { # DIR MESSAGE
+  local dir=$1; shift
+  printf 'lab.sh: error: %s\n' "$*" >&2
+  log_tail "$dir" 1
+  log_tail "$dir" 2
+  exit 1
+}
+
+api_url() { [ -f "$1/api_url" ] || die "$1/api_url missing (was '$0 start $1' run?)"; cat "$1/api_url"; }
+
+# api DIR PATH [curl args]: curl against the API, body to stdout, fails on HTTP >= 400.
+api() {
+  local dir=$1 path=$2; shift 2
+  local url auth=()
+  url=$(api_url "$dir")
+  [ -f "$dir/basic_auth" ] && auth=(-u "$(cat "$dir/basic_auth")")
+  curl -sS --fail-with-body --max-time 30 --noproxy '*' "${auth[@]}" \
+    -H "$API_VERSION_HEADER" -H 'Content-Type: application/json' "$@" "$url$path"
+}
+
+# Follows Ironic's "next" links; prints one JSON array of all items under KEY.
+api_list() { # DIR PATH KEY
+  local dir=$1 path=$2 key=$3 url body all='[]' next
+  url=$(api_url "$dir")
+  while :; do
+    body=$(api "$dir" "$path") || return 1
+    read -r all next < <(python3 -c '
+import json, sys
+acc = json.loads(sys.argv[1]); page = json.loads(sys.argv[2])
+acc.extend(page.get(sys.argv[3], []))
+nxt = page.get("next") or ""
+base = sys.argv[4]
+print(json.dumps(acc, separators=(",", ":")), nxt[len(base):] if nxt.startswith(base) else nxt)
+' "$all" "$body" "$key" "$url") || return 1
+    [ -n "$next" ] || break
+    path=$next
+  done
+  printf '%s\n' "$all"
+}
+
+# ------------------------------------------------------------------------------- config
+write_conf() { # DIR N HOST RPC_PORT API_PORT AUTH_STRATEGY
+  local dir=$1 n=$2 host=$3 rpc_port=$4 api_port=$5 auth=$6
+  mkdir -p "$dir/state-$n" "$dir/tmp-$n" "$dir/locks"
+  cat >"$dir/ironic-$n.conf" <<EOF
+# Generated by tests/ironic/lab.sh for conductor $n ($host).
+[DEFAULT]
+host = $host
+my_ip = $host
+debug = $([ "${SB_IRONIC_DEBUG:-0}" = 1 ] && echo true || echo false)
+auth_strategy = $auth
+http_basic_auth_user_file = $dir/htpasswd
+rpc_transport = json-rpc
+state_path = $dir/state-$n
+tempdir = $dir/tmp-$n
+# How long a process (the API's included) trusts its cached hash ring (default 15 s).
+hash_ring_reset_interval = $RING_RESET
+graceful_shutdown_timeout = 15
+enabled_hardware_types = fake-hardware
+enabled_bios_interfaces = fake
+enabled_boot_interfaces = fake
+enabled_console_interfaces = fake
+enabled_deploy_interfaces = fake
+enabled_firmware_interfaces = fake
+enabled_inspect_interfaces = no-inspect
+enabled_management_interfaces = fake
+enabled_network_interfaces = noop
+enabled_power_interfaces = fake
+enabled_raid_interfaces = fake
+enabled_rescue_interfaces = fake
+enabled_storage_interfaces = noop
+enabled_vendor_interfaces = fake
+
+[api]
+host_ip = 127.0.0.1
+port = $api_port
+
+[json_rpc]
+# Conductor-to-conductor RPC stays unauthenticated on loopback, also with --basic-auth.
+auth_strategy = noauth
+host_ip = $host
+port = $rpc_port
+
+[conductor]
+# A conductor is dead when its last heartbeat is older than heartbeat_timeout
+# (defaults 10 / 60 s): this bounds how fast a crashed conductor's nodes move.
+heartbeat_interval = $HB_INTERVAL
+heartbeat_timeout = $HB_TIMEOUT
+automated_clean = false
+
+[database]
+connection = $(db_url "$dir")
+
+[dhcp]
+dhcp_provider = none
+
+[oslo_concurrency]
+lock_path = $dir/locks
+
+[pxe]
+tftp_root = $dir/state-$n/tftpboot
+images_path = $dir/state-$n/images
+instance_master_path = $dir/state-$n/master_images
+
+[deploy]
+http_root = $dir/state-$n/httpboot
+http_url = http://$host:$api_port/unused
+EOF
+}
+
+launch() { # DIR N BINARY
+  local dir=$1 n=$2 bin=$3 pid
+  # setsid: own session and process group (PGID = PID), so the whole tree (Ironic forks a
+  # worker) can be signalled by id; Ironic's drain handler also signals its own group.
+  setsid "$VENV/bin/$bin" --config-file "$dir/ironic-$n.conf" \
+    >>"$dir/ironic-$n.log" 2>&1 </dev/null &
+  pid=$!
+  echo "$pid" >"$dir/ironic-$n.pid"
+  log "started $bin (conductor $n) pid $pid, log $dir/ironic-$n.log"
+}
+
+# Prints the names of the alive conductors, one a line.
+alive_conductors() { # DIR
+  local body
+  body=$(api "$1" /v1/conductors 2>/dev/null) || return 1
+  python3 -c '
+import json, sys
+for c in json.loads(sys.argv[1]).get("conductors", []):
+    if c.get("alive"):
+        print(c["hostname"])' "$body"
+}
+
+wait_conductors() { # DIR DEADLINE_SECONDS WANT...
+  local dir=$1 limit=$2; shift 2
+  local t0 alive ok w n
+  t0=$(date +%s)
+  while :; do
+    for n in 1 2; do
+      if [ -f "$dir/ironic-$n.pid" ] && ! pid_of "$dir" "$n" >/dev/null; then
+        fail_with_logs "$dir" "conductor $n (pid $(cat "$dir/ironic-$n.pid")) exited during start-up"
+      fi
+    done
+    if alive=$(alive_conductors "$dir"); then
+      ok=1
+      for w in "$@"; do grep -qxF "$w" <<<"$alive" || ok=0; done
+      [ "$ok" = 1 ] && return 0
+    fi
+    if [ $(( $(date +%s) - t0 )) -ge "$limit" ]; then
+      fail_with_logs "$dir" "timed out after ${limit}s waiting for conductors [$*] (alive: [$(echo $alive)]) at $(cat "$dir/api_url")"
+    fi
+    sleep 0.5
+  done
+}
+
+# -------------------------------------------------------------------------------- start
+cmd_start() {
+  [ $# -ge 1 ] || usage
+  local dir basic="" api_port auth=noauth t0
+  dir=$(absdir "$1"); shift
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --basic-auth) [ $# -ge 2 ] || die "--basic-auth needs USER:PASS"; basic=$2; shift 2 ;;
+      --basic-auth=*) basic=${1#*=}; shift ;;
+      *) die "start: unknown argument '$1'" ;;
+    esac
+  done
+  require_venv
+  command -v curl >/dev/null || die "curl not found"
+  command -v setsid >/dev/null || die "setsid (util-linux) not found"
+  for n in 1 2; do
+    if pid=$(pid_of "$dir" "$n"); then die "conductor $n already running in $dir (pid $pid); '$0 stop $dir' first"; fi
+  done
+  t0=$(now)
+
+  if [ -n "${SB_IRONIC_API_PORT:-}" ]; then
+    api_port=$SB_IRONIC_API_PORT
+    port_free 127.0.0.1 "$api_port" || die "API port 127.0.0.1:$api_port is in use"
+  elif port_free 127.0.0.1 6385; then
+    api_port=6385
+  else
+    api_port=$(free_port 127.0.0.1)
+  fi
+  port_free "$C1_HOST" "$C1_RPC_PORT" || die "json-rpc port $C1_HOST:$C1_RPC_PORT is in use (another lab running?)"
+  port_free "$C2_HOST" "$C2_RPC_PORT" || die "json-rpc port $C2_HOST:$C2_RPC_PORT is in use (another lab running?)"
+
+  rm -f "$dir/basic_auth" "$dir/htpasswd"
+  if [ -n "$basic" ]; then
+    case $basic in *:*) ;; *) die "--basic-auth wants USER:PASS" ;; esac
+    auth=http_basic
+    # oslo.middleware accepts only bcrypt digests ($2y$/$2a$/$2b$) in the htpasswd file.
+    "$VENV/bin/python" -c '
+import bcrypt, sys
+user, _, pw = sys.argv[1].partition(":")
+print(user + ":" + bcrypt.hashpw(pw.encode(), bcrypt.gensalt(rounds=4)).decode())
+' "$basic" >"$dir/htpasswd"
+    printf '%s\n' "$basic" >"$dir/basic_auth"
+    chmod 600 "$dir/htpasswd" "$dir/basic_auth"
+  fi
+
+  write_conf "$dir" 1 "$C1_HOST" "$C1_RPC_PORT" "$api_port" "$auth"
+  write_conf "$dir" 2 "$C2_HOST" "$C2_RPC_PORT" "$api_port" "$auth"
+  echo "http://127.0.0.1:$api_port" >"$dir/api_url"
+
+  if [ ! -s "$dir/ironic.sqlite" ]; then
+    rm -f "$dir/ironic.sqlite"
+    "$VENV/bin/ironic-dbsync" --config-file "$dir/ironic-1.conf" create_schema \
+      >"$dir/dbsync.log" 2>&1 || { tail -n 40 "$dir/dbsync.log" >&2; die "ironic-dbsync create_schema failed"; }
+  else
+    log "reusing database $dir/ironic.sqlite"
+  fi
+
+  launch "$dir" 1 ironic
+  launch "$dir" 2 ironic-conductor
+  wait_conductors "$dir" "$START_TIMEOUT" "$C1_NAME" "$C2_NAME"
+  if [ -n "$basic" ]; then
+    local code
+    code=$(curl -s -o /dev/null -w '%{http_code}' --noproxy '*' -H "$API_VERSION_HEADER" "$(cat "$dir/api_url")/v1/nodes")
+    [ "$code" = 401 ] || fail_with_logs "$dir" "basic auth configured but an unauthenticated request got HTTP $code"
+  fi
+  log "Ironic up at $(cat "$dir/api_url") ($auth), conductors $C1_NAME and $C2_NAME alive, in $(elapsed "$t0") s"
+}
+
+cmd_start_conductor() {
+  [ $# -eq 2 ] && [ "$2" = 2 ] || die "usage: $0 start-conductor DIR 2"
+  local dir; dir=$(absdir "$1")
+  require_venv
+  if pid=$(pid_of "$dir" 2); then die "conductor 2 already running (pid $pid)"; fi
+  port_free "$C2_HOST" "$C2_RPC_PORT" || die "json-rpc port $C2_HOST:$C2_RPC_PORT is in use"
+  local t0; t0=$(now)
+  launch "$dir" 2 ironic-conductor
+  wait_conductors "$dir" "$START_TIMEOUT" "$C2_NAME"
+  log "conductor 2 ($C2_NAME) alive again in $(elapsed "$t0") s"
+}
+
+# ------------------------------------------------------------------------------- owners
+# Prints {"mac","node","conductor"} JSON lines, sorted by MAC.
+owners_json() { # DIR
+  local ports nodes
+  ports=$(api_list "$1" "/v1/ports/detail?limit=1000&fields=address,node_uuid" ports) || return 1
+  nodes=$(api_list "$1" "/v1/nodes/detail?limit=1000" nodes) || return 1
+  python3 -c '
+import json, sys
+ports = json.loads(sys.argv[1]); nodes = {n["uuid"]: n for n in json.loads(sys.argv[2])}
+for p in sorted(ports, key=lambda p: p["address"]):
+    n = nodes.get(p["node_uuid"], {})
+    print(json.dumps({"mac": p["address"], "node": p["node_uuid"],
+                      "conductor": n.get("conductor")}, separators=(", ", ": ")))
+' "$ports" "$nodes"
+}
+
+cmd_owners() {
+  [ $# -eq 1 ] || usage
+  local dir; dir=$(absdir "$1")
+  owners_json "$dir" || fail_with_logs "$dir" "could not read ports/nodes from $(api_url "$dir")"
+}
+
+cmd_conductors() {
+  [ $# -eq 1 ] || usage
+  local dir; dir=$(absdir "$1")
+  api "$dir" /v1/conductors || fail_with_logs "$dir" "GET /v1/conductors failed"
+  echo
+}
+
+# ------------------------------------------------------------------------------- enroll
+cmd_enroll() {
+  [ $# -eq 2 ] || usage
+  local dir n existing i mac uuid body t0 owners
+  dir=$(absdir "$1"); n=$2
+  [[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 65535 ] || die "enroll: N must be 1..65535"
+  t0=$(now)
+  # Continue numbering after nodes enrolled by an earlier call.
+  existing=$(api_list "$dir" "/v1/nodes?limit=1000" nodes | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))') \
+    || fail_with_logs "$dir" "GET /v1/nodes failed"
+  for ((i = existing + 1; i <= existing + n; i++)); do
+    [ "$i" -le 65535 ] || die "enroll: out of MACs"
+    mac=$(printf '52:54:00:5b:%02x:%02x' $((i >> 8)) $((i & 255)))
+    body=$(api "$dir" /v1/nodes -X POST \
+      -d "{\"name\": \"sb-lab-$(printf %05d "$i")\", \"driver\": \"fake-hardware\"}") \
+      || fail_with_logs "$dir" "POST /v1/nodes failed for node $i: $body"
+    uuid=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["uuid"])' "$body")
+    body=$(api "$dir" /v1/ports -X POST \
+      -d "{\"node_uuid\": \"$uuid\", \"address\": \"$mac\"}") \
+      || fail_with_logs "$dir" "POST /v1/ports failed for $mac (node $uuid): $body"
+  done
+  log "enrolled $n nodes in $(elapsed "$t0") s"
+  local deadline=$(( $(date +%s) + 60 ))
+  while :; do
+    owners=$(owners_json "$dir") || fail_with_logs "$dir" "could not read owners"
+    grep -q '"conductor": null' <<<"$owners" || break
+    [ "$(date +%s)" -lt "$deadline" ] || fail_with_logs "$dir" "nodes without a conductor after 60 s"
+    sleep 0.5
+  done
+  printf '%s\n' "$owners"
+  log "owners: $(python3 -c '
+import collections, json, sys
+c = collections.Counter(json.loads(l)["conductor"] for l in sys.stdin if l.strip())
+print(", ".join(f"{k}: {v}" for k, v in sorted(c.items())))' <<<"$owners")"
+}
+
+# --------------------------------------------------------------------------------- stop
+# stop_group DIR N SIGNAL GRACE: signal the process group, wait up to GRACE s, then KILL.
+stop_group() {
+  local dir=$1 n=$2 sig=$3 grace=$4 pid t
+  pid=$(pid_of "$dir" "$n") || { rm -f "$dir/ironic-$n.pid"; return 0; }
+  kill "-$sig" -- "-$pid" 2>/dev/null || true
+  for ((t = 0; t < grace * 10; t++)); do
+    kill -0 -- "-$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 -- "-$pid" 2>/dev/null; then
+    log "conductor $n (pgid $pid) still running after ${grace}s; SIGKILL"
+    kill -KILL -- "-$pid" 2>/dev/null || true
+    for ((t = 0; t < 50; t++)); do kill -0 -- "-$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -0 -- "-$pid" 2>/dev/null && die "process group $pid survives SIGKILL"
+  fi
+  # Reap it if it is our child (it never is across invocations; harmless otherwise).
+  wait "$pid" 2>/dev/null || true
+  rm -f "$dir/ironic-$n.pid"
+}
+
+cmd_stop_conductor() {
+  [ $# -ge 2 ] || usage
+  local dir n mode=TERM waitfor=1 t0 owners
+  dir=$(absdir "$1"); n=$2; shift 2
+  [ "$n" = 2 ] || die "stop-conductor: only conductor 2 can be stopped alone (1 serves the API)"
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --kill) mode=KILL ;;
+      --no-wait) waitfor=0 ;;
+      *) die "stop-conductor: unknown argument '$1'" ;;
+    esac
+    shift
+  done
+  pid_of "$dir" 2 >/dev/null || die "conductor 2 is not running"
+  t0=$(now)
+  stop_group "$dir" 2 "$mode" 30
+  log "conductor 2 stopped (SIG$mode) in $(elapsed "$t0") s"
+  [ "$waitfor" = 1 ] || return 0
+  # SIGTERM deregisters (the API's ring drops it on its next reset); SIGKILL leaves a stale
+  # registration until heartbeat_timeout passes.
+  local limit=$(( HB_TIMEOUT + RING_RESET + 60 ))
+  while :; do
+    owners=$(owners_json "$dir") || fail_with_logs "$dir" "could not read owners"
+    grep -qF "\"conductor\": \"$C2_NAME\"" <<<"$owners" || break
+    python3 -c 'import sys; sys.exit(float(sys.argv[1]) < float(sys.argv[2]))' "$(elapsed "$t0")" "$limit" \
+      && fail_with_logs "$dir" "nodes still on $C2_NAME ${limit}s after stopping it"
+    sleep 0.25
+  done
+  log "rebalanced: no node on $C2_NAME $(elapsed "$t0") s after SIG$mode"
+}
+
+cmd_stop() {
+  [ $# -eq 1 ] || usage
+  local dir t0; dir=$(absdir "$1")
+  t0=$(now)
+  # TERM both at once (each waits hash_ring_reset_interval while the other is online),
+  # then wait for each with a bounded grace period, KILL as a fallback.
+  for n in 2 1; do
+    if pid=$(pid_of "$dir" "$n"); then kill -TERM -- "-$pid" 2>/dev/null || true; fi
+  done
+  stop_group "$dir" 2 TERM 30
+  stop_group "$dir" 1 TERM 30
+  log "stopped in $(elapsed "$t0") s"
+}
+
+cmd_curl() {
+  [ $# -ge 2 ] || usage
+  local dir path; dir=$(absdir "$1"); path=$2; shift 2
+  api "$dir" "$path" "$@"
+}
+
+# ---------------------------------------------------------------------------------- main
+[ $# -ge 1 ] || usage
+cmd=$1; shift
+case $cmd in
+  setup) cmd_setup "$@" ;;
+  start) cmd_start "$@" ;;
+  start-conductor) cmd_start_conductor "$@" ;;
+  enroll) cmd_enroll "$@" ;;
+  owners) cmd_owners "$@" ;;
+  conductors) cmd_conductors "$@" ;;
+  stop-conductor) cmd_stop_conductor "$@" ;;
+  stop) cmd_stop "$@" ;;
+  curl) cmd_curl "$@" ;;
+  -h|--help|help) usage ;;
+  *) die "unknown command '$cmd' (see $0 --help)" ;;
+esac
