@@ -24,13 +24,22 @@
 #   2: `ironic-conductor`, [DEFAULT] host = 127.0.0.2, json-rpc 127.0.0.2:8090
 #      -> Ironic reports this conductor as "127.0.0.2:8090"
 #
-# Files in DIR: ironic-{1,2}.conf, ironic-{1,2}.log, ironic-{1,2}.pid, api_url,
-# ironic.sqlite, htpasswd + basic_auth (USER:PASS) when --basic-auth is used.
+#   0: the database. Default PostgreSQL (SB_IRONIC_DB=postgresql): a private cluster in
+#      DIR/pg, unix socket only (DIR/pg-run, listen_addresses = ''), run as user postgres.
+#      SB_IRONIC_DB=sqlite uses DIR/ironic.sqlite instead, but Ironic 39 then disables
+#      conductor heartbeats and never refreshes its hash ring (common/hash_ring.py,
+#      base_manager._conductor_service_record_keepalive): nodes never move off a stopped
+#      conductor, so the rebalance tests need PostgreSQL.
+#
+# Files in DIR: ironic-{1,2}.conf, ironic-{1,2}.log, ironic-{1,2}.pid, postgres.{pid,log},
+# api_url, db (backend), htpasswd + basic_auth (USER:PASS) with --basic-auth.
 # stdout carries only data (JSON); progress and errors go to stderr.
 #
 # Environment:
 #   SB_IRONIC_VENV            venv (default <repo>/target/ironic-venv, inside the build tree)
 #   SB_IRONIC_SPEC            pip requirement (default 'ironic==39.*')
+#   SB_IRONIC_DB              postgresql (default) or sqlite; setup apt-installs the
+#                             Debian package postgresql when it is missing (as root)
 #   SB_IRONIC_API_PORT        API port (default 6385 when free, else any free port)
 #   SB_IRONIC_START_TIMEOUT   seconds to wait for API + both conductors (default 120)
 #   SB_IRONIC_HEARTBEAT_INTERVAL / SB_IRONIC_HEARTBEAT_TIMEOUT / SB_IRONIC_HASH_RING_RESET
@@ -51,6 +60,9 @@ HB_INTERVAL=${SB_IRONIC_HEARTBEAT_INTERVAL:-2}
 HB_TIMEOUT=${SB_IRONIC_HEARTBEAT_TIMEOUT:-10}
 RING_RESET=${SB_IRONIC_HASH_RING_RESET:-2}
 START_TIMEOUT=${SB_IRONIC_START_TIMEOUT:-120}
+DB_BACKEND=${SB_IRONIC_DB:-postgresql}
+case $DB_BACKEND in postgresql|sqlite) ;; *) echo "lab.sh: error: SB_IRONIC_DB must be postgresql or sqlite" >&2; exit 2 ;; esac
+PIP_EXTRA=(psycopg2-binary)
 # Both conductors' identities. Conductor 1's json-rpc port must stay 8089 (Ironic's
 # default) for it to be reported as plain "127.0.0.1".
 C1_HOST=127.0.0.1 C1_RPC_PORT=8089 C1_NAME=127.0.0.1
@@ -65,7 +77,8 @@ usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
 
 # ---------------------------------------------------------------------------------- setup
 cmd_setup() {
-  if [ -f "$MARKER" ] && [ "$(cat "$MARKER")" = "$SPEC" ] && [ -x "$VENV/bin/ironic" ]; then
+  [ "$DB_BACKEND" = sqlite ] || ensure_postgres
+  if [ -f "$MARKER" ] && [ "$(cat "$MARKER")" = "$SPEC ${PIP_EXTRA[*]}" ] && [ -x "$VENV/bin/ironic" ]; then
     log "ironic already installed in $VENV ($("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("ironic"))'))"
     return 0
   fi
@@ -91,10 +104,35 @@ cmd_setup() {
   export PIP_CACHE_DIR=$TARGET_DIR/pip-cache PIP_DISABLE_PIP_VERSION_CHECK=1
   log "pip install '$SPEC' (about a minute)"
   "$VENV/bin/pip" install -q --upgrade pip >&2 || die "pip upgrade failed"
-  "$VENV/bin/pip" install -q "$SPEC" >&2 || die "pip install '$SPEC' failed"
-  "$VENV/bin/python" -W ignore -c 'import ironic.command.singleprocess, bcrypt' || die "ironic installed but does not import"
-  printf '%s\n' "$SPEC" >"$MARKER"
+  "$VENV/bin/pip" install -q "$SPEC" "${PIP_EXTRA[@]}" >&2 || die "pip install '$SPEC' ${PIP_EXTRA[*]} failed"
+  "$VENV/bin/python" -W ignore -c 'import ironic.command.singleprocess, bcrypt, psycopg2' || die "ironic installed but does not import"
+  printf '%s\n' "$SPEC ${PIP_EXTRA[*]}" >"$MARKER"
   log "installed ironic $("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("ironic"))') in $(elapsed "$t0") s"
+}
+
+# PostgreSQL server binaries (Debian keeps them out of PATH).
+pg_bindir() {
+  local d
+  for d in "$(pg_config --bindir 2>/dev/null || true)" \
+           "$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)" \
+           "$(dirname "$(readlink -f "$(command -v initdb 2>/dev/null || echo /nonexistent)")")"; do
+    [ -n "$d" ] && [ -x "$d/initdb" ] && [ -x "$d/postgres" ] && { echo "$d"; return 0; }
+  done
+  return 1
+}
+
+ensure_postgres() {
+  pg_bindir >/dev/null && return 0
+  [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+    || die "PostgreSQL server not found; install the 'postgresql' package or use SB_IRONIC_DB=sqlite"
+  log "installing the Debian package postgresql"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -qq --no-install-recommends postgresql >/dev/null 2>&1 \
+    || { apt-get update -qq && apt-get install -y -qq --no-install-recommends postgresql >/dev/null; } \
+    || die "apt-get install postgresql failed"
+  # The package starts a system cluster; the lab runs its own and needs nothing listening.
+  service postgresql stop >/dev/null 2>&1 || true
+  pg_bindir >/dev/null || die "postgresql installed but initdb/postgres not found"
 }
 
 require_venv() {
@@ -108,6 +146,8 @@ port_free() { # HOST PORT
   python3 -c '
 import socket, sys
 s = socket.socket()
+# Like the servers do: TIME_WAIT leftovers do not make a port busy, a listener does.
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 try:
     s.bind((sys.argv[1], int(sys.argv[2])))
 except OSError:
@@ -121,18 +161,32 @@ import socket, sys
 s = socket.socket(); s.bind((sys.argv[1], 0)); print(s.getsockname()[1])' "$1"
 }
 
-pid_of() { # DIR N -> pid if that process (group) is alive
-  local f=$1/ironic-$2.pid pid
+# Process names: ironic-1, ironic-2, postgres. PID files DIR/NAME.pid, logs DIR/NAME.log.
+pid_of() { # DIR NAME -> pid if that process group is alive
+  local f=$1/$2.pid pid
   [ -f "$f" ] || return 1
   pid=$(cat "$f")
   [ -n "$pid" ] && kill -0 -- "-$pid" 2>/dev/null && echo "$pid"
 }
 
-log_tail() { # DIR N
-  local f=$1/ironic-$2.log
+children_of() { # PID -> its child processes' PIDs (from /proc; no procps needed)
+  python3 -c '
+import os, sys
+for p in os.listdir("/proc"):
+    if p.isdigit():
+        try:
+            st = open(f"/proc/{p}/stat").read()
+        except OSError:
+            continue
+        if st[st.rindex(")") + 2:].split()[1] == sys.argv[1]:
+            print(p)' "$1"
+}
+
+log_tail() { # DIR NAME
+  local f=$1/$2.log
   if [ -f "$f" ]; then
-    printf -- '---- last 40 lines of %s ----\n' "$f" >&2
-    tail -n 40 "$f" >&2
+    printf -- '---- last 30 lines of %s ----\n' "$f" >&2
+    tail -n 30 "$f" >&2
     printf -- '----\n' >&2
   fi
 }
@@ -140,8 +194,9 @@ log_tail() { # DIR N
 fail_with_logs() { # DIR MESSAGE
   local dir=$1; shift
   printf 'lab.sh: error: %s\n' "$*" >&2
-  log_tail "$dir" 1
-  log_tail "$dir" 2
+  log_tail "$dir" ironic-1
+  log_tail "$dir" ironic-2
+  [ "$(cat "$dir/db" 2>/dev/null)" = postgresql ] && log_tail "$dir" postgres
   exit 1
 }
 
@@ -177,6 +232,58 @@ print(json.dumps(acc, separators=(",", ":")), nxt[len(base):] if nxt.startswith(
   printf '%s\n' "$all"
 }
 
+# ----------------------------------------------------------------------------- database
+db_url() { # DIR
+  if [ "$(cat "$1/db")" = sqlite ]; then
+    echo "sqlite:///$1/ironic.sqlite"
+  else
+    echo "postgresql+psycopg2://ironic@/ironic?host=$1/pg-run"
+  fi
+}
+
+pg_user_prefix() { # -> command prefix that runs as the postgres user (it refuses root)
+  [ "$(id -u)" = 0 ] || return 0
+  local u=postgres
+  id "$u" >/dev/null 2>&1 || u=nobody
+  echo "setpriv --reuid=$u --regid=$(id -g "$u") --init-groups"
+}
+
+pg_start() { # DIR
+  local dir=$1 bindir prefix owner t
+  bindir=$(pg_bindir) || die "PostgreSQL server not found (run '$0 setup', or SB_IRONIC_DB=sqlite)"
+  read -r -a prefix <<<"$(pg_user_prefix)"
+  [ ${#dir} -le 80 ] || die "DIR too long for a unix socket path (${#dir} > 80 chars): $dir"
+  mkdir -p "$dir/pg" "$dir/pg-run"
+  if [ ${#prefix[@]} -gt 0 ]; then
+    owner=${prefix[1]#--reuid=}
+    chmod 0700 "$dir/pg"; chown "$owner" "$dir/pg" "$dir/pg-run"
+    chmod a+x "$dir"
+    "${prefix[@]}" test -w "$dir/pg" \
+      || die "user $owner cannot reach $dir/pg (a parent directory is not world-searchable); use another DIR"
+  fi
+  if [ ! -f "$dir/pg/PG_VERSION" ]; then
+    (cd "$dir/pg" && "${prefix[@]}" "$bindir/initdb" -D "$dir/pg" -U ironic --auth=trust \
+        --no-locale -E UTF8 --no-sync) >"$dir/postgres-initdb.log" 2>&1 \
+      || { tail -n 30 "$dir/postgres-initdb.log" >&2; die "initdb failed"; }
+  fi
+  rm -f "$dir/pg/postmaster.pid"
+  # Unix socket only; durability off (a throw-away test database).
+  (cd "$dir/pg" && exec setsid "${prefix[@]}" "$bindir/postgres" -D "$dir/pg" -k "$dir/pg-run" \
+      -c listen_addresses= -c fsync=off -c synchronous_commit=off -c full_page_writes=off \
+      -c max_connections=300 >>"$dir/postgres.log" 2>&1 </dev/null) &
+  echo $! >"$dir/postgres.pid"
+  for ((t = 0; t < 300; t++)); do
+    pid_of "$dir" postgres >/dev/null || { log_tail "$dir" postgres; die "postgres exited during start-up"; }
+    "$bindir/pg_isready" -q -h "$dir/pg-run" -U ironic -d postgres && break
+    sleep 0.1
+  done
+  "$bindir/pg_isready" -q -h "$dir/pg-run" -U ironic -d postgres || { log_tail "$dir" postgres; die "postgres not ready after 30 s"; }
+  if ! "$bindir/psql" -h "$dir/pg-run" -U ironic -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = 'ironic'" | grep -q 1; then
+    "$bindir/createdb" -h "$dir/pg-run" -U ironic ironic || die "createdb ironic failed"
+  fi
+  log "postgres up (pid $(cat "$dir/postgres.pid"), socket $dir/pg-run)"
+}
+
 # ------------------------------------------------------------------------------- config
 write_conf() { # DIR N HOST RPC_PORT API_PORT AUTH_STRATEGY
   local dir=$1 n=$2 host=$3 rpc_port=$4 api_port=$5 auth=$6
@@ -194,7 +301,6 @@ state_path = $dir/state-$n
 tempdir = $dir/tmp-$n
 # How long a process (the API's included) trusts its cached hash ring (default 15 s).
 hash_ring_reset_interval = $RING_RESET
-graceful_shutdown_timeout = 15
 enabled_hardware_types = fake-hardware
 enabled_bios_interfaces = fake
 enabled_boot_interfaces = fake
@@ -226,6 +332,7 @@ port = $rpc_port
 heartbeat_interval = $HB_INTERVAL
 heartbeat_timeout = $HB_TIMEOUT
 automated_clean = false
+graceful_shutdown_timeout = 15
 
 [database]
 connection = $(db_url "$dir")
@@ -249,6 +356,9 @@ EOF
 
 launch() { # DIR N BINARY
   local dir=$1 n=$2 bin=$3 pid
+  # Where this run's part of the (appended) log begins, for start-up error detection.
+  touch "$dir/ironic-$n.log"
+  stat -c %s "$dir/ironic-$n.log" >"$dir/ironic-$n.logoff"
   # setsid: own session and process group (PGID = PID), so the whole tree (Ironic forks a
   # worker) can be signalled by id; Ironic's drain handler also signals its own group.
   setsid "$VENV/bin/$bin" --config-file "$dir/ironic-$n.conf" \
@@ -275,8 +385,15 @@ wait_conductors() { # DIR DEADLINE_SECONDS WANT...
   t0=$(date +%s)
   while :; do
     for n in 1 2; do
-      if [ -f "$dir/ironic-$n.pid" ] && ! pid_of "$dir" "$n" >/dev/null; then
+      [ -f "$dir/ironic-$n.pid" ] || continue
+      if ! pid_of "$dir" "ironic-$n" >/dev/null; then
         fail_with_logs "$dir" "conductor $n (pid $(cat "$dir/ironic-$n.pid")) exited during start-up"
+      fi
+      # A worker that fails (e.g. a bad interface list) logs and stops, but its master
+      # process lives on: fail fast on errors logged since this launch.
+      if tail -c "+$(( $(cat "$dir/ironic-$n.logoff" 2>/dev/null || echo 0) + 1 ))" "$dir/ironic-$n.log" \
+          | grep -qE '^[0-9-]+ [0-9:.]+ [0-9]+ (ERROR|CRITICAL) '; then
+        fail_with_logs "$dir" "conductor $n logged an error during start-up"
       fi
     done
     if alive=$(alive_conductors "$dir"); then
@@ -306,10 +423,13 @@ cmd_start() {
   require_venv
   command -v curl >/dev/null || die "curl not found"
   command -v setsid >/dev/null || die "setsid (util-linux) not found"
-  for n in 1 2; do
-    if pid=$(pid_of "$dir" "$n"); then die "conductor $n already running in $dir (pid $pid); '$0 stop $dir' first"; fi
+  for n in ironic-1 ironic-2 postgres; do
+    if pid=$(pid_of "$dir" "$n"); then die "$n already running in $dir (pid $pid); '$0 stop $dir' first"; fi
   done
   t0=$(now)
+  # Whatever fails from here on, leave nothing running.
+  START_DIR=$dir
+  trap 'rc=$?; if [ $rc -ne 0 ]; then log "start failed; stopping what was started"; cmd_stop "$START_DIR" || true; fi' EXIT
 
   if [ -n "${SB_IRONIC_API_PORT:-}" ]; then
     api_port=$SB_IRONIC_API_PORT
@@ -336,16 +456,19 @@ print(user + ":" + bcrypt.hashpw(pw.encode(), bcrypt.gensalt(rounds=4)).decode()
     chmod 600 "$dir/htpasswd" "$dir/basic_auth"
   fi
 
+  echo "$DB_BACKEND" >"$dir/db"
   write_conf "$dir" 1 "$C1_HOST" "$C1_RPC_PORT" "$api_port" "$auth"
   write_conf "$dir" 2 "$C2_HOST" "$C2_RPC_PORT" "$api_port" "$auth"
   echo "http://127.0.0.1:$api_port" >"$dir/api_url"
 
-  if [ ! -s "$dir/ironic.sqlite" ]; then
-    rm -f "$dir/ironic.sqlite"
-    "$VENV/bin/ironic-dbsync" --config-file "$dir/ironic-1.conf" create_schema \
+  [ "$DB_BACKEND" = postgresql ] && pg_start "$dir"
+  if [ ! -f "$dir/schema-created" ]; then
+    [ "$DB_BACKEND" = sqlite ] && rm -f "$dir/ironic.sqlite"
+    PYTHONWARNINGS=ignore "$VENV/bin/ironic-dbsync" --config-file "$dir/ironic-1.conf" create_schema \
       >"$dir/dbsync.log" 2>&1 || { tail -n 40 "$dir/dbsync.log" >&2; die "ironic-dbsync create_schema failed"; }
+    touch "$dir/schema-created"
   else
-    log "reusing database $dir/ironic.sqlite"
+    log "reusing the database in $dir"
   fi
 
   launch "$dir" 1 ironic
@@ -356,6 +479,7 @@ print(user + ":" + bcrypt.hashpw(pw.encode(), bcrypt.gensalt(rounds=4)).decode()
     code=$(curl -s -o /dev/null -w '%{http_code}' --noproxy '*' -H "$API_VERSION_HEADER" "$(cat "$dir/api_url")/v1/nodes")
     [ "$code" = 401 ] || fail_with_logs "$dir" "basic auth configured but an unauthenticated request got HTTP $code"
   fi
+  trap - EXIT
   log "Ironic up at $(cat "$dir/api_url") ($auth), conductors $C1_NAME and $C2_NAME alive, in $(elapsed "$t0") s"
 }
 
@@ -363,7 +487,7 @@ cmd_start_conductor() {
   [ $# -eq 2 ] && [ "$2" = 2 ] || die "usage: $0 start-conductor DIR 2"
   local dir; dir=$(absdir "$1")
   require_venv
-  if pid=$(pid_of "$dir" 2); then die "conductor 2 already running (pid $pid)"; fi
+  if pid=$(pid_of "$dir" ironic-2); then die "conductor 2 already running (pid $pid)"; fi
   port_free "$C2_HOST" "$C2_RPC_PORT" || die "json-rpc port $C2_HOST:$C2_RPC_PORT is in use"
   local t0; t0=$(now)
   launch "$dir" 2 ironic-conductor
@@ -375,7 +499,7 @@ cmd_start_conductor() {
 # Prints {"mac","node","conductor"} JSON lines, sorted by MAC.
 owners_json() { # DIR
   local ports nodes
-  ports=$(api_list "$1" "/v1/ports/detail?limit=1000&fields=address,node_uuid" ports) || return 1
+  ports=$(api_list "$1" "/v1/ports/detail?limit=1000" ports) || return 1
   nodes=$(api_list "$1" "/v1/nodes/detail?limit=1000" nodes) || return 1
   python3 -c '
 import json, sys
@@ -437,24 +561,24 @@ print(", ".join(f"{k}: {v}" for k, v in sorted(c.items())))' <<<"$owners")"
 }
 
 # --------------------------------------------------------------------------------- stop
-# stop_group DIR N SIGNAL GRACE: signal the process group, wait up to GRACE s, then KILL.
+# stop_group DIR NAME SIGNAL GRACE: signal the process group, wait up to GRACE s, then KILL.
 stop_group() {
   local dir=$1 n=$2 sig=$3 grace=$4 pid t
-  pid=$(pid_of "$dir" "$n") || { rm -f "$dir/ironic-$n.pid"; return 0; }
+  pid=$(pid_of "$dir" "$n") || { rm -f "$dir/$n.pid"; return 0; }
   kill "-$sig" -- "-$pid" 2>/dev/null || true
   for ((t = 0; t < grace * 10; t++)); do
     kill -0 -- "-$pid" 2>/dev/null || break
     sleep 0.1
   done
   if kill -0 -- "-$pid" 2>/dev/null; then
-    log "conductor $n (pgid $pid) still running after ${grace}s; SIGKILL"
+    log "$n (pgid $pid) still running after ${grace}s; SIGKILL"
     kill -KILL -- "-$pid" 2>/dev/null || true
     for ((t = 0; t < 50; t++)); do kill -0 -- "-$pid" 2>/dev/null || break; sleep 0.1; done
     kill -0 -- "-$pid" 2>/dev/null && die "process group $pid survives SIGKILL"
   fi
   # Reap it if it is our child (it never is across invocations; harmless otherwise).
   wait "$pid" 2>/dev/null || true
-  rm -f "$dir/ironic-$n.pid"
+  rm -f "$dir/$n.pid"
 }
 
 cmd_stop_conductor() {
@@ -470,9 +594,9 @@ cmd_stop_conductor() {
     esac
     shift
   done
-  pid_of "$dir" 2 >/dev/null || die "conductor 2 is not running"
+  pid_of "$dir" ironic-2 >/dev/null || die "conductor 2 is not running"
   t0=$(now)
-  stop_group "$dir" 2 "$mode" 30
+  stop_group "$dir" ironic-2 "$mode" 30
   log "conductor 2 stopped (SIG$mode) in $(elapsed "$t0") s"
   [ "$waitfor" = 1 ] || return 0
   # SIGTERM deregisters (the API's ring drops it on its next reset); SIGKILL leaves a stale
@@ -494,11 +618,20 @@ cmd_stop() {
   t0=$(now)
   # TERM both at once (each waits hash_ring_reset_interval while the other is online),
   # then wait for each with a bounded grace period, KILL as a fallback.
-  for n in 2 1; do
+  for n in ironic-2 ironic-1; do
     if pid=$(pid_of "$dir" "$n"); then kill -TERM -- "-$pid" 2>/dev/null || true; fi
   done
-  stop_group "$dir" 2 TERM 30
-  stop_group "$dir" 1 TERM 30
+  stop_group "$dir" ironic-2 TERM 30
+  stop_group "$dir" ironic-1 TERM 30
+  # SIGINT: PostgreSQL's fast shutdown. Its children each setsid() into their own process
+  # group, so note them first and make sure they are gone too.
+  local kids="" pid t
+  if pid=$(pid_of "$dir" postgres); then kids=$(children_of "$pid"); fi
+  stop_group "$dir" postgres INT 20
+  for pid in $kids; do
+    for ((t = 0; t < 50; t++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+  done
   log "stopped in $(elapsed "$t0") s"
 }
 
