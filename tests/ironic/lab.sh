@@ -166,7 +166,9 @@ pid_of() { # DIR NAME -> pid if that process group is alive
   local f=$1/$2.pid pid
   [ -f "$f" ] || return 1
   pid=$(cat "$f")
-  [ -n "$pid" ] && kill -0 -- "-$pid" 2>/dev/null && echo "$pid"
+  # The leader itself, or what is left of its group (just after the fork the child has not
+  # called setsid yet, so the group does not exist yet).
+  [ -n "$pid" ] && { kill -0 "$pid" 2>/dev/null || kill -0 -- "-$pid" 2>/dev/null; } && echo "$pid"
 }
 
 children_of() { # PID -> its child processes' PIDs (from /proc; no procps needed)
@@ -561,20 +563,23 @@ print(", ".join(f"{k}: {v}" for k, v in sorted(c.items())))' <<<"$owners")"
 }
 
 # --------------------------------------------------------------------------------- stop
+group_alive() { kill -0 -- "-$1" 2>/dev/null || kill -0 "$1" 2>/dev/null; }
+signal_group() { kill "-$1" -- "-$2" 2>/dev/null || kill "-$1" "$2" 2>/dev/null || true; }
+
 # stop_group DIR NAME SIGNAL GRACE: signal the process group, wait up to GRACE s, then KILL.
 stop_group() {
   local dir=$1 n=$2 sig=$3 grace=$4 pid t
   pid=$(pid_of "$dir" "$n") || { rm -f "$dir/$n.pid"; return 0; }
-  kill "-$sig" -- "-$pid" 2>/dev/null || true
+  signal_group "$sig" "$pid"
   for ((t = 0; t < grace * 10; t++)); do
-    kill -0 -- "-$pid" 2>/dev/null || break
+    group_alive "$pid" || break
     sleep 0.1
   done
-  if kill -0 -- "-$pid" 2>/dev/null; then
+  if group_alive "$pid"; then
     log "$n (pgid $pid) still running after ${grace}s; SIGKILL"
-    kill -KILL -- "-$pid" 2>/dev/null || true
-    for ((t = 0; t < 50; t++)); do kill -0 -- "-$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -0 -- "-$pid" 2>/dev/null && die "process group $pid survives SIGKILL"
+    signal_group KILL "$pid"
+    for ((t = 0; t < 50; t++)); do group_alive "$pid" || break; sleep 0.1; done
+    group_alive "$pid" && die "process group $pid survives SIGKILL"
   fi
   # Reap it if it is our child (it never is across invocations; harmless otherwise).
   wait "$pid" 2>/dev/null || true
@@ -619,7 +624,7 @@ cmd_stop() {
   # TERM both at once (each waits hash_ring_reset_interval while the other is online),
   # then wait for each with a bounded grace period, KILL as a fallback.
   for n in ironic-2 ironic-1; do
-    if pid=$(pid_of "$dir" "$n"); then kill -TERM -- "-$pid" 2>/dev/null || true; fi
+    if pid=$(pid_of "$dir" "$n"); then signal_group TERM "$pid"; fi
   done
   stop_group "$dir" ironic-2 TERM 30
   stop_group "$dir" ironic-1 TERM 30
