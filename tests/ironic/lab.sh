@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # A real OpenStack Ironic (PyPI `ironic`, 39.x) on loopback, for shardboot's integration
-# tests and .ci/run: two conductors sharing one sqlite database, fake-hardware nodes with
-# ports, and "who owns which MAC" as Ironic itself reports it.
+# tests and .ci/run: two conductors sharing one database, fake-hardware nodes with ports,
+# and "who owns which MAC" as Ironic itself reports it.
+#
+# Measured on the 2-core dev machine: setup 38-79 s (cold pip cache), then 0.1 s; start
+# 9.5 s (fresh DIR, PostgreSQL included); enroll 20: 8 s; rebalance after stop-conductor:
+# 4.5 s with SIGTERM (it deregisters; the API's ring refreshes after
+# hash_ring_reset_interval), 11.5 s with --kill (heartbeat_timeout 10 + ring reset 2);
+# stop: 6 s.
 #
 #   lab.sh setup                                venv + `pip install ironic` (idempotent)
 #   lab.sh start DIR [--basic-auth USER:PASS]   configs, schema, both conductors, wait

@@ -37,11 +37,11 @@ run() { # NAME [start args]
   [ "$got" = 127.0.0.2:8090 ] && ok "$name: GET /v1/nodes/{id} agrees" || bad "$name: node $node conductor $got"
   if [ -f "$DIR/basic_auth" ]; then
     local code
-    code=$(curl -s -o /dev/null -w '%{http_code}' -H "$H" "$url/v1/nodes")
+    code=$(curl -s --noproxy '*' -o /dev/null -w '%{http_code}' -H "$H" "$url/v1/nodes")
     [ "$code" = 401 ] && ok "$name: unauthenticated 401" || bad "$name: unauthenticated got $code"
-    code=$(curl -s -o /dev/null -w '%{http_code}' -u "$(cat "$DIR/basic_auth")" -H "$H" "$url/v1/nodes")
+    code=$(curl -s --noproxy '*' -o /dev/null -w '%{http_code}' -u "$(cat "$DIR/basic_auth")" -H "$H" "$url/v1/nodes")
     [ "$code" = 200 ] && ok "$name: curl -u 200" || bad "$name: curl -u got $code"
-    code=$(curl -s -o /dev/null -w '%{http_code}' -u "$(cat "$DIR/basic_auth")x" -H "$H" "$url/v1/nodes")
+    code=$(curl -s --noproxy '*' -o /dev/null -w '%{http_code}' -u "$(cat "$DIR/basic_auth")x" -H "$H" "$url/v1/nodes")
     [ "$code" = 401 ] && ok "$name: wrong password 401" || bad "$name: wrong password got $code"
   fi
   "$LAB" stop-conductor "$DIR" 2
@@ -62,7 +62,7 @@ run() { # NAME [start args]
   "$LAB" stop "$DIR"
   local left=""
   for f in "$DIR"/*.pid; do [ -e "$f" ] && left="$left $f"; done
-  curl -s -o /dev/null --max-time 2 "$url/" && left="$left api"
+  curl -s --noproxy '*' -o /dev/null --max-time 2 "$url/" && left="$left api"
   [ -z "$left" ] && ok "$name: nothing left running" || bad "$name: left:$left"
   DIR=
 }
