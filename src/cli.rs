@@ -99,3 +99,28 @@ pub fn print_leases(config: &Config, json: bool) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// Prints the owner resolution and boot script for one MAC.
+pub fn print_owner(config: &Config, mac: &str) -> anyhow::Result<()> {
+    let mac: crate::mac::MacAddr = mac.parse()?;
+    let resolver = crate::owner::Resolver::new(config);
+    let res = resolver.resolve(&mac);
+    let ctx = crate::http::boot::BootContext {
+        http: &config.http,
+        me: resolver.self_name().and_then(|n| resolver.member(n)),
+        owner: res.member.as_deref().and_then(|n| resolver.member(n)),
+        fallback: &resolver.settings().fallback,
+        chain_to: resolver.settings().chain_to,
+    };
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "mac:    {mac}")?;
+    writeln!(out, "owner:  {}", res.member.as_deref().unwrap_or("(none)"))?;
+    writeln!(out, "source: {}", res.source)?;
+    match crate::http::boot::answer(&mac, &res, &ctx)? {
+        crate::http::boot::BootAnswer::Script { kind, body } => {
+            writeln!(out, "answer: {kind}\n\n{body}")?;
+        }
+        crate::http::boot::BootAnswer::NotFound => writeln!(out, "answer: 404")?,
+    }
+    Ok(())
+}

@@ -36,6 +36,12 @@ enum Command {
     Serve,
     /// Validate the configuration; print every problem with its key.
     CheckConfig,
+    /// Show which member is responsible for a MAC, how that was decided, and the script
+    /// `/v1/boot/{mac}/boot.ipxe` would serve.
+    Owner {
+        /// The MAC address (aa:bb:…, aa-bb-…, aabbcc…).
+        mac: String,
+    },
     /// List the leases in the store (the server must be stopped: the store is locked).
     Leases {
         /// Print JSON instead of a table.
@@ -87,6 +93,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::CheckConfig => cli::check_config(&config),
         Command::Leases { json } => cli::print_leases(&config, json),
+        Command::Owner { mac } => cli::print_owner(&config, &mac),
         Command::Serve => serve(config),
     };
     match result {

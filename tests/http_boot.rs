@@ -218,3 +218,39 @@ fn hostile_macs_get_400_and_are_never_echoed() {
     );
     assert!(s.handles.http.get("bad_request") >= 9);
 }
+
+#[test]
+fn owner_cli_shows_the_decision_for_known_rfc3074_answers() {
+    let cfg = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/fixtures/config/two-members.toml"
+    );
+    let run = |mac: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_shardboot"))
+            .args(["owner", mac, "--config", cfg])
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+        )
+    };
+    // RFC 3074 hash 156 → bucket 0 of [a, b]: local, chained to a's conductor.
+    let (ok, out) = run("52:54:00:12:34:56");
+    assert!(
+        ok && out.contains("owner:  a") && out.contains("source: hash"),
+        "{out}"
+    );
+    assert!(
+        out.contains("http://192.0.2.1:8088/pxelinux.cfg/52-54-00-12-34-56"),
+        "{out}"
+    );
+    // Hash 79 → bucket 1: member b's own boot route.
+    let (ok, out) = run("ff-ff-ff-ff-ff-ff");
+    assert!(ok && out.contains("owner:  b"), "{out}");
+    assert!(
+        out.contains("http://192.0.2.2:8080/v1/boot/ff:ff:ff:ff:ff:ff/boot.ipxe"),
+        "{out}"
+    );
+    assert!(!run("${x}").0);
+}
