@@ -116,6 +116,7 @@ pub async fn run(
             .map_err(|source| AppError::Http { addr, source })?;
         info!(listen = %addr, "HTTP listening");
         let state = Arc::new(crate::http::HttpState {
+            files: crate::http::FileRoot::new(config.tftp.settings.clone()),
             settings: config.http.clone(),
             resolver: crate::owner::Resolver::new(&config),
             handles: handles.clone(),

@@ -61,7 +61,17 @@ fn start(owner: &str) -> TestServer {
     );
     let config = Config::from_toml_with_overrides(&text, &[]).unwrap();
     let handles = Handles::default();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let payload: Vec<u8> = (0..300_000u32).map(|i| (i * 31 % 253) as u8).collect();
+    std::fs::write(root.join("snponly.efi"), &payload).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", root.join("passwd")).unwrap();
+    let tftp = shardboot::tftp::TftpSettings {
+        root,
+        ..Default::default()
+    };
     let state = Arc::new(HttpState {
+        files: http::FileRoot::new(tftp),
         settings: config.http.clone(),
         resolver: Resolver::new(&config),
         handles: handles.clone(),
@@ -253,4 +263,72 @@ fn owner_cli_shows_the_decision_for_known_rfc3074_answers() {
         "{out}"
     );
     assert!(!run("${x}").0);
+}
+
+/// curl into a file; returns (status, bytes, headers).
+fn fetch(s: &TestServer, path: &str, extra: &[&str]) -> (u16, Vec<u8>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let (body, hdrs) = (dir.path().join("body"), dir.path().join("headers"));
+    let out = Command::new("curl")
+        .args(["-s", "--path-as-is", "-o"])
+        .arg(&body)
+        .arg("-D")
+        .arg(&hdrs)
+        .args(["-w", "%{http_code}"])
+        .args(extra)
+        .arg(format!("http://{}{path}", s.addr))
+        .output()
+        .unwrap();
+    let code = String::from_utf8_lossy(&out.stdout).parse().unwrap();
+    (
+        code,
+        std::fs::read(&body).unwrap_or_default(),
+        std::fs::read_to_string(&hdrs).unwrap_or_default(),
+    )
+}
+
+#[test]
+fn ipxe_files_over_http_with_ranges_and_confinement() {
+    let s = start("");
+    let want: Vec<u8> = (0..300_000u32).map(|i| (i * 31 % 253) as u8).collect();
+    let (code, body, hdrs) = fetch(&s, "/ipxe/snponly.efi", &[]);
+    assert_eq!(code, 200);
+    assert_eq!(body, want);
+    assert!(
+        hdrs.to_ascii_lowercase().contains("accept-ranges: bytes"),
+        "{hdrs}"
+    );
+    // Metal3's name through the default alias map.
+    assert_eq!(fetch(&s, "/ipxe/snponly-x86_64.efi", &[]).1, want);
+    // A byte range, as firmware resuming a download asks.
+    let (code, body, hdrs) = fetch(&s, "/ipxe/snponly.efi", &["-r", "1000-1999"]);
+    assert_eq!(code, 206);
+    assert_eq!(body, want[1000..2000]);
+    assert!(hdrs.contains("bytes 1000-1999/300000"), "{hdrs}");
+    assert_eq!(fetch(&s, "/ipxe/snponly.efi", &["-r", "400000-"]).0, 416);
+    // HEAD: length, no body.
+    let (code, _, hdrs) = fetch(&s, "/ipxe/snponly.efi", &["-I"]);
+    assert_eq!(code, 200);
+    assert!(
+        hdrs.to_ascii_lowercase().contains("content-length: 300000"),
+        "{hdrs}"
+    );
+    // Escapes are refused with a plain 404 that echoes nothing.
+    for bad in [
+        "/ipxe/../Cargo.toml",
+        "/ipxe/%2e%2e/%2e%2e/etc/passwd",
+        "/ipxe/passwd",
+        "/ipxe/.hidden",
+        "/ipxe/a%00b",
+        "/ipxe//etc/passwd",
+        "/ipxe/missing.efi",
+    ] {
+        let (code, body, _) = fetch(&s, bad, &[]);
+        assert!(code == 404 || code == 400, "{bad}: {code}");
+        let text = String::from_utf8_lossy(&body);
+        assert!(
+            !text.contains("root:") && !text.contains("passwd") && !text.contains("[package]"),
+            "{bad}: {text}"
+        );
+    }
 }

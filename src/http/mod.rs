@@ -2,6 +2,7 @@
 //! `/metrics`. The operator API (leases, hosts) joins it in a later change.
 
 pub mod boot;
+pub mod files;
 
 use std::sync::Arc;
 
@@ -72,8 +73,28 @@ impl HttpMetrics {
     }
 }
 
+/// The TFTP root as the HTTP file route sees it: settings and its own file cache.
+pub struct FileRoot {
+    /// Root, aliases, symlink rule, limits.
+    pub settings: Arc<crate::tftp::TftpSettings>,
+    /// Cache of file contents.
+    pub cache: crate::tftp::cache::FileCache,
+}
+
+impl FileRoot {
+    /// A file root with an empty cache sized by the settings.
+    pub fn new(settings: crate::tftp::TftpSettings) -> Arc<Self> {
+        Arc::new(Self {
+            cache: crate::tftp::cache::FileCache::new(settings.cache_bytes),
+            settings: Arc::new(settings),
+        })
+    }
+}
+
 /// Shared state of the HTTP handlers.
 pub struct HttpState {
+    /// `/ipxe/{file}`: the TFTP root.
+    pub files: Arc<FileRoot>,
     /// Listener settings.
     pub settings: HttpSettings,
     /// Owner lookups.
@@ -87,6 +108,7 @@ pub fn router(state: Arc<HttpState>) -> Router {
     Router::new()
         .route("/boot.ipxe", get(first_stage))
         .route("/v1/boot/{mac}/boot.ipxe", get(boot_mac))
+        .route("/ipxe/{*file}", get(files::ipxe_file))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/metrics", get(metrics))
         .with_state(state)

@@ -1,0 +1,129 @@
+//! `GET /ipxe/{file}`: the TFTP root over HTTP, for UEFI HTTP Boot of iPXE itself, with
+//! the same confinement, aliases and symlink rule as TFTP, single byte ranges (RFC 9110
+//! §14) and HEAD.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use super::HttpState;
+use crate::tftp::path::{confine, open_confined};
+
+/// A parsed `Range: bytes=…` request against a body of `len` bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RangeRequest {
+    /// No (or an ignorable) Range header: the whole body.
+    Full,
+    /// Inclusive byte range.
+    Part(u64, u64),
+    /// Cannot be satisfied: 416.
+    Unsatisfiable,
+}
+
+/// Parses a single-range `bytes=` header (`a-b`, `a-`, `-n`). Multiple ranges and other
+/// units are answered with the full body, which RFC 9110 §14.2 allows.
+pub fn parse_range(value: Option<&str>, len: u64) -> RangeRequest {
+    let Some(spec) = value.and_then(|v| v.trim().strip_prefix("bytes=")) else {
+        return RangeRequest::Full;
+    };
+    if spec.contains(',') {
+        return RangeRequest::Full;
+    }
+    let Some((a, b)) = spec.split_once('-') else {
+        return RangeRequest::Full;
+    };
+    let (a, b) = (a.trim(), b.trim());
+    let range = match (a.parse::<u64>().ok(), b.parse::<u64>().ok()) {
+        (Some(start), Some(end)) if start <= end => (start, end.min(len.saturating_sub(1))),
+        (Some(start), None) if b.is_empty() => (start, len.saturating_sub(1)),
+        (None, Some(suffix)) if a.is_empty() && suffix > 0 => {
+            (len.saturating_sub(suffix), len.saturating_sub(1))
+        }
+        _ => return RangeRequest::Full,
+    };
+    if len == 0 || range.0 >= len {
+        return RangeRequest::Unsatisfiable;
+    }
+    RangeRequest::Part(range.0, range.1)
+}
+
+/// Serves one file from the TFTP root.
+pub async fn ipxe_file(
+    State(s): State<Arc<HttpState>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let not_found = || (StatusCode::NOT_FOUND, "not found\n").into_response();
+    let t = s.files.settings.clone();
+    // The name is request data: confined lexically, never echoed.
+    let Ok(rel) = confine(
+        name.as_bytes(),
+        &t.root.to_string_lossy(),
+        t.max_filename_len,
+    ) else {
+        return not_found();
+    };
+    let target = t.aliases.get(&rel).cloned().unwrap_or(rel);
+    let files = s.files.clone();
+    let loaded = tokio::task::spawn_blocking(move || {
+        let opened = open_confined(&t.root, &target, &t.link_targets)?;
+        files.cache.load(opened)
+    })
+    .await;
+    let Ok(Ok((body, _))) = loaded else {
+        return not_found();
+    };
+    let len = body.len() as u64;
+    let range = headers.get(header::RANGE).and_then(|v| v.to_str().ok());
+    let mut resp = match parse_range(range, len) {
+        RangeRequest::Full => (StatusCode::OK, body.to_vec()).into_response(),
+        RangeRequest::Part(a, b) => {
+            let mut r = (
+                StatusCode::PARTIAL_CONTENT,
+                body[a as usize..=b as usize].to_vec(),
+            )
+                .into_response();
+            if let Ok(v) = HeaderValue::from_str(&format!("bytes {a}-{b}/{len}")) {
+                r.headers_mut().insert(header::CONTENT_RANGE, v);
+            }
+            r
+        }
+        RangeRequest::Unsatisfiable => {
+            let mut r = StatusCode::RANGE_NOT_SATISFIABLE.into_response();
+            if let Ok(v) = HeaderValue::from_str(&format!("bytes */{len}")) {
+                r.headers_mut().insert(header::CONTENT_RANGE, v);
+            }
+            r
+        }
+    };
+    let h = resp.headers_mut();
+    h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn range_forms() {
+        use RangeRequest::*;
+        assert_eq!(parse_range(None, 100), Full);
+        assert_eq!(parse_range(Some("bytes=0-9"), 100), Part(0, 9));
+        assert_eq!(parse_range(Some("bytes=90-"), 100), Part(90, 99));
+        assert_eq!(parse_range(Some("bytes=-10"), 100), Part(90, 99));
+        assert_eq!(parse_range(Some("bytes=50-500"), 100), Part(50, 99));
+        assert_eq!(parse_range(Some("bytes=100-"), 100), Unsatisfiable);
+        assert_eq!(parse_range(Some("bytes=0-1,5-6"), 100), Full);
+        assert_eq!(parse_range(Some("items=0-1"), 100), Full);
+        assert_eq!(parse_range(Some("bytes=9-1"), 100), Full);
+        assert_eq!(parse_range(Some("bytes=-0"), 100), Full);
+        assert_eq!(parse_range(Some("bytes=0-0"), 0), Unsatisfiable);
+    }
+}
