@@ -118,7 +118,12 @@ pub async fn run(parts: ServerParts, shutdown: CancellationToken) -> Result<(), 
             let _ = done_tx.send(result);
         })
         .map_err(ServerError::Thread)?;
-    done_rx.await.unwrap_or(Ok(()))
+    // A dropped sender means the engine thread panicked: report it, never a clean stop.
+    done_rx.await.unwrap_or_else(|_| {
+        Err(ServerError::Thread(std::io::Error::other(
+            "the DHCP engine thread panicked",
+        )))
+    })
 }
 
 async fn engine_loop(parts: ServerParts, shutdown: CancellationToken) -> Result<(), ServerError> {
