@@ -86,6 +86,48 @@ impl Histogram {
     }
 }
 
+/// One counter per label of a fixed set, exposed as one metric family
+/// (`name{key="label"} n`). Unknown labels are ignored.
+#[derive(Debug)]
+pub struct LabeledCounters<const N: usize> {
+    labels: [&'static str; N],
+    counters: [Counter; N],
+}
+
+impl<const N: usize> LabeledCounters<N> {
+    /// Counters for `labels`, all zero.
+    pub fn new(labels: [&'static str; N]) -> Self {
+        Self {
+            labels,
+            counters: std::array::from_fn(|_| Counter::default()),
+        }
+    }
+
+    fn index(&self, label: &str) -> Option<usize> {
+        self.labels.iter().position(|l| *l == label)
+    }
+
+    /// Adds one to `label`.
+    pub fn inc(&self, label: &str) {
+        if let Some(i) = self.index(label) {
+            self.counters[i].inc();
+        }
+    }
+
+    /// The count for `label` (0 for an unknown label).
+    pub fn get(&self, label: &str) -> u64 {
+        self.index(label).map_or(0, |i| self.counters[i].get())
+    }
+
+    /// Writes the family: a header, then one sample per label.
+    pub fn render(&self, out: &mut String, name: &str, key: &str, help: &str) {
+        header(out, name, "counter", help);
+        for (l, c) in self.labels.iter().zip(&self.counters) {
+            sample(out, name, key, l, c.get());
+        }
+    }
+}
+
 /// Writes a `# HELP`/`# TYPE` header.
 pub fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
@@ -99,6 +141,21 @@ pub fn sample(out: &mut String, name: &str, label: &str, value_label: &str, v: u
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn labeled_counters_count_and_render() {
+        let c = LabeledCounters::new(["a", "b"]);
+        c.inc("a");
+        c.inc("a");
+        c.inc("zzz");
+        assert_eq!((c.get("a"), c.get("b"), c.get("zzz")), (2, 0, 0));
+        let mut s = String::new();
+        c.render(&mut s, "x_total", "kind", "test");
+        assert!(
+            s.contains("x_total{kind=\"a\"} 2\nx_total{kind=\"b\"} 0\n"),
+            "{s}"
+        );
+    }
 
     #[test]
     fn histogram_buckets_are_cumulative() {

@@ -4,7 +4,7 @@ use std::sync::Mutex;
 
 use super::engine::{IgnoreReason, Outcome, PoolUsage};
 use super::wire::DropReason;
-use crate::metrics::{header, sample, Counter, Gauge, Histogram};
+use crate::metrics::{header, sample, Counter, Gauge, Histogram, LabeledCounters};
 
 const IGNORE_REASONS: [IgnoreReason; 9] = [
     IgnoreReason::NotResponsible,
@@ -18,19 +18,17 @@ const IGNORE_REASONS: [IgnoreReason; 9] = [
     IgnoreReason::Unsupported,
 ];
 
-const OUTCOMES: [&str; 6] = ["offer", "ack", "nak", "inform", "release", "decline"];
-
 /// Counters for one DHCP server.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct DhcpMetrics {
     /// Datagrams received.
     pub received: Counter,
-    /// Datagrams dropped before the engine, by reason (index of `DropReason::ALL`).
-    pub dropped: [Counter; 8],
+    /// Datagrams dropped before the engine, by reason.
+    pub drops: LabeledCounters<8>,
     /// Requests the engine ignored, by reason.
-    pub ignored: [Counter; 9],
+    pub ignored: LabeledCounters<9>,
     /// Decisions by outcome: offer, ack, nak, inform, release, decline.
-    pub outcomes: [Counter; 6],
+    pub outcomes: LabeledCounters<6>,
     /// Replies sent.
     pub sent: Counter,
     /// Replies that failed to send.
@@ -51,49 +49,54 @@ pub struct DhcpMetrics {
     pub pools: Mutex<Vec<PoolUsage>>,
 }
 
+impl Default for DhcpMetrics {
+    fn default() -> Self {
+        Self {
+            received: Counter::default(),
+            drops: LabeledCounters::new(DropReason::ALL.map(|r| r.as_str())),
+            ignored: LabeledCounters::new(IGNORE_REASONS.map(|r| r.as_str())),
+            outcomes: LabeledCounters::new(["offer", "ack", "nak", "inform", "release", "decline"]),
+            sent: Counter::default(),
+            send_errors: Counter::default(),
+            queue_full: Counter::default(),
+            commits: Counter::default(),
+            committed_effects: Counter::default(),
+            commit_errors: Counter::default(),
+            commit_latency: Histogram::default(),
+            leases: Gauge::default(),
+            pools: Mutex::default(),
+        }
+    }
+}
+
 impl DhcpMetrics {
     /// Counts a dropped datagram.
     pub fn drop(&self, reason: DropReason) {
-        let i = DropReason::ALL
-            .iter()
-            .position(|r| *r == reason)
-            .unwrap_or(0);
-        self.dropped[i].inc();
+        self.drops.inc(reason.as_str());
     }
 
     /// Number dropped for `reason`.
     pub fn dropped(&self, reason: DropReason) -> u64 {
-        let i = DropReason::ALL
-            .iter()
-            .position(|r| *r == reason)
-            .unwrap_or(0);
-        self.dropped[i].get()
+        self.drops.get(reason.as_str())
     }
 
     /// Counts an engine outcome.
     pub fn outcome(&self, outcome: &Outcome) {
-        let i = match outcome {
-            Outcome::Offer(_) => 0,
-            Outcome::Ack(_) => 1,
-            Outcome::Nak => 2,
-            Outcome::Inform => 3,
-            Outcome::Release(_) => 4,
-            Outcome::Decline(_) => 5,
-            Outcome::Ignored(r) => {
-                let j = IGNORE_REASONS.iter().position(|x| x == r).unwrap_or(0);
-                self.ignored[j].inc();
-                return;
-            }
+        let label = match outcome {
+            Outcome::Offer(_) => "offer",
+            Outcome::Ack(_) => "ack",
+            Outcome::Nak => "nak",
+            Outcome::Inform => "inform",
+            Outcome::Release(_) => "release",
+            Outcome::Decline(_) => "decline",
+            Outcome::Ignored(r) => return self.ignored.inc(r.as_str()),
         };
-        self.outcomes[i].inc();
+        self.outcomes.inc(label);
     }
 
     /// Number of decisions with this outcome label (`offer`, `ack`, …).
     pub fn outcome_count(&self, label: &str) -> u64 {
-        OUTCOMES
-            .iter()
-            .position(|o| *o == label)
-            .map_or(0, |i| self.outcomes[i].get())
+        self.outcomes.get(label)
     }
 
     /// Writes the Prometheus exposition.
@@ -108,45 +111,24 @@ impl DhcpMetrics {
             "shardboot_dhcp_received_total {}\n",
             self.received.get()
         ));
-        header(
+        self.drops.render(
             out,
             "shardboot_dhcp_dropped_total",
-            "counter",
+            "reason",
             "Malformed or unsupported datagrams dropped",
         );
-        for (r, c) in DropReason::ALL.iter().zip(&self.dropped) {
-            sample(
-                out,
-                "shardboot_dhcp_dropped_total",
-                "reason",
-                &r.to_string(),
-                c.get(),
-            );
-        }
-        header(
+        self.ignored.render(
             out,
             "shardboot_dhcp_ignored_total",
-            "counter",
+            "reason",
             "Valid requests answered with silence",
         );
-        for (r, c) in IGNORE_REASONS.iter().zip(&self.ignored) {
-            sample(
-                out,
-                "shardboot_dhcp_ignored_total",
-                "reason",
-                r.as_str(),
-                c.get(),
-            );
-        }
-        header(
+        self.outcomes.render(
             out,
             "shardboot_dhcp_decisions_total",
-            "counter",
+            "outcome",
             "Engine decisions by outcome",
         );
-        for (o, c) in OUTCOMES.iter().zip(&self.outcomes) {
-            sample(out, "shardboot_dhcp_decisions_total", "outcome", o, c.get());
-        }
         for (name, help, c) in [
             ("shardboot_dhcp_sent_total", "Replies sent", &self.sent),
             (

@@ -43,6 +43,20 @@ pub enum DropReason {
 }
 
 impl DropReason {
+    /// Stable label for metrics and logs (the same text as `Display`).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Truncated => "truncated",
+            Self::Oversized => "oversized",
+            Self::NotRequest => "not_request",
+            Self::UnsupportedHardware => "unsupported_hardware",
+            Self::BadMagic => "bad_magic",
+            Self::BadOptionLength => "bad_option_length",
+            Self::BadMessageType => "bad_message_type",
+            Self::Undecodable => "undecodable",
+        }
+    }
+
     /// Every reason, for metric exposition.
     pub const ALL: [DropReason; 8] = [
         Self::Truncated,

@@ -18,58 +18,50 @@ use tracing::{debug, error};
 use crate::app::Handles;
 use crate::config::HttpSettings;
 use crate::mac::MacAddr;
-use crate::metrics::{header as metric_header, sample, Counter};
+use crate::metrics::LabeledCounters;
 use crate::owner::Resolver;
 use boot::{BootAnswer, BootContext};
 
-const OUTCOMES: [&str; 6] = [
-    "first_stage",
-    "local",
-    "remote",
-    "fallback",
-    "not_found",
-    "bad_request",
-];
-
 /// HTTP counters.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct HttpMetrics {
-    /// Boot requests by outcome (index into the outcome list).
-    pub boot: [Counter; 6],
+    /// Boot requests by outcome.
+    pub boot: LabeledCounters<6>,
+}
+
+impl Default for HttpMetrics {
+    fn default() -> Self {
+        Self {
+            boot: LabeledCounters::new([
+                "first_stage",
+                "local",
+                "remote",
+                "fallback",
+                "not_found",
+                "bad_request",
+            ]),
+        }
+    }
 }
 
 impl HttpMetrics {
     fn count(&self, outcome: &str) {
-        if let Some(i) = OUTCOMES.iter().position(|o| *o == outcome) {
-            self.boot[i].inc();
-        }
+        self.boot.inc(outcome);
     }
 
     /// Requests counted with `outcome`.
     pub fn get(&self, outcome: &str) -> u64 {
-        OUTCOMES
-            .iter()
-            .position(|o| *o == outcome)
-            .map_or(0, |i| self.boot[i].get())
+        self.boot.get(outcome)
     }
 
     /// Writes the Prometheus exposition.
     pub fn render_prometheus(&self, out: &mut String) {
-        metric_header(
+        self.boot.render(
             out,
             "shardboot_http_boot_requests_total",
-            "counter",
+            "outcome",
             "Boot script requests by outcome",
         );
-        for (o, c) in OUTCOMES.iter().zip(&self.boot) {
-            sample(
-                out,
-                "shardboot_http_boot_requests_total",
-                "outcome",
-                o,
-                c.get(),
-            );
-        }
     }
 }
 
