@@ -44,23 +44,32 @@ fn five_hundred_concurrent_transfers_stay_bounded() {
         "octet",
         &[("blksize", "1468"), ("windowsize", "64"), ("tsize", "0")],
     );
-    let socks: Vec<UdpSocket> = (0..N)
-        .map(|_| {
-            let s = UdpSocket::bind("127.0.0.1:0").unwrap();
-            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-            s.send_to(&rrq, server.addr).unwrap();
-            s
-        })
-        .collect();
-    // Each transfer answers with an OACK; acknowledging it makes the server send a
-    // full 64-block window and wait: 500 transfers in flight.
+    // RRQs go out in batches of 25, each batch answered before the next is sent, so
+    // the test does not depend on the listener's receive buffer (a fresh machine's
+    // net.core.rmem_max may hold fewer than 500 queued datagrams).
     let mut buf = [0u8; 2048];
+    let mut socks: Vec<UdpSocket> = Vec::with_capacity(N);
     let mut tids = Vec::with_capacity(N);
-    for s in &socks {
-        let (n, tid) = s.recv_from(&mut buf).expect("OACK");
-        assert_eq!(buf[1], 6, "expected OACK, got {:?}", &buf[..n.min(8)]);
-        s.send_to(&[0, 4, 0, 0], tid).unwrap();
-        tids.push(tid);
+    for batch in 0..N / 25 {
+        let fresh: Vec<UdpSocket> = (0..25)
+            .map(|_| {
+                let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                s.send_to(&rrq, server.addr).unwrap();
+                s
+            })
+            .collect();
+        // Each transfer answers with an OACK; acknowledging it makes the server send a
+        // full 64-block window and wait: 500 transfers in flight.
+        for s in &fresh {
+            let (n, tid) = s
+                .recv_from(&mut buf)
+                .unwrap_or_else(|e| panic!("OACK in batch {batch}: {e}"));
+            assert_eq!(buf[1], 6, "expected OACK, got {:?}", &buf[..n.min(8)]);
+            s.send_to(&[0, 4, 0, 0], tid).unwrap();
+            tids.push(tid);
+        }
+        socks.extend(fresh);
     }
     wait_for("500 active", || {
         server.metrics.transfers_active.load(Relaxed) == N as u64
