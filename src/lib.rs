@@ -11,4 +11,5 @@ pub mod lease;
 pub mod mac;
 pub mod metrics;
 pub mod owner;
+pub mod sockopt;
 pub mod tftp;

@@ -123,9 +123,20 @@ fn malformed_datagrams_are_counted_and_dropped_and_service_continues() {
                 junk[..240].copy_from_slice(&good[..240]);
             }
             c.send_raw(&junk);
+            // Paced so the server's receive buffer never overflows, whatever the host's
+            // net.core.rmem_max: every datagram reaches the decoder and is counted.
+            if i % 50 == 49 {
+                std::thread::sleep(Duration::from_millis(20));
+            }
         }
-        // Still serving after all that.
-        let after = c.obtain(&[mac(2), mac(3)], Duration::from_secs(2));
+        // Still serving after all that (retransmitting, as a real client does).
+        let mut after = Vec::new();
+        for _ in 0..5 {
+            after = c.obtain(&[mac(2), mac(3)], Duration::from_secs(1));
+            if after.iter().all(|a| matches!(a, Answer::Ack(_))) {
+                break;
+            }
+        }
         (cases, after)
     });
     let (cases, after) = client.join().unwrap();
@@ -154,5 +165,5 @@ fn malformed_datagrams_are_counted_and_dropped_and_service_continues() {
         text.contains("shardboot_dhcp_dropped_total{reason=\"bad_magic\"}"),
         "{text}"
     );
-    assert_eq!(metrics.outcome_count("ack"), 3);
+    assert!(metrics.outcome_count("ack") >= 3);
 }

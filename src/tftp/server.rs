@@ -51,8 +51,8 @@ pub async fn run(
 ) -> Result<(), TftpError> {
     let local = socket.local_addr().map_err(TftpError::LocalAddr)?;
     // Room for bursts: every machine in a rack powers on at once and sends its RRQ
-    // within milliseconds. Best effort: the kernel caps it at net.core.rmem_max.
-    let _ = socket2::SockRef::from(&socket).set_recv_buffer_size(4 << 20);
+    // within milliseconds.
+    crate::sockopt::enlarge_recv_buffer(&socket, 4 << 20);
     tracing::info!(
         %local,
         root = %settings.root.display(),
