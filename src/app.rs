@@ -41,6 +41,9 @@ pub enum AppError {
     /// The DHCP server stopped with an error.
     #[error(transparent)]
     Dhcp(#[from] server::ServerError),
+    /// The Ironic owner resolver cannot be set up (its CA file).
+    #[error(transparent)]
+    Ironic(#[from] crate::owner::ironic::IronicError),
     /// The TFTP socket cannot be bound.
     #[error("cannot bind TFTP socket on {addr}: {source}")]
     TftpBind {
@@ -96,6 +99,26 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), AppError> {
     let mut tasks: JoinSet<Result<(), AppError>> = JoinSet::new();
+    let resolver = Arc::new(crate::owner::Resolver::new(&config)?);
+    if let Some(ironic) = resolver.ironic() {
+        let (ironic, stop) = (ironic.clone(), shutdown.clone());
+        tasks.spawn(async move {
+            ironic.run_refresh(stop).await;
+            Ok(())
+        });
+    }
+    if config.members.len() > 1 {
+        let (members, live, health, stop) = (
+            config.members.clone(),
+            resolver.live().clone(),
+            config.health,
+            shutdown.clone(),
+        );
+        tasks.spawn(async move {
+            crate::owner::health::run_probes(members, live, health, stop).await;
+            Ok(())
+        });
+    }
     if config.tftp.enabled {
         let addr = config.tftp.listen;
         let socket = tokio::net::UdpSocket::bind(addr)
@@ -118,7 +141,7 @@ pub async fn run(
         let state = Arc::new(crate::http::HttpState {
             files: crate::http::FileRoot::new(config.tftp.settings.clone()),
             settings: config.http.clone(),
-            resolver: crate::owner::Resolver::new(&config),
+            resolver: resolver.clone(),
             handles: handles.clone(),
         });
         let stop = shutdown.clone();

@@ -103,15 +103,13 @@ pub fn print_leases(config: &Config, json: bool) -> anyhow::Result<()> {
 /// Prints the owner resolution and boot script for one MAC.
 pub fn print_owner(config: &Config, mac: &str) -> anyhow::Result<()> {
     let mac: crate::mac::MacAddr = mac.parse()?;
-    let resolver = crate::owner::Resolver::new(config);
-    let res = resolver.resolve(&mac);
-    let ctx = crate::http::boot::BootContext {
-        http: &config.http,
-        me: resolver.self_name().and_then(|n| resolver.member(n)),
-        owner: res.member.as_deref().and_then(|n| resolver.member(n)),
-        fallback: &resolver.settings().fallback,
-        chain_to: resolver.settings().chain_to,
-    };
+    let resolver = crate::owner::Resolver::new(config)?;
+    // One lookup (Ironic, when configured), as a booting machine would trigger it.
+    let res = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(resolver.resolve(&mac));
+    let ctx = crate::http::boot::BootContext::new(&config.http, &resolver, &res);
     let mut out = std::io::stdout().lock();
     writeln!(out, "mac:    {mac}")?;
     writeln!(out, "owner:  {}", res.member.as_deref().unwrap_or("(none)"))?;

@@ -74,7 +74,9 @@ fn init_tracing(format: LogFormat) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // Colour codes only on a terminal, never in journald or a log file.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     match format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),
@@ -93,7 +95,12 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::CheckConfig => cli::check_config(&config),
         Command::Leases { json } => cli::print_leases(&config, json),
-        Command::Owner { mac } => cli::print_owner(&config, &mac),
+        Command::Owner { mac } => {
+            // Warnings (Ironic unreachable) and, with SHARDBOOT_LOG=debug, the
+            // resolvers' decision trail go to stderr.
+            init_tracing(config.log_format);
+            cli::print_owner(&config, &mac)
+        }
         Command::Serve => serve(config),
     };
     match result {

@@ -73,7 +73,7 @@ fn start(owner: &str) -> TestServer {
     let state = Arc::new(HttpState {
         files: http::FileRoot::new(tftp),
         settings: config.http.clone(),
-        resolver: Resolver::new(&config),
+        resolver: Arc::new(Resolver::new(&config).unwrap()),
         handles: handles.clone(),
     });
     let stop = CancellationToken::new();

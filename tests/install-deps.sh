@@ -12,6 +12,10 @@ packages=(
   dnsmasq-base      # reference server for benchmarks
   tftp-hpa atftp curl tftpd-hpa
   ipxe              # undionly.kpxe, snponly.efi, ipxe.efi
+  postgresql        # the database of the real Ironic (tests/ironic/lab.sh)
+  python3-venv      # the venv Ironic is pip-installed into (inside target/)
+  wrk               # HTTP load for benches/http_bench.sh
+  nginx-light       # the static-file reference server of benches/http_bench.sh
 )
 
 missing=()
@@ -24,8 +28,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-# kea-dhcp4-server and tftpd-hpa start system services on install; the tests run their
+# kea-dhcp4-server, tftpd-hpa, postgresql and nginx start system services on install; the tests run their
 # own instances in namespaces and need nothing listening on the host.
-for svc in kea-dhcp4-server tftpd-hpa; do
+for svc in kea-dhcp4-server tftpd-hpa postgresql nginx; do
   systemctl stop "$svc" 2>/dev/null || service "$svc" stop 2>/dev/null || true
 done

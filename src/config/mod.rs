@@ -7,6 +7,7 @@
 mod overrides;
 mod raw;
 mod routing;
+mod sources;
 mod validate;
 
 use std::fmt;
@@ -88,6 +89,8 @@ pub struct Config {
     pub http: HttpSettings,
     /// Owner resolution.
     pub owner: OwnerSettings,
+    /// How members probe each other.
+    pub health: crate::owner::health::HealthSettings,
     /// The shardboot members (one per conductor); empty for a single instance.
     pub members: Vec<Member>,
     /// Served subnets.

@@ -20,6 +20,8 @@ pub struct RawConfig {
     pub http: RawHttp,
     #[serde(default)]
     pub owner: RawOwner,
+    #[serde(default)]
+    pub health: RawHealth,
     #[serde(default, rename = "member")]
     pub members: Vec<RawMember>,
     #[serde(default, rename = "subnet")]
@@ -115,6 +117,34 @@ pub struct RawOwner {
     pub inventory: Option<String>,
     pub fallback: Option<String>,
     pub chain_to: Option<String>,
+    pub ironic: Option<RawIronic>,
+}
+
+/// `[owner.ironic]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawIronic {
+    pub url: Option<String>,
+    pub username: Option<String>,
+    pub password: Option<String>,
+    pub password_file: Option<String>,
+    pub ca_file: Option<String>,
+    pub api_version: Option<String>,
+    pub refresh_secs: Option<u64>,
+    pub timeout_ms: Option<u64>,
+    pub negative_ttl_secs: Option<u64>,
+    pub backoff_secs: Option<u64>,
+    pub max_lookups: Option<usize>,
+    pub page_size: Option<u32>,
+}
+
+/// `[health]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHealth {
+    pub interval_ms: Option<u64>,
+    pub timeout_ms: Option<u64>,
+    pub dead_after: Option<u32>,
 }
 
 /// One `[[member]]`: a shardboot instance beside one Ironic conductor.

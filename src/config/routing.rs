@@ -36,6 +36,8 @@ pub struct Member {
 /// Where owner lookups go, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ResolverKind {
+    /// The Ironic API (`[owner.ironic]`).
+    Ironic,
     /// The inventory file.
     Inventory,
     /// The RFC 3074 bucket over the members.
@@ -77,6 +79,8 @@ pub struct OwnerSettings {
     pub fallback: Fallback,
     /// For machines owned elsewhere.
     pub chain_to: ChainTo,
+    /// The Ironic API resolver's settings.
+    pub ironic: Option<crate::owner::ironic::IronicSettings>,
 }
 
 type Add<'a> = &'a mut dyn FnMut(String, String);
@@ -173,11 +177,19 @@ pub(super) fn owner(raw: RawOwner, members: &[Member], add: Add<'_>) -> OwnerSet
             "is required when [[member]]s are listed".into(),
         );
     }
-    let default_resolvers = if raw.inventory.is_some() {
-        vec!["inventory".to_string()]
-    } else {
-        vec!["hash".to_string()]
-    };
+    // Without an explicit list: Ironic, then the inventory, whichever are configured;
+    // the hash ring only when neither is (a machine Ironic does not know gets the
+    // fallback, not a member chosen at random whose conductor has no config for it).
+    let mut default_resolvers = Vec::new();
+    if raw.ironic.is_some() {
+        default_resolvers.push("ironic".to_string());
+    }
+    if raw.inventory.is_some() {
+        default_resolvers.push("inventory".to_string());
+    }
+    if default_resolvers.is_empty() {
+        default_resolvers.push("hash".to_string());
+    }
     let mut resolvers = Vec::new();
     for (i, r) in raw
         .resolvers
@@ -191,10 +203,15 @@ pub(super) fn owner(raw: RawOwner, members: &[Member], add: Add<'_>) -> OwnerSet
                 "inventory needs owner.inventory".into(),
             ),
             "inventory" => resolvers.push(ResolverKind::Inventory),
+            "ironic" if raw.ironic.is_none() => add(
+                format!("owner.resolvers[{i}]"),
+                "ironic needs an [owner.ironic] section".into(),
+            ),
+            "ironic" => resolvers.push(ResolverKind::Ironic),
             "hash" => resolvers.push(ResolverKind::Hash),
             _ => add(
                 format!("owner.resolvers[{i}]"),
-                "must be \"inventory\" or \"hash\"".into(),
+                "must be \"ironic\", \"inventory\" or \"hash\"".into(),
             ),
         }
     }
@@ -222,7 +239,9 @@ pub(super) fn owner(raw: RawOwner, members: &[Member], add: Add<'_>) -> OwnerSet
             ChainTo::Member
         }
     };
+    let ironic = raw.ironic.map(|r| super::sources::ironic(r, add));
     OwnerSettings {
+        ironic,
         self_name: raw.self_name,
         resolvers,
         inventory: raw.inventory.map(PathBuf::from),

@@ -72,6 +72,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, Vec<ConfigIssue>> {
     let http = super::routing::http(raw.http, &mut add);
     let members = super::routing::members(raw.members, &mut add);
     let owner = super::routing::owner(raw.owner, &members, &mut add);
+    let health = super::sources::health(raw.health, &mut add);
     let subnets: Vec<Subnet> = raw
         .subnets
         .into_iter()
@@ -90,6 +91,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, Vec<ConfigIssue>> {
             tftp,
             http,
             owner,
+            health,
             members,
             subnets,
             hosts,

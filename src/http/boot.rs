@@ -32,6 +32,28 @@ pub struct BootContext<'a> {
     pub fallback: &'a Fallback,
     /// Machines owned elsewhere.
     pub chain_to: ChainTo,
+    /// Whether the owning member answers its health probes. A dead member's machines
+    /// are sent to its conductor directly when its URL is known.
+    pub owner_alive: bool,
+}
+
+impl<'a> BootContext<'a> {
+    /// The context for a resolution made by `resolver`.
+    pub fn new(
+        http: &'a HttpSettings,
+        resolver: &'a crate::owner::Resolver,
+        res: &Resolution,
+    ) -> Self {
+        let owner = res.member.as_deref().and_then(|n| resolver.member(n));
+        Self {
+            http,
+            me: resolver.self_name().and_then(|n| resolver.member(n)),
+            owner,
+            fallback: &resolver.settings().fallback,
+            chain_to: resolver.settings().chain_to,
+            owner_alive: owner.is_some_and(|o| resolver.live().is_alive(&o.name)),
+        }
+    }
 }
 
 fn per_node_url(conductor_url: &str, mac: &MacAddr) -> String {
@@ -69,8 +91,9 @@ pub fn answer(
             }
         }
         Some(owner) => {
-            let url = match (ctx.chain_to, &owner.conductor_url) {
-                (ChainTo::Conductor, Some(c)) => per_node_url(c, mac),
+            let direct = ctx.chain_to == ChainTo::Conductor || !ctx.owner_alive;
+            let url = match (direct, &owner.conductor_url) {
+                (true, Some(c)) => per_node_url(c, mac),
                 _ => format!("{}/v1/boot/{mac_s}/boot.ipxe", owner.http_url),
             };
             return chain("remote", &owner.name, &url);

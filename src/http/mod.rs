@@ -90,7 +90,7 @@ pub struct HttpState {
     /// Listener settings.
     pub settings: HttpSettings,
     /// Owner lookups.
-    pub resolver: Resolver,
+    pub resolver: Arc<Resolver>,
     /// Metrics of every listener, for `/metrics`.
     pub handles: Handles,
 }
@@ -145,14 +145,8 @@ async fn boot_mac(State(s): State<Arc<HttpState>>, Path(raw): Path<String>) -> R
         debug!(len = raw.len(), "boot request with an invalid MAC");
         return (StatusCode::BAD_REQUEST, "invalid MAC address\n").into_response();
     };
-    let res = s.resolver.resolve(&mac);
-    let ctx = BootContext {
-        http: &s.settings,
-        me: s.resolver.self_name().and_then(|n| s.resolver.member(n)),
-        owner: res.member.as_deref().and_then(|n| s.resolver.member(n)),
-        fallback: &s.resolver.settings().fallback,
-        chain_to: s.resolver.settings().chain_to,
-    };
+    let res = s.resolver.resolve(&mac).await;
+    let ctx = BootContext::new(&s.settings, &s.resolver, &res);
     debug!(%mac, owner = ?res.member, source = res.source, "boot request");
     match boot::answer(&mac, &res, &ctx) {
         Ok(BootAnswer::Script { kind, body }) => {
@@ -176,5 +170,9 @@ async fn metrics(State(s): State<Arc<HttpState>>) -> Response {
     s.handles.dhcp.render_prometheus(&mut out);
     s.handles.tftp.render_prometheus(&mut out);
     s.handles.http.render_prometheus(&mut out);
+    if let Some(ironic) = s.resolver.ironic() {
+        ironic.metrics.render_prometheus(&mut out);
+    }
+    s.resolver.live().render_prometheus(&mut out);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }

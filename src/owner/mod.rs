@@ -1,9 +1,16 @@
 //! Which member is responsible for a machine: resolvers tried in the configured order
-//! (inventory file, RFC 3074 hash bucket over the members; the Ironic API resolver comes
-//! next), each answer naming a member.
+//! (Ironic API, inventory file, RFC 3074 hash bucket over the live members), each answer
+//! naming a member.
 
 pub mod hash;
+pub mod health;
 pub mod inventory;
+pub mod ironic;
+pub mod ironic_cache;
+pub mod ironic_wire;
+
+use std::sync::Arc;
+use std::time::Instant;
 
 use tracing::{debug, warn};
 
@@ -12,13 +19,17 @@ pub use inventory::Inventory;
 
 use crate::config::{Config, Member, OwnerSettings, ResolverKind};
 use crate::mac::MacAddr;
+use health::LiveSet;
+use ironic::{IronicError, IronicOwners};
+use ironic_cache::{Cached, Known};
 
 /// The answer for one MAC.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Resolution {
     /// The responsible member's name, if any resolver knew.
     pub member: Option<String>,
-    /// Which resolver answered (`inventory`, `hash`) or `none`.
+    /// Which resolver answered (`ironic`, `ironic-stale`, `inventory`, `hash`) or
+    /// `none`.
     pub source: &'static str,
 }
 
@@ -27,16 +38,28 @@ pub struct Resolver {
     settings: OwnerSettings,
     members: Vec<Member>,
     inventory: Option<Inventory>,
+    ironic: Option<Arc<IronicOwners>>,
+    live: Arc<LiveSet>,
 }
 
 impl Resolver {
-    /// Builds the resolver from the validated configuration.
-    pub fn new(config: &Config) -> Self {
-        Self {
+    /// Builds the resolver from the validated configuration. Fails only when the Ironic
+    /// client cannot be built (an unreadable CA file).
+    pub fn new(config: &Config) -> Result<Self, IronicError> {
+        let ironic = match &config.owner.ironic {
+            Some(s) => Some(Arc::new(IronicOwners::new(s.clone())?)),
+            None => None,
+        };
+        Ok(Self {
             settings: config.owner.clone(),
             members: config.members.clone(),
             inventory: config.owner.inventory.as_deref().map(Inventory::new),
-        }
+            ironic,
+            live: Arc::new(LiveSet::new(
+                &config.members,
+                config.owner.self_name.as_deref(),
+            )),
+        })
     }
 
     /// This member's name.
@@ -54,7 +77,17 @@ impl Resolver {
         self.members.iter().find(|m| m.name == name)
     }
 
-    /// Maps an inventory value (member name or conductor host name) to a member.
+    /// The Ironic resolver, when configured (its refresh task and metrics).
+    pub fn ironic(&self) -> Option<&Arc<IronicOwners>> {
+        self.ironic.as_ref()
+    }
+
+    /// Members' health, fed by the probes.
+    pub fn live(&self) -> &Arc<LiveSet> {
+        &self.live
+    }
+
+    /// Maps an owner name (member name or conductor host name) to a member.
     fn member_for(&self, owner: &str) -> Option<&Member> {
         self.member(owner).or_else(|| {
             self.members
@@ -63,10 +96,78 @@ impl Resolver {
         })
     }
 
-    /// Tries each resolver in order; the first that names a member wins.
-    pub fn resolve(&self, mac: &MacAddr) -> Resolution {
+    /// Maps Ironic's `node.conductor` to a member: by the member's `conductor`, which is
+    /// the name Ironic reports (`host`, with `:port` when the RPC port is not the
+    /// default).
+    fn member_for_conductor(&self, conductor: &str) -> Option<&Member> {
+        self.members
+            .iter()
+            .find(|m| m.conductor.as_deref() == Some(conductor))
+    }
+
+    /// Tries each resolver in order; the first that names a member wins. A MAC Ironic
+    /// has not been asked about yet is looked up once (shared by concurrent callers).
+    pub async fn resolve(&self, mac: &MacAddr) -> Resolution {
+        self.resolve_with(mac, true).await
+    }
+
+    /// Like `resolve`, but answers from what is cached without waiting for Ironic (for
+    /// the DHCP path, which must never wait on the network).
+    pub fn resolve_cached(&self, mac: &MacAddr) -> Resolution {
+        use std::future::Future as _;
+        // Without lookups no step awaits anything; polling once completes it.
+        let fut = self.resolve_with(mac, false);
+        let mut fut = std::pin::pin!(fut);
+        let waker = std::task::Waker::noop();
+        match fut
+            .as_mut()
+            .poll(&mut std::task::Context::from_waker(waker))
+        {
+            std::task::Poll::Ready(r) => r,
+            std::task::Poll::Pending => Resolution {
+                member: None,
+                source: "none",
+            },
+        }
+    }
+
+    async fn resolve_with(&self, mac: &MacAddr, ask_ironic: bool) -> Resolution {
         for kind in &self.settings.resolvers {
             match kind {
+                ResolverKind::Ironic => {
+                    let Some(ironic) = &self.ironic else { continue };
+                    let known = match ironic.cached(mac, Instant::now()) {
+                        Cached::Hit(k) => Some(k),
+                        Cached::Miss if ask_ironic => ironic.lookup(*mac).await,
+                        Cached::Miss => None,
+                    };
+                    match known {
+                        Some(Known::Node(Some(conductor))) => {
+                            match self.member_for_conductor(&conductor) {
+                                Some(m) => {
+                                    let source = if ironic.is_stale() {
+                                        "ironic-stale"
+                                    } else {
+                                        "ironic"
+                                    };
+                                    debug!(%mac, conductor = %conductor, member = %m.name, source, "owner from Ironic");
+                                    return Resolution {
+                                        member: Some(m.name.clone()),
+                                        source,
+                                    };
+                                }
+                                None => {
+                                    debug!(%mac, conductor = %conductor, "Ironic's conductor is not a member")
+                                }
+                            }
+                        }
+                        Some(Known::Node(None)) => {
+                            debug!(%mac, "Ironic knows the node but no conductor has it")
+                        }
+                        Some(Known::NoPort) => debug!(%mac, "Ironic has no port with this MAC"),
+                        None => debug!(%mac, "Ironic not asked or did not answer"),
+                    }
+                }
                 ResolverKind::Inventory => {
                     let Some(inv) = &self.inventory else { continue };
                     let (owner, err) = inv.lookup(mac);
@@ -76,18 +177,21 @@ impl Resolver {
                     if let Some(owner) = owner {
                         match self.member_for(&owner) {
                             Some(m) => {
+                                debug!(%mac, member = %m.name, "owner from the inventory");
                                 return Resolution {
                                     member: Some(m.name.clone()),
                                     source: "inventory",
-                                }
+                                };
                             }
                             None => debug!(%mac, "inventory owner is not a member"),
                         }
                     }
                 }
                 ResolverKind::Hash => {
-                    let names: Vec<&str> = self.members.iter().map(|m| m.name.as_str()).collect();
+                    let alive = self.live.alive();
+                    let names: Vec<&str> = alive.iter().map(String::as_str).collect();
                     if let Some(name) = responsible_member(mac, &names) {
+                        debug!(%mac, member = name, live = names.len(), "owner by hash bucket");
                         return Resolution {
                             member: Some(name.to_string()),
                             source: "hash",
@@ -96,6 +200,7 @@ impl Resolver {
                 }
             }
         }
+        debug!(%mac, "no resolver knows this machine");
         Resolution {
             member: None,
             source: "none",

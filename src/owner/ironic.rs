@@ -1,0 +1,504 @@
+//! The Ironic API resolver: which conductor owns a MAC, as Ironic itself reports it.
+//!
+//! The whole port and node lists are read at start and every `refresh` (paginated
+//! `/v1/ports/detail` and `/v1/nodes/detail`); a MAC missing from them is looked up on
+//! demand (`/v1/ports/detail?address=` then `/v1/nodes/{uuid}`), one request in flight per
+//! MAC and a bounded number overall. While Ironic is unreachable the cache keeps
+//! answering and the metrics say it is stale.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use reqwest::header::{HeaderMap, HeaderValue, ACCEPT};
+use tokio::sync::{OnceCell, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::ironic_cache::{Cached, IronicCache, Known};
+use super::ironic_wire::{self, Node, Port};
+use crate::mac::MacAddr;
+use crate::metrics::{Counter, Gauge, LabeledCounters};
+
+/// `[owner.ironic]` after validation. Its `Debug` hides the password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct IronicSettings {
+    /// Base URL of the Ironic API, without `/v1`.
+    pub url: String,
+    /// HTTP basic auth user (Metal3 deploys Ironic with basic auth).
+    pub username: Option<String>,
+    /// HTTP basic auth password.
+    pub password: Option<String>,
+    /// PEM file of CA certificates trusted for Ironic's TLS certificate, on top of the
+    /// built-in roots.
+    pub ca_file: Option<PathBuf>,
+    /// `X-OpenStack-Ironic-API-Version`; at least 1.49, where `node.conductor` appears.
+    pub api_version: String,
+    /// How often the full lists are read again.
+    pub refresh: Duration,
+    /// Timeout of one request to Ironic.
+    pub timeout: Duration,
+    /// How long "no such port" is believed.
+    pub negative_ttl: Duration,
+    /// After a failure, misses skip Ironic for this long.
+    pub backoff: Duration,
+    /// On-demand lookups in flight at once; more misses fall through to the next
+    /// resolver instead of queueing.
+    pub max_lookups: usize,
+    /// Page size asked for (Ironic caps it at its `[api] max_limit`).
+    pub page_size: u32,
+}
+
+impl std::fmt::Debug for IronicSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IronicSettings")
+            .field("url", &self.url)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("ca_file", &self.ca_file)
+            .field("api_version", &self.api_version)
+            .field("refresh", &self.refresh)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Ironic could not be asked or answered badly.
+#[derive(Debug, thiserror::Error)]
+pub enum IronicError {
+    /// The CA file could not be read or holds no certificate.
+    #[error("owner.ironic.ca_file {path}: {reason}")]
+    Ca {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The HTTP client could not be built.
+    #[error("Ironic HTTP client: {0}")]
+    Client(reqwest::Error),
+    /// Connection, TLS or timeout.
+    #[error("Ironic request {path}: {source}")]
+    Request {
+        /// The API path (no credentials).
+        path: String,
+        /// The error.
+        source: reqwest::Error,
+    },
+    /// A status other than 200 (or 404 where that means "none").
+    #[error("Ironic request {path}: HTTP {status}")]
+    Status {
+        /// The API path.
+        path: String,
+        /// The status.
+        status: u16,
+    },
+    /// A body that is not the JSON Ironic sends.
+    #[error("Ironic request {path}: {source}")]
+    Wire {
+        /// The API path.
+        path: String,
+        /// The error.
+        source: ironic_wire::WireError,
+    },
+}
+
+/// Counters of the Ironic resolver.
+#[derive(Debug)]
+pub struct IronicMetrics {
+    /// Cache lookups: `hit`, `stale_hit` (served while Ironic is unreachable), `miss`.
+    pub cache: LabeledCounters<3>,
+    /// On-demand lookups: `found`, `no_port`, `error`, `skipped` (backoff or too many
+    /// in flight), `joined` (waited for the same MAC's lookup already in flight).
+    pub lookups: LabeledCounters<5>,
+    /// Full refreshes that succeeded.
+    pub refresh_ok: Counter,
+    /// Full refreshes that failed.
+    pub refresh_failed: Counter,
+    /// 1 while the last exchange with Ironic succeeded.
+    pub up: Gauge,
+    /// MACs in the last snapshot.
+    pub snapshot_macs: Gauge,
+}
+
+impl Default for IronicMetrics {
+    fn default() -> Self {
+        Self {
+            cache: LabeledCounters::new(["hit", "stale_hit", "miss"]),
+            lookups: LabeledCounters::new(["found", "no_port", "error", "skipped", "joined"]),
+            refresh_ok: Counter::default(),
+            refresh_failed: Counter::default(),
+            up: Gauge::default(),
+            snapshot_macs: Gauge::default(),
+        }
+    }
+}
+
+impl IronicMetrics {
+    /// Writes the Prometheus exposition.
+    pub fn render_prometheus(&self, out: &mut String) {
+        use crate::metrics::{header, sample};
+        self.cache.render(
+            out,
+            "shardboot_owner_ironic_cache_total",
+            "result",
+            "Ironic owner cache lookups (stale_hit: answered while Ironic is unreachable)",
+        );
+        self.lookups.render(
+            out,
+            "shardboot_owner_ironic_lookups_total",
+            "result",
+            "On-demand Ironic lookups of one MAC",
+        );
+        header(
+            out,
+            "shardboot_owner_ironic_refresh_total",
+            "counter",
+            "Full port/node list reads",
+        );
+        sample(
+            out,
+            "shardboot_owner_ironic_refresh_total",
+            "result",
+            "ok",
+            self.refresh_ok.get(),
+        );
+        sample(
+            out,
+            "shardboot_owner_ironic_refresh_total",
+            "result",
+            "failed",
+            self.refresh_failed.get(),
+        );
+        header(
+            out,
+            "shardboot_owner_ironic_up",
+            "gauge",
+            "1 while Ironic answers; 0 while cached answers are served stale",
+        );
+        out.push_str(&format!("shardboot_owner_ironic_up {}\n", self.up.get()));
+        header(
+            out,
+            "shardboot_owner_ironic_snapshot_macs",
+            "gauge",
+            "MACs known from the last full read",
+        );
+        out.push_str(&format!(
+            "shardboot_owner_ironic_snapshot_macs {}\n",
+            self.snapshot_macs.get()
+        ));
+    }
+}
+
+type Inflight = Mutex<HashMap<MacAddr, Arc<OnceCell<Option<Known>>>>>;
+
+/// The resolver's client and cache, shared by the HTTP handlers and the refresh task.
+pub struct IronicOwners {
+    client: reqwest::Client,
+    settings: IronicSettings,
+    cache: RwLock<IronicCache>,
+    inflight: Inflight,
+    lookup_slots: Semaphore,
+    /// Counters.
+    pub metrics: IronicMetrics,
+}
+
+impl IronicOwners {
+    /// Builds the client: API version header, basic auth, extra CA, timeouts.
+    pub fn new(settings: IronicSettings) -> Result<Self, IronicError> {
+        let mut headers = HeaderMap::new();
+        headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
+        headers.insert(
+            "X-OpenStack-Ironic-API-Version",
+            HeaderValue::from_str(&settings.api_version).map_err(|e| IronicError::Ca {
+                path: PathBuf::new(),
+                reason: e.to_string(),
+            })?,
+        );
+        let mut builder = reqwest::Client::builder()
+            .default_headers(headers)
+            .timeout(settings.timeout)
+            .connect_timeout(settings.timeout)
+            .pool_max_idle_per_host(4)
+            .user_agent(concat!("shardboot/", env!("CARGO_PKG_VERSION")))
+            // Never follow a redirect with credentials to somewhere else.
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy();
+        if let Some(path) = &settings.ca_file {
+            for cert in read_ca(path)? {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        Ok(Self {
+            client: builder.build().map_err(IronicError::Client)?,
+            lookup_slots: Semaphore::new(settings.max_lookups),
+            cache: RwLock::new(IronicCache::new(settings.negative_ttl)),
+            inflight: Mutex::new(HashMap::new()),
+            settings,
+            metrics: IronicMetrics::default(),
+        })
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &IronicSettings {
+        &self.settings
+    }
+
+    /// The cached answer, without asking Ironic. Counts hits and misses.
+    pub fn cached(&self, mac: &MacAddr, now: Instant) -> Cached {
+        let cache = self.cache.read().unwrap_or_else(|p| p.into_inner());
+        let answer = cache.get(mac, now);
+        let label = match (&answer, cache.is_stale()) {
+            (Cached::Miss, _) => "miss",
+            (Cached::Hit(_), true) => "stale_hit",
+            (Cached::Hit(_), false) => "hit",
+        };
+        self.metrics.cache.inc(label);
+        answer
+    }
+
+    /// Whether answers are being served while Ironic is unreachable.
+    pub fn is_stale(&self) -> bool {
+        self.cache
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_stale()
+    }
+
+    /// Seconds since Ironic last answered.
+    pub fn age(&self, now: Instant) -> Option<Duration> {
+        self.cache
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .age(now)
+    }
+
+    /// Asks Ironic about one MAC. Concurrent callers for the same MAC share one request.
+    /// `None` when Ironic was not asked (backoff, too many lookups) or did not answer.
+    pub async fn lookup(&self, mac: MacAddr) -> Option<Known> {
+        if self
+            .cache
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .in_backoff(Instant::now(), self.settings.backoff)
+        {
+            self.metrics.lookups.inc("skipped");
+            return None;
+        }
+        let (cell, joined) = {
+            let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+            match inflight.get(&mac) {
+                Some(c) => (c.clone(), true),
+                None => {
+                    let c = Arc::new(OnceCell::new());
+                    inflight.insert(mac, c.clone());
+                    (c, false)
+                }
+            }
+        };
+        if joined {
+            self.metrics.lookups.inc("joined");
+        }
+        let answer = cell
+            .get_or_init(|| async {
+                let Ok(_slot) = self.lookup_slots.try_acquire() else {
+                    self.metrics.lookups.inc("skipped");
+                    return None;
+                };
+                let started = Instant::now();
+                let result = self.fetch_one(&mac).await;
+                let mut cache = self.cache.write().unwrap_or_else(|p| p.into_inner());
+                match result {
+                    Ok(known) => {
+                        self.metrics.lookups.inc(match known {
+                            Known::NoPort => "no_port",
+                            Known::Node(_) => "found",
+                        });
+                        self.metrics.up.set(1);
+                        cache.insert(mac, known.clone(), started);
+                        debug!(%mac, ?known, "ironic lookup");
+                        Some(known)
+                    }
+                    Err(e) => {
+                        self.metrics.lookups.inc("error");
+                        self.metrics.up.set(0);
+                        cache.failed(Instant::now());
+                        warn!(%mac, error = %e, "ironic lookup failed; serving from cache");
+                        None
+                    }
+                }
+            })
+            .await
+            .clone();
+        self.inflight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&mac);
+        answer
+    }
+
+    /// Reads the full port and node lists and replaces the snapshot.
+    pub async fn refresh(&self) -> Result<usize, IronicError> {
+        let started = Instant::now();
+        let result = async {
+            let ports: Vec<Port> = self
+                .list("/v1/ports/detail", |b| {
+                    ironic_wire::parse_ports(b).map(|p| (p.ports, p.next))
+                })
+                .await?;
+            let nodes: Vec<Node> = self
+                .list("/v1/nodes/detail", |b| {
+                    ironic_wire::parse_nodes(b).map(|p| (p.nodes, p.next))
+                })
+                .await?;
+            Ok::<_, IronicError>(ironic_wire::owners(&ports, &nodes))
+        }
+        .await;
+        let mut cache = self.cache.write().unwrap_or_else(|p| p.into_inner());
+        match result {
+            Ok(owners) => {
+                let n = owners.len();
+                cache.replace_snapshot(owners, started);
+                self.metrics.refresh_ok.inc();
+                self.metrics.up.set(1);
+                self.metrics.snapshot_macs.set(n as u64);
+                Ok(n)
+            }
+            Err(e) => {
+                cache.failed(Instant::now());
+                self.metrics.refresh_failed.inc();
+                self.metrics.up.set(0);
+                Err(e)
+            }
+        }
+    }
+
+    /// Refreshes now and then every `refresh` (sooner, after `backoff`, while Ironic
+    /// fails) until `shutdown`.
+    pub async fn run_refresh(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut was_ok = None;
+        loop {
+            let wait = match self.refresh().await {
+                Ok(n) => {
+                    if was_ok != Some(true) {
+                        info!(macs = n, url = %self.settings.url, "ironic owner cache loaded");
+                    } else {
+                        debug!(macs = n, "ironic owner cache refreshed");
+                    }
+                    was_ok = Some(true);
+                    self.settings.refresh
+                }
+                Err(e) => {
+                    if was_ok != Some(false) {
+                        warn!(error = %e, "ironic unreachable; serving owners from cache");
+                    }
+                    was_ok = Some(false);
+                    self.settings.backoff.min(self.settings.refresh)
+                }
+            };
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    async fn get(&self, path_and_query: &str) -> Result<Option<Vec<u8>>, IronicError> {
+        let path = path_and_query.split('?').next().unwrap_or("").to_string();
+        let mut req = self
+            .client
+            .get(format!("{}{path_and_query}", self.settings.url));
+        if let Some(user) = &self.settings.username {
+            req = req.basic_auth(user, self.settings.password.as_deref());
+        }
+        let resp = req.send().await.map_err(|source| IronicError::Request {
+            path: path.clone(),
+            source,
+        })?;
+        match resp.status().as_u16() {
+            200 => {}
+            404 => return Ok(None),
+            status => return Err(IronicError::Status { path, status }),
+        }
+        let body = resp
+            .bytes()
+            .await
+            .map_err(|source| IronicError::Request { path, source })?;
+        Ok(Some(body.to_vec()))
+    }
+
+    /// Follows `next` links until the last page.
+    async fn list<T>(
+        &self,
+        path: &str,
+        parse: impl Fn(&[u8]) -> Result<(Vec<T>, Option<String>), ironic_wire::WireError>,
+    ) -> Result<Vec<T>, IronicError> {
+        let mut out = Vec::new();
+        let mut query = format!("limit={}", self.settings.page_size);
+        // A bound on pages, in case a broken proxy keeps sending the same `next`.
+        for _ in 0..100_000 {
+            let body =
+                self.get(&format!("{path}?{query}"))
+                    .await?
+                    .ok_or_else(|| IronicError::Status {
+                        path: path.to_string(),
+                        status: 404,
+                    })?;
+            let (items, next) = parse(&body).map_err(|source| IronicError::Wire {
+                path: path.to_string(),
+                source,
+            })?;
+            let empty = items.is_empty();
+            out.extend(items);
+            match next.as_deref().and_then(ironic_wire::next_query) {
+                Some(q) if !empty => query = q.to_string(),
+                _ => break,
+            }
+        }
+        Ok(out)
+    }
+
+    async fn fetch_one(&self, mac: &MacAddr) -> Result<Known, IronicError> {
+        let path = format!("/v1/ports/detail?address={mac}");
+        let body = self.get(&path).await?.unwrap_or_default();
+        let page = ironic_wire::parse_ports(&body).map_err(|source| IronicError::Wire {
+            path: "/v1/ports/detail".into(),
+            source,
+        })?;
+        let Some(node_uuid) = page.ports.into_iter().find_map(|p| p.node_uuid) else {
+            return Ok(Known::NoPort);
+        };
+        // The UUID came from Ironic but still goes into a URL: keep it to UUID bytes.
+        if !node_uuid
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() || b == b'-')
+        {
+            return Ok(Known::NoPort);
+        }
+        let Some(body) = self
+            .get(&format!("/v1/nodes/{node_uuid}?fields=uuid,conductor"))
+            .await?
+        else {
+            return Ok(Known::NoPort);
+        };
+        let node = ironic_wire::parse_node(&body).map_err(|source| IronicError::Wire {
+            path: "/v1/nodes/{uuid}".into(),
+            source,
+        })?;
+        Ok(Known::Node(node.conductor))
+    }
+}
+
+fn read_ca(path: &PathBuf) -> Result<Vec<reqwest::Certificate>, IronicError> {
+    let err = |reason: String| IronicError::Ca {
+        path: path.clone(),
+        reason,
+    };
+    let pem = std::fs::read(path).map_err(|e| err(e.to_string()))?;
+    let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| err(e.to_string()))?;
+    if certs.is_empty() {
+        return Err(err("no PEM certificate in the file".into()));
+    }
+    Ok(certs)
+}

@@ -1,0 +1,476 @@
+//! Boot routing against a real OpenStack Ironic (PyPI `ironic`, two conductors sharing a
+//! PostgreSQL database; tests/ironic/lab.sh): two shardboot members, one beside each
+//! conductor, send every enrolled machine to the conductor Ironic itself reports as its
+//! owner, follow Ironic's rebalancing when a conductor stops, keep answering from cache
+//! while Ironic is down, and reach Ironic through basic auth and TLS with a private CA.
+//!
+//! Everything listens on loopback only. The Ironic labs share fixed RPC ports, so the
+//! tests here take turns.
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+mod common;
+
+static ONE_LAB_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn lab_sh() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ironic/lab.sh")
+}
+
+/// A running Ironic lab, stopped on drop.
+struct IronicLab {
+    dir: tempfile::TempDir,
+}
+
+impl IronicLab {
+    fn start(extra: &[&str]) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("sb-ironic-")
+            .tempdir_in("/tmp")
+            .unwrap();
+        // PostgreSQL runs as user postgres and must reach its socket directory.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let lab = Self { dir };
+        lab.run(&["setup"], &[]);
+        lab.run(&["start"], extra);
+        lab
+    }
+
+    /// Runs `lab.sh CMD DIR ARGS…` (setup takes no DIR); returns stdout.
+    fn run(&self, cmd: &[&str], args: &[&str]) -> String {
+        let mut c = Command::new("bash");
+        c.arg(lab_sh()).args(cmd);
+        if cmd != ["setup"] {
+            c.arg(self.dir.path());
+        }
+        let out = c
+            .args(args)
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("lab.sh");
+        assert!(out.status.success(), "lab.sh {cmd:?} {args:?} failed");
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn api_url(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("api_url"))
+            .unwrap()
+            .trim()
+            .to_string()
+    }
+
+    /// MAC → conductor, as Ironic reports it now.
+    fn owners(&self) -> Vec<(String, Option<String>)> {
+        self.run(&["owners"], &[])
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                (
+                    v["mac"].as_str().unwrap().to_string(),
+                    v["conductor"].as_str().map(str::to_string),
+                )
+            })
+            .collect()
+    }
+}
+
+impl Drop for IronicLab {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(lab_sh())
+            .arg("stop")
+            .arg(self.dir.path())
+            .stdout(Stdio::null())
+            .status();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One `shardboot serve` process (HTTP only), killed on drop.
+struct Member {
+    child: Child,
+    addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+const CONDUCTOR_1: &str = "127.0.0.1";
+const CONDUCTOR_2: &str = "127.0.0.2:8090";
+const FALLBACK: &str = "http://127.0.0.1:9/inspector.ipxe";
+
+fn conductor_url(conductor: &str) -> String {
+    if conductor == CONDUCTOR_1 {
+        "http://127.0.0.1:8088/c1".into()
+    } else {
+        "http://127.0.0.1:8088/c2".into()
+    }
+}
+
+impl Member {
+    fn start(name: &str, ports: (u16, u16), ironic: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let port = if name == "a" { ports.0 } else { ports.1 };
+        let config = format!(
+            r#"
+state_dir = "{state}"
+[dhcp]
+enabled = false
+[tftp]
+enabled = false
+[http]
+listen = "127.0.0.1:{port}"
+[owner]
+self = "{name}"
+fallback = "{FALLBACK}"
+{ironic}
+[health]
+interval_ms = 300
+timeout_ms = 250
+dead_after = 2
+[[member]]
+name = "a"
+http_url = "http://127.0.0.1:{pa}"
+conductor = "{CONDUCTOR_1}"
+conductor_url = "{c1}"
+[[member]]
+name = "b"
+http_url = "http://127.0.0.1:{pb}"
+conductor = "{CONDUCTOR_2}"
+conductor_url = "{c2}"
+"#,
+            state = dir.path().join("state").display(),
+            pa = ports.0,
+            pb = ports.1,
+            c1 = conductor_url(CONDUCTOR_1),
+            c2 = conductor_url(CONDUCTOR_2),
+        );
+        let path = dir.path().join("shardboot.toml");
+        std::fs::write(&path, config).unwrap();
+        let log = std::fs::File::create(dir.path().join("log")).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_shardboot"))
+            .arg("--config")
+            .arg(&path)
+            .arg("serve")
+            .env("SHARDBOOT_LOG", "shardboot=debug")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let m = Self {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            _dir: dir,
+        };
+        wait_until("member answers /healthz", Duration::from_secs(20), || {
+            m.get("/healthz").0 == 200
+        });
+        m
+    }
+
+    fn get(&self, path: &str) -> (u16, String) {
+        let out = Command::new("curl")
+            .args(["-s", "--noproxy", "*", "--path-as-is", "-m", "10"])
+            .args(["-o", "-", "-w", "\n%{http_code}"])
+            .arg(format!("http://{}{path}", self.addr))
+            .output()
+            .expect("curl");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+        (code.parse().unwrap_or(0), body.to_string())
+    }
+
+    fn metric(&self, line_prefix: &str) -> Option<u64> {
+        let (_, body) = self.get("/metrics");
+        body.lines()
+            .find_map(|l| l.strip_prefix(line_prefix))
+            .and_then(|v| v.trim().parse().ok())
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self._dir.path().join("log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting: {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn hyphenated(mac: &str) -> String {
+    mac.replace(':', "-")
+}
+
+/// The URL a member's script chains for `mac` owned by `conductor`.
+fn expected_chain(
+    asked: &str,
+    mac: &str,
+    conductor: &str,
+    ports: (u16, u16),
+    owner_alive: bool,
+) -> String {
+    let owner = if conductor == CONDUCTOR_1 { "a" } else { "b" };
+    if owner == asked || !owner_alive {
+        format!(
+            "{}/pxelinux.cfg/{}",
+            conductor_url(conductor),
+            hyphenated(mac)
+        )
+    } else {
+        let port = if owner == "a" { ports.0 } else { ports.1 };
+        format!("http://127.0.0.1:{port}/v1/boot/{mac}/boot.ipxe")
+    }
+}
+
+fn chained_url(script: &str) -> Option<&str> {
+    script
+        .lines()
+        .find_map(|l| l.strip_prefix("chain --timeout "))
+        .and_then(|rest| rest.split_whitespace().nth(1))
+}
+
+fn check_routing(
+    members: &[&Member],
+    owners: &[(String, Option<String>)],
+    ports: (u16, u16),
+) -> Result<(), String> {
+    for (mac, conductor) in owners {
+        let conductor = conductor.as_deref().ok_or(format!("{mac}: no conductor"))?;
+        for (m, name) in members.iter().zip(["a", "b"]) {
+            let (code, body) = m.get(&format!("/v1/boot/{mac}/boot.ipxe"));
+            let want = expected_chain(name, mac, conductor, ports, true);
+            if code != 200 || chained_url(&body) != Some(want.as_str()) {
+                return Err(format!(
+                    "member {name}, {mac} (Ironic: {conductor}): HTTP {code}, chains {:?}, want {want}",
+                    chained_url(&body)
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn members_route_each_machine_to_the_conductor_ironic_reports() {
+    if !common::is_root() {
+        eprintln!("skipped: needs root (PostgreSQL runs as user postgres)");
+        return;
+    }
+    let _turn = ONE_LAB_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let lab = IronicLab::start(&[]);
+    lab.run(&["enroll"], &["24"]);
+    let ironic = format!(
+        "[owner.ironic]\nurl = \"{}\"\nrefresh_secs = 1",
+        lab.api_url()
+    );
+    let ports = (free_port(), free_port());
+    let a = Member::start("a", ports, &ironic);
+    let b = Member::start("b", ports, &ironic);
+
+    // 1. Every MAC, asked at either member, chains to the owner Ironic reports.
+    let owners = lab.owners();
+    assert_eq!(owners.len(), 24);
+    let on_2 = owners
+        .iter()
+        .filter(|(_, c)| c.as_deref() == Some(CONDUCTOR_2))
+        .count();
+    assert!(
+        (1..24).contains(&on_2),
+        "Ironic should spread 24 nodes over both conductors, {on_2} on conductor 2"
+    );
+    check_routing(&[&a, &b], &owners, ports).unwrap_or_else(|e| panic!("{e}\n{}", a.log()));
+    assert!(a.metric("shardboot_owner_ironic_up ") == Some(1));
+
+    // 2. Unknown, malformed and hostile MACs.
+    let (code, body) = a.get("/v1/boot/02:00:00:00:00:01/boot.ipxe");
+    assert_eq!(code, 200);
+    assert_eq!(chained_url(&body), Some(FALLBACK), "{body}");
+    for bad in [
+        "52:54:00:5b:00:01%0Ashell",
+        "52:54:00:5b:00:01;reboot",
+        "${net0/mac}",
+        "%24%7Bnet0%2Fmac%7D",
+        "52:54:00:5b:00",
+        "..%2F..%2Fetc%2Fpasswd",
+    ] {
+        let (code, body) = b.get(&format!("/v1/boot/{bad}/boot.ipxe"));
+        assert!(code == 400 || code == 404, "{bad}: HTTP {code}");
+        assert!(!body.contains("#!ipxe"), "{bad}: got a script");
+    }
+
+    // 3. Conductor 2 stops; Ironic moves its nodes to conductor 1 and the members follow.
+    lab.run(&["stop-conductor"], &["2"]);
+    let moved = lab.owners();
+    assert!(moved.iter().all(|(_, c)| c.as_deref() == Some(CONDUCTOR_1)));
+    wait_until(
+        "members follow Ironic's rebalance",
+        Duration::from_secs(30),
+        || check_routing(&[&a, &b], &moved, ports).is_ok(),
+    );
+
+    // 4. Ironic stops entirely: cached answers keep coming, marked stale.
+    lab.run(&["stop"], &[]);
+    wait_until("stale in metrics", Duration::from_secs(30), || {
+        a.metric("shardboot_owner_ironic_up ") == Some(0)
+    });
+    check_routing(&[&a, &b], &moved, ports).unwrap();
+    let (_, body) = a.get(&format!("/v1/boot/{}/boot.ipxe", moved[0].0));
+    assert!(body.contains("(ironic-stale)"), "{body}");
+    assert!(a.metric("shardboot_owner_ironic_cache_total{result=\"stale_hit\"} ") > Some(0));
+    // An unknown MAC does not wait for the unreachable Ironic and gets the fallback.
+    let (code, body) = a.get("/v1/boot/02:00:00:00:00:02/boot.ipxe");
+    assert_eq!((code, chained_url(&body)), (200, Some(FALLBACK)));
+}
+
+/// A TLS-terminating proxy in front of Ironic, as Metal3 deploys it (httpd with TLS in
+/// front of the API), with a certificate from a private CA. Returns its port and the
+/// CA's PEM.
+fn tls_proxy(upstream: SocketAddr) -> (u16, String, std::thread::JoinHandle<()>) {
+    use tokio_rustls::rustls;
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "shardboot test CA");
+    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+    let cert = params.signed_by(&key, &ca).unwrap();
+    let config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            // Bounded: the test makes a few dozen connections; the proxy ends with it.
+            for _ in 0..10_000 {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    return;
+                };
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let Ok(mut up) = tokio::net::TcpStream::connect(upstream).await else {
+                        return;
+                    };
+                    let _ = tokio::io::copy_bidirectional(&mut tls, &mut up).await;
+                });
+            }
+        });
+    });
+    (port, ca.pem(), thread)
+}
+
+#[test]
+fn ironic_behind_basic_auth_and_tls_with_a_private_ca() {
+    if !common::is_root() {
+        eprintln!("skipped: needs root (PostgreSQL runs as user postgres)");
+        return;
+    }
+    let _turn = ONE_LAB_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let lab = IronicLab::start(&["--basic-auth", "ironic:s3cret-pw"]);
+    lab.run(&["enroll"], &["8"]);
+    let owners = lab.owners();
+    let upstream: SocketAddr = lab.api_url().trim_start_matches("http://").parse().unwrap();
+    let (proxy_port, ca_pem, _proxy) = tls_proxy(upstream);
+    let files = tempfile::tempdir().unwrap();
+    let ca = files.path().join("ca.pem");
+    std::fs::write(&ca, &ca_pem).unwrap();
+    let pw = files.path().join("password");
+    let mut f = std::fs::File::create(&pw).unwrap();
+    writeln!(f, "s3cret-pw").unwrap();
+    let ironic = format!(
+        "[owner.ironic]\nurl = \"https://127.0.0.1:{proxy_port}\"\nusername = \"ironic\"\n\
+         password_file = \"{}\"\nca_file = \"{}\"\napi_version = \"1.89\"\npage_size = 3",
+        pw.display(),
+        ca.display()
+    );
+    // Only member a runs: b never answers its probes, so a sends b's machines straight
+    // to b's conductor.
+    let ports = (free_port(), free_port());
+    let a = Member::start("a", ports, &ironic);
+    wait_until("a sees b dead", Duration::from_secs(10), || {
+        a.metric("shardboot_member_up{member=\"b\"} ") == Some(0)
+    });
+    wait_until("snapshot loaded over TLS", Duration::from_secs(20), || {
+        a.metric("shardboot_owner_ironic_snapshot_macs ") == Some(8)
+    });
+    for (mac, conductor) in &owners {
+        let conductor = conductor.as_deref().unwrap();
+        let (code, body) = a.get(&format!("/v1/boot/{mac}/boot.ipxe"));
+        let want = expected_chain("a", mac, conductor, ports, false);
+        assert_eq!(
+            (code, chained_url(&body)),
+            (200, Some(want.as_str())),
+            "{body}"
+        );
+        assert!(body.contains("(ironic)"), "{body}");
+    }
+    // Wrong password, or no CA: Ironic is never believed, the fallback answers, and
+    // the reason is a clear error. `shardboot owner` makes one lookup like a boot would.
+    let config = files.path().join("member.toml");
+    std::fs::write(
+        &config,
+        format!("[dhcp]\nenabled = false\n[owner]\nfallback = \"{FALLBACK}\"\n{ironic}\n"),
+    )
+    .unwrap();
+    let owner_cli = |set: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_shardboot"));
+        c.arg("--config").arg(&config);
+        for s in set {
+            c.args(["--set", s]);
+        }
+        let out = c.args(["owner", &owners[0].0]).output().unwrap();
+        (
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let bad_pw = files.path().join("wrong");
+    std::fs::write(&bad_pw, "nope\n").unwrap();
+    let (out, err) = owner_cli(&[&format!("owner.ironic.password_file={}", bad_pw.display())]);
+    assert!(out.contains("source: none"), "{out}{err}");
+    assert!(err.contains("HTTP 401"), "{err}");
+    let other_ca = files.path().join("other-ca.pem");
+    let unrelated = rcgen::generate_simple_self_signed(vec!["other".to_string()]).unwrap();
+    std::fs::write(&other_ca, unrelated.cert.pem()).unwrap();
+    let (out, err) = owner_cli(&[&format!("owner.ironic.ca_file={}", other_ca.display())]);
+    assert!(out.contains("source: none"), "{out}{err}");
+    assert!(err.contains("ironic lookup failed"), "{err}");
+}
