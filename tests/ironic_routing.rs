@@ -442,6 +442,38 @@ fn ironic_behind_basic_auth_and_tls_with_a_private_ca() {
         );
         assert!(body.contains("(ironic)"), "{body}");
     }
+    // A machine enrolled after the snapshot: sixteen concurrent boot requests for it
+    // cost Ironic one port lookup (one request in flight per MAC, then cached).
+    let added = lab.run(&["enroll"], &["1"]);
+    let v: serde_json::Value = serde_json::from_str(added.lines().last().unwrap()).unwrap();
+    let (new_mac, new_conductor) = (
+        v["mac"].as_str().unwrap().to_string(),
+        v["conductor"].as_str().unwrap().to_string(),
+    );
+    let want = expected_chain("a", &new_mac, &new_conductor, ports, false);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..16)
+            .map(|_| s.spawn(|| a.get(&format!("/v1/boot/{new_mac}/boot.ipxe"))))
+            .collect();
+        for h in handles {
+            let (code, body) = h.join().unwrap();
+            assert_eq!(
+                (code, chained_url(&body)),
+                (200, Some(want.as_str())),
+                "{body}"
+            );
+        }
+    });
+    let api_log = std::fs::read_to_string(lab.dir.path().join("ironic-1.log")).unwrap();
+    let asked = api_log
+        .lines()
+        .filter(|l| l.contains(&format!("GET /v1/ports/detail?address={new_mac} ")))
+        .count();
+    assert_eq!(asked, 1, "Ironic was asked {asked} times about {new_mac}");
+    assert_eq!(
+        a.metric("shardboot_owner_ironic_lookups_total{result=\"found\"} "),
+        Some(1)
+    );
     // Wrong password, or no CA: Ironic is never believed, the fallback answers, and
     // the reason is a clear error. `shardboot owner` makes one lookup like a boot would.
     let config = files.path().join("member.toml");

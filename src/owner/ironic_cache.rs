@@ -5,9 +5,10 @@
 //! - the newer of the snapshot and a single lookup wins, so a port enrolled after the
 //!   last refresh is found at once, and a port deleted since a lookup disappears with
 //!   the next refresh;
-//! - "Ironic has no such port" is remembered for `negative_ttl` only, so an unknown
-//!   machine that gets enrolled is found soon, and random MACs from the unauthenticated
-//!   boot route cannot make shardboot ask Ironic once per request;
+//! - a MAC missing from the snapshot is a miss (it may have been enrolled since), and
+//!   "Ironic has no such port" from a lookup is remembered for `negative_ttl` only, so
+//!   an unknown machine that gets enrolled is found soon while the same unknown MAC
+//!   repeated on the unauthenticated boot route costs Ironic one request per TTL;
 //! - while Ironic is unreachable every answer is still served; the cache only reports
 //!   that it is stale.
 
@@ -75,14 +76,9 @@ impl IronicCache {
             },
             _ => match self.snapshot.get(mac) {
                 Some(c) => Cached::Hit(Known::Node(c.clone())),
-                // A complete snapshot that lacks the MAC is a negative answer until the
-                // negative TTL has passed since it was taken.
-                None => match self.snapshot_at {
-                    Some(at) if now.saturating_duration_since(at) < self.negative_ttl => {
-                        Cached::Hit(Known::NoPort)
-                    }
-                    _ => Cached::Miss,
-                },
+                // Not in the snapshot: perhaps enrolled since. Ask, so a machine that
+                // powers on right after enrollment is not sent to the fallback.
+                None => Cached::Miss,
             },
         }
     }
@@ -176,10 +172,10 @@ mod tests {
             c.get(&mac(1), t0 + TTL),
             Cached::Hit(Known::Node(Some("c2".into())))
         );
-        // A newer snapshot wins over the older lookup (the port was deleted).
+        // A newer snapshot wins over the older lookup (the port was deleted): the MAC
+        // is asked about again.
         c.replace_snapshot(snap(&[]), t0 + 2 * TTL);
-        assert_eq!(c.get(&mac(1), t0 + 2 * TTL), Cached::Hit(Known::NoPort));
-        assert_eq!(c.get(&mac(1), t0 + 3 * TTL), Cached::Miss);
+        assert_eq!(c.get(&mac(1), t0 + 2 * TTL), Cached::Miss);
     }
 
     #[test]

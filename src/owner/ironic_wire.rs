@@ -113,17 +113,26 @@ mod tests {
     const PORTS: &str = include_str!("../../fixtures/ironic/ports-detail.json");
     const NODES: &str = include_str!("../../fixtures/ironic/nodes-detail.json");
     const NODE: &str = include_str!("../../fixtures/ironic/node.json");
+    const BY_ADDRESS: &str = include_str!("../../fixtures/ironic/ports-by-address.json");
 
     #[test]
     fn captured_ironic_pages_parse() {
         let ports = parse_ports(PORTS.as_bytes()).unwrap();
         let nodes = parse_nodes(NODES.as_bytes()).unwrap();
-        assert!(!ports.ports.is_empty());
+        assert_eq!(ports.ports.len(), 3);
+        // A full page links to the next one; only its query is reused.
+        let next = ports.next.as_deref().and_then(next_query).unwrap();
+        assert!(next.contains("marker="), "{next}");
         assert!(nodes.nodes.iter().all(|n| n.conductor.is_some()));
         let map = owners(&ports.ports, &nodes.nodes);
         assert_eq!(map.len(), ports.ports.len());
         let node = parse_node(NODE.as_bytes()).unwrap();
         assert!(node.conductor.is_some());
+        let one = parse_ports(BY_ADDRESS.as_bytes()).unwrap();
+        assert_eq!(one.ports.len(), 1);
+        assert!(one.next.is_none());
+        assert_eq!(one.ports[0].address, "52:54:00:5b:00:04");
+        assert!(one.ports[0].node_uuid.is_some());
     }
 
     #[test]
