@@ -113,4 +113,22 @@ fn the_readme_example_config_is_valid() {
     let (ok, stdout, stderr) = check_config(&path, &[]);
     assert!(ok, "README example rejected:\n{stderr}");
     assert!(stdout.contains("subnet[1] 172.23.4.0/24"), "{stdout}");
+
+    // The Ironic example, with its secret and CA files put where it says.
+    let ironic: String = readme
+        .split("```toml\n")
+        .find(|b| b.starts_with("[owner.ironic]"))
+        .and_then(|rest| rest.split("```").next())
+        .expect("README has an [owner.ironic] example")
+        .to_string();
+    let (pw, ca) = (dir.path().join("password"), dir.path().join("ca.pem"));
+    std::fs::write(&pw, "secret\n").unwrap();
+    std::fs::write(&ca, "not checked until serve\n").unwrap();
+    let ironic = ironic
+        .replace("/auth/ironic/password", &pw.display().to_string())
+        .replace("/certs/ca/ironic/tls.crt", &ca.display().to_string());
+    let path = dir.path().join("ironic.toml");
+    std::fs::write(&path, ironic).unwrap();
+    let (ok, _, stderr) = check_config(&path, &[]);
+    assert!(ok, "README Ironic example rejected:\n{stderr}");
 }

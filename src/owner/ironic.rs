@@ -75,6 +75,9 @@ pub enum IronicError {
         /// What is wrong.
         reason: String,
     },
+    /// Not usable as a header value (validation normally catches this).
+    #[error("owner.ironic.api_version {0:?}: not a valid header value")]
+    ApiVersion(String),
     /// The HTTP client could not be built.
     #[error("Ironic HTTP client: {0}")]
     Client(reqwest::Error),
@@ -211,10 +214,8 @@ impl IronicOwners {
         headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
         headers.insert(
             "X-OpenStack-Ironic-API-Version",
-            HeaderValue::from_str(&settings.api_version).map_err(|e| IronicError::Ca {
-                path: PathBuf::new(),
-                reason: e.to_string(),
-            })?,
+            HeaderValue::from_str(&settings.api_version)
+                .map_err(|_| IronicError::ApiVersion(settings.api_version.clone()))?,
         );
         let mut builder = reqwest::Client::builder()
             .default_headers(headers)
@@ -501,4 +502,49 @@ fn read_ca(path: &PathBuf) -> Result<Vec<reqwest::Certificate>, IronicError> {
         return Err(err("no PEM certificate in the file".into()));
     }
     Ok(certs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> IronicSettings {
+        IronicSettings {
+            url: "https://127.0.0.1:6385".into(),
+            username: Some("ironic".into()),
+            password: Some("hunter2".into()),
+            ca_file: None,
+            api_version: "1.49".into(),
+            refresh: Duration::from_secs(60),
+            timeout: Duration::from_secs(1),
+            negative_ttl: Duration::from_secs(10),
+            backoff: Duration::from_secs(5),
+            max_lookups: 4,
+            page_size: 100,
+        }
+    }
+
+    #[test]
+    fn a_ca_file_without_certificates_is_a_start_up_error_naming_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, "not a certificate\n").unwrap();
+        let err = IronicOwners::new(IronicSettings {
+            ca_file: Some(ca),
+            ..settings()
+        })
+        .err()
+        .expect("garbage CA accepted");
+        assert!(
+            err.to_string().starts_with("owner.ironic.ca_file "),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_password_never_reaches_debug_output() {
+        let text = format!("{:?}", settings());
+        assert!(!text.contains("hunter2"), "{text}");
+        assert!(text.contains("<redacted>"), "{text}");
+    }
 }

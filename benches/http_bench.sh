@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# The boot route under load, side by side in one run: wrk against shardboot's
+# /v1/boot/{mac}/boot.ipxe (a random MAC per request out of 10,000, every one known from
+# the Ironic resolver's warm cache), against nginx and Python's http.server serving a
+# static script of the same size, and against shardboot again after Ironic went away
+# (the cached answers must not get slower). Prints requests/s and p99 for each.
+#
+#   benches/http_bench.sh [seconds] [connections]
+#
+# The Ironic here is a static file tree in Ironic's wire format (the JSON of
+# /v1/ports/detail and /v1/nodes/detail, built from the same fields a real Ironic 39
+# returns, see fixtures/ironic/) served by Python: enrolling 10,000 nodes in a real
+# Ironic takes about an hour on this machine. tests/ironic_routing.rs covers the real one.
+# Everything listens on 127.0.0.1; each run is bounded by wrk -d.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"
+secs=${1:-10}
+conns=${2:-64}
+macs=10000
+
+command -v wrk >/dev/null && command -v nginx >/dev/null || tests/install-deps.sh
+cargo build --release --locked -q
+bin="$PWD/target/release/shardboot"
+work=$(mktemp -d)
+chmod 755 "$work"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_http() { # URL
+  for _ in $(seq 100); do curl -sf -o /dev/null --noproxy '*' "$1" && return 0; sleep 0.1; done
+  echo "http_bench: $1 did not come up" >&2; exit 1
+}
+
+# ---- the fake Ironic: ports and nodes, every node on one of two conductors
+ironic_port=$(free_port)
+python3 - "$work/ironic" "$macs" <<'EOF'
+import json, os, sys, uuid
+root, n = sys.argv[1], int(sys.argv[2])
+os.makedirs(f"{root}/v1/ports"); os.makedirs(f"{root}/v1/nodes")
+ports, nodes, lines = [], [], []
+for i in range(n):
+    mac = "52:54:01:%02x:%02x:%02x" % (i >> 16, (i >> 8) & 255, i & 255)
+    node = str(uuid.UUID(int=i + 1))
+    ports.append({"uuid": str(uuid.UUID(int=(1 << 64) + i)), "address": mac,
+                  "node_uuid": node, "pxe_enabled": True, "extra": {}})
+    nodes.append({"uuid": node, "name": f"bench-{i}", "driver": "fake-hardware",
+                  "conductor": "127.0.0.1" if i % 2 else "127.0.0.2:8090"})
+    lines.append(mac)
+json.dump({"ports": ports}, open(f"{root}/v1/ports/detail", "w"))
+json.dump({"nodes": nodes}, open(f"{root}/v1/nodes/detail", "w"))
+open(f"{root}/../macs.txt", "w").write("\n".join(lines) + "\n")
+EOF
+(cd "$work/ironic" && exec python3 -m http.server -b 127.0.0.1 "$ironic_port" >/dev/null 2>&1) &
+ironic_pid=$!; pids+=("$ironic_pid")
+wait_http "http://127.0.0.1:$ironic_port/v1/ports/detail"
+
+# ---- shardboot: member a of two, HTTP only
+sb_port=$(free_port)
+cat >"$work/shardboot.toml" <<EOF
+state_dir = "$work/state"
+[dhcp]
+enabled = false
+[tftp]
+enabled = false
+[http]
+listen = "127.0.0.1:$sb_port"
+[owner]
+self = "a"
+[owner.ironic]
+url = "http://127.0.0.1:$ironic_port"
+page_size = 10000
+refresh_secs = 5
+[[member]]
+name = "a"
+http_url = "http://127.0.0.1:$sb_port"
+conductor = "127.0.0.1"
+conductor_url = "http://127.0.0.1:8088/c1"
+[[member]]
+name = "b"
+http_url = "http://127.0.0.1:9"
+conductor = "127.0.0.2:8090"
+conductor_url = "http://127.0.0.1:8088/c2"
+EOF
+SHARDBOOT_LOG=warn "$bin" -c "$work/shardboot.toml" serve 2>"$work/shardboot.log" &
+pids+=($!)
+wait_http "http://127.0.0.1:$sb_port/healthz"
+for _ in $(seq 100); do
+  curl -s "http://127.0.0.1:$sb_port/metrics" | grep -q "^shardboot_owner_ironic_snapshot_macs $macs" && break
+  sleep 0.1
+done
+curl -s "http://127.0.0.1:$sb_port/metrics" | grep -q "^shardboot_owner_ironic_snapshot_macs $macs" \
+  || { echo "http_bench: the Ironic cache did not warm" >&2; cat "$work/shardboot.log" >&2; exit 1; }
+
+# ---- static references: one file the size of a chain script
+curl -s "http://127.0.0.1:$sb_port/v1/boot/52:54:01:00:00:01/boot.ipxe" >"$work/static.ipxe"
+mkdir -p "$work/www"; cp "$work/static.ipxe" "$work/www/boot.ipxe"
+nginx_port=$(free_port)
+cat >"$work/nginx.conf" <<EOF
+worker_processes 2;
+pid $work/nginx.pid;
+error_log $work/nginx-error.log;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path $work/nginx-tmp;
+  server { listen 127.0.0.1:$nginx_port; root $work/www; }
+}
+EOF
+nginx -c "$work/nginx.conf" -g 'daemon off;' &
+pids+=($!)
+py_port=$(free_port)
+(cd "$work/www" && exec python3 -m http.server -b 127.0.0.1 "$py_port" >/dev/null 2>&1) &
+pids+=($!)
+wait_http "http://127.0.0.1:$nginx_port/boot.ipxe"
+wait_http "http://127.0.0.1:$py_port/boot.ipxe"
+
+# wrk picks a random known MAC for every request.
+cat >"$work/macs.lua" <<EOF
+local macs = {}
+for line in io.lines("$work/macs.txt") do macs[#macs + 1] = line end
+math.randomseed(os.time())
+request = function()
+  return wrk.format("GET", "/v1/boot/" .. macs[math.random(#macs)] .. "/boot.ipxe")
+end
+EOF
+
+results=()
+run() { # NAME URL [lua]
+  local name=$1 url=$2 out rps p99
+  out=$(wrk -t2 -c"$conns" -d"${secs}s" --latency ${3:+-s "$3"} "$url")
+  rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
+  p99=$(awk '$1 == "99%" {print $2}' <<<"$out")
+  if grep -q "Non-2xx" <<<"$out"; then echo "http_bench: $name answered non-2xx" >&2; echo "$out" >&2; exit 1; fi
+  printf '%-34s %12s req/s   p99 %s\n' "$name" "$rps" "$p99"
+  results+=("$name=$rps")
+}
+
+echo "wrk -t2 -c$conns -d${secs}s, 2-core machine, everything on 127.0.0.1"
+run "shardboot /v1/boot/{mac} (Ironic up)" "http://127.0.0.1:$sb_port" "$work/macs.lua"
+run "nginx static boot.ipxe" "http://127.0.0.1:$nginx_port/boot.ipxe"
+run "python http.server boot.ipxe" "http://127.0.0.1:$py_port/boot.ipxe"
+kill "$ironic_pid"; wait "$ironic_pid" 2>/dev/null || true
+# Let a refresh fail so the cache is stale for the whole run.
+for _ in $(seq 40); do
+  curl -s "http://127.0.0.1:$sb_port/metrics" | grep -q '^shardboot_owner_ironic_up 0' && break
+  sleep 0.5
+done
+run "shardboot /v1/boot/{mac} (Ironic down)" "http://127.0.0.1:$sb_port" "$work/macs.lua"
+curl -s "http://127.0.0.1:$sb_port/metrics" | grep -E '^shardboot_owner_ironic_(up|cache_total)'
