@@ -10,11 +10,13 @@
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod common;
+
+use common::members::*;
 
 static ONE_LAB_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -91,133 +93,6 @@ impl Drop for IronicLab {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// One `shardboot serve` process (HTTP only), killed on drop.
-struct Member {
-    child: Child,
-    addr: SocketAddr,
-    _dir: tempfile::TempDir,
-}
-
-const CONDUCTOR_1: &str = "127.0.0.1";
-const CONDUCTOR_2: &str = "127.0.0.2:8090";
-const FALLBACK: &str = "http://127.0.0.1:9/inspector.ipxe";
-
-fn conductor_url(conductor: &str) -> String {
-    if conductor == CONDUCTOR_1 {
-        "http://127.0.0.1:8088/c1".into()
-    } else {
-        "http://127.0.0.1:8088/c2".into()
-    }
-}
-
-impl Member {
-    fn start(name: &str, ports: (u16, u16), ironic: &str) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let port = if name == "a" { ports.0 } else { ports.1 };
-        let config = format!(
-            r#"
-state_dir = "{state}"
-[dhcp]
-enabled = false
-[tftp]
-enabled = false
-[http]
-listen = "127.0.0.1:{port}"
-[owner]
-self = "{name}"
-fallback = "{FALLBACK}"
-{ironic}
-[health]
-interval_ms = 300
-timeout_ms = 250
-dead_after = 2
-[[member]]
-name = "a"
-http_url = "http://127.0.0.1:{pa}"
-conductor = "{CONDUCTOR_1}"
-conductor_url = "{c1}"
-[[member]]
-name = "b"
-http_url = "http://127.0.0.1:{pb}"
-conductor = "{CONDUCTOR_2}"
-conductor_url = "{c2}"
-"#,
-            state = dir.path().join("state").display(),
-            pa = ports.0,
-            pb = ports.1,
-            c1 = conductor_url(CONDUCTOR_1),
-            c2 = conductor_url(CONDUCTOR_2),
-        );
-        let path = dir.path().join("shardboot.toml");
-        std::fs::write(&path, config).unwrap();
-        let log = std::fs::File::create(dir.path().join("log")).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_shardboot"))
-            .arg("--config")
-            .arg(&path)
-            .arg("serve")
-            .env("SHARDBOOT_LOG", "shardboot=debug")
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let m = Self {
-            child,
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
-            _dir: dir,
-        };
-        wait_until("member answers /healthz", Duration::from_secs(20), || {
-            m.get("/healthz").0 == 200
-        });
-        m
-    }
-
-    fn get(&self, path: &str) -> (u16, String) {
-        let out = Command::new("curl")
-            .args(["-s", "--noproxy", "*", "--path-as-is", "-m", "10"])
-            .args(["-o", "-", "-w", "\n%{http_code}"])
-            .arg(format!("http://{}{path}", self.addr))
-            .output()
-            .expect("curl");
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
-        let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-        (code.parse().unwrap_or(0), body.to_string())
-    }
-
-    fn metric(&self, line_prefix: &str) -> Option<u64> {
-        let (_, body) = self.get("/metrics");
-        body.lines()
-            .find_map(|l| l.strip_prefix(line_prefix))
-            .and_then(|v| v.trim().parse().ok())
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self._dir.path().join("log")).unwrap_or_default()
-    }
-}
-
-impl Drop for Member {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting: {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 fn hyphenated(mac: &str) -> String {
     mac.replace(':', "-")
 }
@@ -241,13 +116,6 @@ fn expected_chain(
         let port = if owner == "a" { ports.0 } else { ports.1 };
         format!("http://127.0.0.1:{port}/v1/boot/{mac}/boot.ipxe")
     }
-}
-
-fn chained_url(script: &str) -> Option<&str> {
-    script
-        .lines()
-        .find_map(|l| l.strip_prefix("chain --timeout "))
-        .and_then(|rest| rest.split_whitespace().nth(1))
 }
 
 fn check_routing(

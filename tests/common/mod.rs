@@ -4,6 +4,7 @@
 //! to addresses inside the namespaces created here.
 #![allow(dead_code)]
 
+pub mod members;
 pub mod relay_client;
 
 use std::fs::File;
