@@ -99,12 +99,26 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), AppError> {
     let mut tasks: JoinSet<Result<(), AppError>> = JoinSet::new();
-    let resolver = Arc::new(crate::owner::Resolver::new(&config)?);
+    let (prefetch_tx, mut prefetch_rx) = tokio::sync::mpsc::channel(1024);
+    let resolver = Arc::new(crate::owner::Resolver::new(&config)?.with_prefetch(prefetch_tx));
     if let Some(ironic) = resolver.ironic() {
+        let (refresher, stop) = (ironic.clone(), shutdown.clone());
+        tasks.spawn(async move {
+            refresher.run_refresh(stop).await;
+            Ok(())
+        });
+        // MACs the DHCP path found missing from the cache, looked up in the background
+        // (the DHCP thread never waits on the network).
         let (ironic, stop) = (ironic.clone(), shutdown.clone());
         tasks.spawn(async move {
-            ironic.run_refresh(stop).await;
-            Ok(())
+            loop {
+                let mac = tokio::select! {
+                    _ = stop.cancelled() => return Ok(()),
+                    m = prefetch_rx.recv() => match m { Some(m) => m, None => return Ok(()) },
+                };
+                let ironic = ironic.clone();
+                tokio::spawn(async move { ironic.lookup(mac).await });
+            }
         });
     }
     if config.members.len() > 1 {
@@ -152,7 +166,8 @@ pub async fn run(
         });
     }
     if config.dhcp.enabled {
-        let parts = dhcp_parts(&config, &handles)?;
+        let mut parts = dhcp_parts(&config, &handles)?;
+        parts.responsibility = responsibility_fn(&config, resolver.clone(), handles.dhcp.clone());
         let stop = shutdown.clone();
         tasks.spawn(async move { Ok(server::run(parts, stop).await?) });
     } else {
@@ -166,6 +181,40 @@ pub async fn run(
         }
     }
     first_error.map_or(Ok(()), Err)
+}
+
+/// With several members, who answers each client (ARCHITECTURE.md, "DHCP decisions" 2):
+/// the resolver's owner from cache (never waiting on Ironic), else the RFC 3074 bucket
+/// over the live members; others take over when the client's `secs` reaches
+/// `takeover_secs`.
+fn responsibility_fn(
+    config: &Config,
+    resolver: Arc<crate::owner::Resolver>,
+    metrics: Arc<crate::dhcp::metrics::DhcpMetrics>,
+) -> Option<server::ResponsibilityFn> {
+    use crate::dhcp::responsibility::{decide, responsible};
+    use dhcproto::v4::MessageType;
+    if config.members.len() < 2 {
+        return None;
+    }
+    let me = config.owner.self_name.clone()?;
+    let takeover = config.dhcp.takeover_secs;
+    Some(Arc::new(move |msg: &dhcproto::v4::Message, _now| {
+        let asks = matches!(
+            msg.opts().msg_type(),
+            Some(MessageType::Discover | MessageType::Request)
+        );
+        let Some(mac) = crate::mac::MacAddr::from_chaddr(msg.chaddr()).filter(|_| asks) else {
+            return crate::dhcp::Responsibility::Mine;
+        };
+        let owner = resolver.resolve_cached(&mac);
+        let live = resolver.live().alive();
+        let r = responsible(owner.member.as_deref(), &live, &mac);
+        let (decision, why) = decide(&me, r, msg.secs(), takeover);
+        metrics.responsibility.inc(why.as_str());
+        tracing::debug!(%mac, responsible = ?r, source = owner.source, secs = msg.secs(), why = why.as_str(), "DHCP responsibility");
+        decision
+    }))
 }
 
 /// Opens the store, loads the engine and binds the DHCP sockets.

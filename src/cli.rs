@@ -22,6 +22,25 @@ pub fn check_config(config: &Config) -> anyhow::Result<()> {
             s.lease_time
         )?;
     }
+    let (me, count) = config.partition();
+    if count > 1 {
+        // Every member's slice of every range, so operators can check that the members'
+        // lists agree (the same list gives the same slices everywhere).
+        let mut names: Vec<&str> = config.members.iter().map(|m| m.name.as_str()).collect();
+        names.sort_unstable();
+        for (i, s) in config.subnets.iter().enumerate() {
+            for (first, last) in &s.ranges {
+                for (k, name) in names.iter().enumerate() {
+                    let pool = crate::dhcp::pool::Pool::partitioned(*first, *last, k, count);
+                    let slice = pool
+                        .slice_bounds()
+                        .map_or("(empty)".to_string(), |(a, b)| format!("{a} - {b}"));
+                    let mark = if k == me { "  <- this member" } else { "" };
+                    writeln!(out, "subnet[{i}] slice of {name}: {slice}{mark}")?;
+                }
+            }
+        }
+    }
     writeln!(out, "hosts: {}", config.hosts.len())?;
     if config.tftp.enabled {
         writeln!(

@@ -99,6 +99,22 @@ pub struct Config {
     pub hosts: Vec<Host>,
 }
 
+impl Config {
+    /// This member's place among the members for range partitioning: (index in the
+    /// sorted member names, member count); (0, 1) for a single instance.
+    pub fn partition(&self) -> (usize, usize) {
+        let mut names: Vec<&str> = self.members.iter().map(|m| m.name.as_str()).collect();
+        names.sort_unstable();
+        match self.owner.self_name.as_deref() {
+            Some(me) if !names.is_empty() => (
+                names.iter().position(|n| *n == me).unwrap_or(0),
+                names.len(),
+            ),
+            _ => (0, 1),
+        }
+    }
+}
+
 /// `[dhcp]` after validation.
 #[derive(Debug, Clone)]
 pub struct DhcpSettings {
@@ -120,6 +136,9 @@ pub struct DhcpSettings {
     pub decline_hold_secs: u32,
     /// How often expired leases are reclaimed, in seconds.
     pub reclaim_interval_secs: u32,
+    /// With several members: a client whose `secs` reaches this is answered by any
+    /// member, not only its responsible one.
+    pub takeover_secs: u16,
 }
 
 /// `[tftp]` after validation: where the listener runs and what it serves.

@@ -43,6 +43,7 @@ pub struct RawDhcp {
     pub offer_hold_secs: Option<u32>,
     pub decline_hold_secs: Option<u32>,
     pub reclaim_interval_secs: Option<u32>,
+    pub takeover_secs: Option<u16>,
 }
 
 /// `[boot]`

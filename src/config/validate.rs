@@ -124,6 +124,12 @@ fn dhcp_settings(raw: RawDhcp, issues: &mut Issues) -> DhcpSettings {
     if reclaim_interval_secs == 0 {
         issues.add("dhcp.reclaim_interval_secs", "must be at least 1");
     }
+    if raw.takeover_secs == Some(0) {
+        issues.add(
+            "dhcp.takeover_secs",
+            "must be at least 1 (0 would make every member answer every client)",
+        );
+    }
     DhcpSettings {
         enabled: raw.enabled.unwrap_or(true),
         interfaces,
@@ -134,6 +140,7 @@ fn dhcp_settings(raw: RawDhcp, issues: &mut Issues) -> DhcpSettings {
         offer_hold_secs,
         decline_hold_secs: raw.decline_hold_secs.unwrap_or(600),
         reclaim_interval_secs,
+        takeover_secs: raw.takeover_secs.unwrap_or(5),
     }
 }
 

@@ -84,6 +84,15 @@ impl Engine {
         }
     }
 
+    /// Whether this member may give `ip` to `mac` without overlapping another member:
+    /// it is in this member's slice, or reserved for the MAC, or this member already
+    /// holds the MAC's record on it.
+    pub(super) fn partition_allows(&self, si: usize, ip: Ipv4Addr, mac: &MacAddr) -> bool {
+        self.subnets[si].pools.iter().any(|p| p.in_slice(ip))
+            || self.reserved.get(&ip) == Some(mac)
+            || self.table.get(ip).is_some_and(|l| &l.mac == mac)
+    }
+
     pub(super) fn choose_address(
         &mut self,
         si: usize,
@@ -95,10 +104,21 @@ impl Engine {
         if let Some(ip) = self.hosts.get(mac).and_then(|h| h.ip) {
             return (net.contains(&ip) && self.available_for(ip, mac, now)).then_some(ip);
         }
+        // The client's own record, anywhere in the range: this member holds it. A
+        // requested address this member holds no record of must be in its own slice,
+        // or two members could hand out the same address.
         let previous = self.table.by_mac(mac).map(|l| l.ip);
-        for candidate in previous.into_iter().chain(requested) {
-            if self.servable(si, candidate, mac) && self.available_for(candidate, mac, now) {
-                return Some(candidate);
+        if let Some(ip) = previous {
+            if self.servable(si, ip, mac) && self.available_for(ip, mac, now) {
+                return Some(ip);
+            }
+        }
+        if let Some(ip) = requested.filter(|ip| Some(*ip) != previous) {
+            if self.partition_allows(si, ip, mac)
+                && self.servable(si, ip, mac)
+                && self.available_for(ip, mac, now)
+            {
+                return Some(ip);
             }
         }
         let total: usize = self.subnets[si]

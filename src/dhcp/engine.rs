@@ -37,6 +37,7 @@ pub struct Engine {
 impl Engine {
     /// Builds the engine from configuration and the leases loaded from the store.
     pub fn new(config: &Config, stored: Vec<Lease>, now: u64) -> Self {
+        let (part, parts) = config.partition();
         let mut engine = Self {
             settings: config.dhcp.clone(),
             boot: config.boot.clone(),
@@ -45,7 +46,11 @@ impl Engine {
                 .iter()
                 .map(|s| SubnetState {
                     cfg: s.clone(),
-                    pools: s.ranges.iter().map(|(a, b)| Pool::new(*a, *b)).collect(),
+                    pools: s
+                        .ranges
+                        .iter()
+                        .map(|(a, b)| Pool::partitioned(*a, *b, part, parts))
+                        .collect(),
                 })
                 .collect(),
             hosts: config.hosts.iter().map(|h| (h.mac, h.clone())).collect(),
@@ -203,7 +208,10 @@ impl Engine {
             let Some(si) = self.select_subnet(msg, ctx) else {
                 return Decision::ignore(IgnoreReason::NoSubnet);
             };
-            if self.servable(si, ip, mac) && self.available_for(ip, mac, ctx.now) {
+            if self.servable(si, ip, mac)
+                && self.partition_allows(si, ip, mac)
+                && self.available_for(ip, mac, ctx.now)
+            {
                 return self.ack(msg, ip, si, mac, ctx);
             }
             return self.nak(msg, ours);

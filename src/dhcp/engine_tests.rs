@@ -443,3 +443,87 @@ fn restart_from_stored_leases_keeps_bindings() {
         assert!(stored.iter().all(|l| l.ip != ip), "{ip} reused");
     }
 }
+
+const THREE_MEMBERS: &str = r#"
+[[member]]
+name = "c"
+http_url = "http://192.0.2.3:8080"
+[[member]]
+name = "a"
+http_url = "http://192.0.2.1:8080"
+[[member]]
+name = "b"
+http_url = "http://192.0.2.2:8080"
+"#;
+
+#[test]
+fn three_members_never_hand_out_the_same_address() {
+    let i = iface();
+    let mut seen = std::collections::HashMap::new();
+    for me in ["a", "b", "c"] {
+        let cfg = config(&format!("[owner]\nself = \"{me}\"\n{THREE_MEMBERS}"));
+        let mut e = Engine::new(&cfg, Vec::new(), T0);
+        // The default range is 192.0.2.100 - .199: a 33, b 33, c 34 addresses.
+        let mut n = 0u8;
+        loop {
+            let m = MacAddr([0x52, 0x54, 1, 0, me.as_bytes()[0], n]);
+            let d = e.handle_message(&msg(MessageType::Discover, m), &ctx(&i, T0));
+            let Outcome::Offer(ip) = d.outcome else { break };
+            bind(&mut e, &i, m, T0);
+            if let Some(other) = seen.insert(ip, me) {
+                panic!("{ip} handed out by {other} and {me}");
+            }
+            n += 1;
+        }
+        let expected = if me == "c" { 34 } else { 33 };
+        assert_eq!(n, expected, "member {me}");
+    }
+    assert_eq!(seen.len(), 100);
+    // Slices are contiguous, in sorted-name order.
+    let first_of = |who: &str| {
+        seen.iter()
+            .filter(|(_, m)| **m == who)
+            .map(|(ip, _)| *ip)
+            .min()
+    };
+    assert_eq!(first_of("a"), Some(Ipv4Addr::new(192, 0, 2, 100)));
+    assert_eq!(first_of("b"), Some(Ipv4Addr::new(192, 0, 2, 133)));
+    assert_eq!(first_of("c"), Some(Ipv4Addr::new(192, 0, 2, 166)));
+}
+
+#[test]
+fn a_requested_address_in_another_members_slice_is_not_given() {
+    let i = iface();
+    let cfg = config(&format!("[owner]\nself = \"a\"\n{THREE_MEMBERS}"));
+    let mut e = Engine::new(&cfg, Vec::new(), T0);
+    let in_b = Ipv4Addr::new(192, 0, 2, 150);
+    // DISCOVER asking for b's address: offered one of a's own instead.
+    let d = e.handle_message(
+        &with(
+            msg(MessageType::Discover, mac(1)),
+            DhcpOption::RequestedIpAddress(in_b),
+        ),
+        &ctx(&i, T0),
+    );
+    let ip = offered(&d);
+    assert!(ip < Ipv4Addr::new(192, 0, 2, 133), "{ip}");
+    // A REQUEST naming this server but b's address gets a NAK, not an ACK.
+    let d = e.handle_message(&request_selecting(mac(2), in_b), &ctx(&i, T0));
+    assert_eq!(d.outcome, Outcome::Nak);
+    // A lease this member already holds outside its slice (from before a membership
+    // change) is still served.
+    let stored = crate::lease::Lease {
+        ip: in_b,
+        mac: mac(3),
+        state: LeaseState::Bound,
+        starts: T0 - 10,
+        expires: T0 + 1000,
+        hostname: None,
+        client_id: None,
+        machine_id: None,
+        arch: None,
+    };
+    let mut e = Engine::new(&cfg, vec![stored], T0);
+    let d = e.handle_message(&msg(MessageType::Discover, mac(3)), &ctx(&i, T0));
+    assert_eq!(offered(&d), in_b);
+}

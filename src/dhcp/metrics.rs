@@ -29,6 +29,9 @@ pub struct DhcpMetrics {
     pub ignored: LabeledCounters<9>,
     /// Decisions by outcome: offer, ack, nak, inform, release, decline.
     pub outcomes: LabeledCounters<6>,
+    /// With several members: who answers DISCOVERs and REQUESTs without a server-id
+    /// (`responsible`, `takeover`, `other_member`).
+    pub responsibility: LabeledCounters<3>,
     /// Replies sent.
     pub sent: Counter,
     /// Replies that failed to send.
@@ -56,6 +59,7 @@ impl Default for DhcpMetrics {
             drops: LabeledCounters::new(DropReason::ALL.map(|r| r.as_str())),
             ignored: LabeledCounters::new(IGNORE_REASONS.map(|r| r.as_str())),
             outcomes: LabeledCounters::new(["offer", "ack", "nak", "inform", "release", "decline"]),
+            responsibility: LabeledCounters::new(["responsible", "takeover", "other_member"]),
             sent: Counter::default(),
             send_errors: Counter::default(),
             queue_full: Counter::default(),
@@ -128,6 +132,12 @@ impl DhcpMetrics {
             "shardboot_dhcp_decisions_total",
             "outcome",
             "Engine decisions by outcome",
+        );
+        self.responsibility.render(
+            out,
+            "shardboot_dhcp_responsibility_total",
+            "why",
+            "Whether this member answers a client (several members only)",
         );
         for (name, help, c) in [
             ("shardboot_dhcp_sent_total", "Replies sent", &self.sent),

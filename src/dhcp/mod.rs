@@ -9,6 +9,7 @@ pub mod engine;
 pub mod metrics;
 pub mod pool;
 pub mod reply;
+pub mod responsibility;
 pub mod server;
 pub mod socket;
 pub mod table;

@@ -1,19 +1,25 @@
 //! One contiguous address range as a bitmap: which addresses are in use, which are never
 //! handed out dynamically (exclusions, reservations), and a next-fit cursor so that
 //! allocation is O(1) amortised and spreads addresses instead of reusing the newest free.
+//!
+//! With several members, the range is split into contiguous slices, one per member in
+//! sorted-name order (ARCHITECTURE.md, "DHCP decisions" 3); a member hands out fresh
+//! addresses only from its own slice, so two members never offer the same address.
 
 use std::net::Ipv4Addr;
+use std::ops::Range;
 
 /// A dynamic address range.
 #[derive(Debug, Clone)]
 pub struct Pool {
     start: u32,
     len: u32,
+    /// This member's part of the range, as indices.
+    slice: Range<u32>,
     used: Vec<u64>,
     blocked: Vec<u64>,
     cursor: u32,
     in_use: u32,
-    blocked_count: u32,
 }
 
 fn bit(words: &[u64], i: u32) -> bool {
@@ -32,20 +38,37 @@ fn set(words: &mut [u64], i: u32, on: bool) -> bool {
     was
 }
 
+/// Member `index` of `count`'s slice of a range of `len` addresses: contiguous, disjoint,
+/// together covering the range, sizes differing by at most one.
+pub fn slice_of(len: u32, index: usize, count: usize) -> Range<u32> {
+    let count = count.max(1) as u64;
+    let index = (index as u64).min(count - 1);
+    let lo = u64::from(len) * index / count;
+    let hi = u64::from(len) * (index + 1) / count;
+    lo as u32..hi as u32
+}
+
 impl Pool {
-    /// A pool of `first..=last`.
+    /// The range `first`..=`last`, all of it this member's.
     pub fn new(first: Ipv4Addr, last: Ipv4Addr) -> Self {
+        Self::partitioned(first, last, 0, 1)
+    }
+
+    /// The range `first`..=`last`, of which member `index` of `count` allocates from
+    /// its slice only.
+    pub fn partitioned(first: Ipv4Addr, last: Ipv4Addr, index: usize, count: usize) -> Self {
         let start = u32::from(first);
         let len = u32::from(last) - start + 1;
         let words = len.div_ceil(64) as usize;
+        let slice = slice_of(len, index, count);
         Self {
             start,
             len,
+            cursor: slice.start,
+            slice,
             used: vec![0; words],
             blocked: vec![0; words],
-            cursor: 0,
             in_use: 0,
-            blocked_count: 0,
         }
     }
 
@@ -54,26 +77,40 @@ impl Pool {
         (i < self.len).then_some(i)
     }
 
-    /// Whether `ip` belongs to this pool.
+    /// Whether `ip` is in the range (any member's slice).
     pub fn contains(&self, ip: Ipv4Addr) -> bool {
         self.index(ip).is_some()
+    }
+
+    /// Whether `ip` is in this member's slice.
+    pub fn in_slice(&self, ip: Ipv4Addr) -> bool {
+        self.index(ip).is_some_and(|i| self.slice.contains(&i))
+    }
+
+    /// This member's slice as (first, last) addresses; `None` when it is empty (more
+    /// members than addresses).
+    pub fn slice_bounds(&self) -> Option<(Ipv4Addr, Ipv4Addr)> {
+        (!self.slice.is_empty()).then(|| {
+            (
+                Ipv4Addr::from(self.start + self.slice.start),
+                Ipv4Addr::from(self.start + self.slice.end - 1),
+            )
+        })
     }
 
     /// Never hand `ip` out dynamically (exclusion or reservation).
     pub fn block(&mut self, ip: Ipv4Addr) {
         if let Some(i) = self.index(ip) {
-            if !set(&mut self.blocked, i, true) {
-                self.blocked_count += 1;
-            }
+            set(&mut self.blocked, i, true);
         }
     }
 
-    /// Whether `ip` is blocked from dynamic allocation.
+    /// Whether `ip` is excluded or reserved.
     pub fn is_blocked(&self, ip: Ipv4Addr) -> bool {
         self.index(ip).is_some_and(|i| bit(&self.blocked, i))
     }
 
-    /// Marks `ip` as held (or no longer held) by an active lease or offer.
+    /// Marks `ip` as held by a lease or offer, or free.
     pub fn set_used(&mut self, ip: Ipv4Addr, used: bool) {
         if let Some(i) = self.index(ip) {
             let was = set(&mut self.used, i, used);
@@ -90,44 +127,55 @@ impl Pool {
         self.index(ip).is_some_and(|i| bit(&self.used, i))
     }
 
-    /// Addresses that could still be handed out.
-    pub fn free(&self) -> u32 {
-        self.len - self.blocked_count - self.in_use_unblocked()
+    /// Bits of word `w` that lie in this member's slice.
+    fn slice_mask(&self, w: u32) -> u64 {
+        let (lo, hi) = (w * 64, w * 64 + 64);
+        let from = self.slice.start.clamp(lo, hi) - lo;
+        let to = self.slice.end.clamp(lo, hi) - lo;
+        let upto = |n: u32| if n >= 64 { u64::MAX } else { (1u64 << n) - 1 };
+        upto(to) & !upto(from)
     }
 
-    fn in_use_unblocked(&self) -> u32 {
-        // Blocked addresses can be in use too (a reservation's lease): count them once.
-        self.used
-            .iter()
-            .zip(&self.blocked)
-            .map(|(u, b)| (u & !b).count_ones())
+    /// Addresses of this member's slice that can still be handed out.
+    pub fn free(&self) -> u32 {
+        (0..self.used.len() as u32)
+            .map(|w| {
+                let taken = self.used[w as usize] | self.blocked[w as usize];
+                (!taken & self.slice_mask(w)).count_ones()
+            })
             .sum()
     }
 
-    /// Addresses held by a lease or offer.
+    /// Addresses held by leases or offers (in any slice: a member keeps serving the
+    /// leases it holds).
     pub fn in_use(&self) -> u32 {
         self.in_use
     }
 
-    /// The next address that is neither used nor blocked, searching from the cursor and
-    /// wrapping once (the last step revisits the cursor's word without the mask, which
-    /// covers its low bits); skips whole words at a time.
+    /// The next address of this member's slice that is neither used nor blocked,
+    /// searching from the cursor and wrapping once.
     pub fn next_free(&mut self) -> Option<Ipv4Addr> {
-        let words = self.used.len() as u32;
-        let start_word = self.cursor / 64;
+        if self.slice.is_empty() {
+            return None;
+        }
+        let first_word = self.slice.start / 64;
+        let last_word = (self.slice.end - 1) / 64;
+        let words = last_word - first_word + 1;
+        let cursor = self.cursor.clamp(self.slice.start, self.slice.end - 1);
+        let start_word = cursor / 64;
         for step in 0..=words {
-            let w = (start_word + step) % words;
-            let mut taken = self.used[w as usize] | self.blocked[w as usize];
+            let w = first_word + (start_word - first_word + step) % words;
+            let mut taken = self.used[w as usize] | self.blocked[w as usize] | !self.slice_mask(w);
             if step == 0 {
-                // On the first word, ignore bits below the cursor.
-                taken |= (1u64 << (self.cursor % 64)) - 1;
-            }
-            if w == words - 1 && !self.len.is_multiple_of(64) {
-                taken |= !((1u64 << (self.len % 64)) - 1);
+                taken |= (1u64 << (cursor % 64)) - 1;
             }
             if taken != u64::MAX {
                 let i = w * 64 + (!taken).trailing_zeros();
-                self.cursor = (i + 1) % self.len;
+                self.cursor = if i + 1 >= self.slice.end {
+                    self.slice.start
+                } else {
+                    i + 1
+                };
                 return Some(Ipv4Addr::from(self.start + i));
             }
         }
@@ -178,6 +226,48 @@ mod tests {
         both.sort();
         assert_eq!(both, [ip(3), ip(66)]);
         assert_eq!(p.next_free(), None);
+    }
+
+    #[test]
+    fn slices_are_disjoint_contiguous_and_cover_the_range() {
+        for len in [1u32, 2, 3, 10, 64, 100, 257] {
+            for count in 1..=5usize {
+                let mut next = 0;
+                for i in 0..count {
+                    let s = slice_of(len, i, count);
+                    assert_eq!(s.start, next, "len {len} count {count}");
+                    assert!(s.len() as u32 <= len / count as u32 + 1);
+                    next = s.end;
+                }
+                assert_eq!(next, len);
+            }
+        }
+    }
+
+    #[test]
+    fn a_member_allocates_only_from_its_slice() {
+        // 100 addresses over three members: 33, 33, 34.
+        let mut seen = std::collections::HashSet::new();
+        for index in 0..3 {
+            let mut p = Pool::partitioned(ip(0), ip(99), index, 3);
+            p.block(ip(40));
+            let (lo, hi) = p.slice_bounds().unwrap();
+            let expected_free = p.free();
+            let mut n = 0;
+            while let Some(a) = p.next_free() {
+                assert!(a >= lo && a <= hi && p.in_slice(a), "{a} outside {lo}-{hi}");
+                assert!(seen.insert(a), "{a} handed out by two members");
+                p.set_used(a, true);
+                n += 1;
+            }
+            assert_eq!(n, expected_free);
+            assert_eq!(p.free(), 0);
+        }
+        assert_eq!(seen.len(), 99);
+        // More members than addresses: some slices are empty.
+        let mut tiny = Pool::partitioned(ip(0), ip(1), 0, 3);
+        assert_eq!(tiny.slice_bounds(), None);
+        assert_eq!(tiny.next_free(), None);
     }
 
     #[test]

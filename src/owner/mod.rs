@@ -40,6 +40,7 @@ pub struct Resolver {
     inventory: Option<Inventory>,
     ironic: Option<Arc<IronicOwners>>,
     live: Arc<LiveSet>,
+    prefetch: Option<tokio::sync::mpsc::Sender<MacAddr>>,
 }
 
 impl Resolver {
@@ -59,7 +60,15 @@ impl Resolver {
                 &config.members,
                 config.owner.self_name.as_deref(),
             )),
+            prefetch: None,
         })
+    }
+
+    /// Where `resolve_cached` sends MACs Ironic has not been asked about, so that a
+    /// task can look them up before the client's next retransmission.
+    pub fn with_prefetch(mut self, tx: tokio::sync::mpsc::Sender<MacAddr>) -> Self {
+        self.prefetch = Some(tx);
+        self
     }
 
     /// This member's name.
@@ -139,7 +148,13 @@ impl Resolver {
                     let known = match ironic.cached(mac, Instant::now()) {
                         Cached::Hit(k) => Some(k),
                         Cached::Miss if ask_ironic => ironic.lookup(*mac).await,
-                        Cached::Miss => None,
+                        Cached::Miss => {
+                            if let Some(tx) = &self.prefetch {
+                                // Full queue: the next retransmission asks again.
+                                let _ = tx.try_send(*mac);
+                            }
+                            None
+                        }
                     };
                     match known {
                         Some(Known::Node(Some(conductor))) => {

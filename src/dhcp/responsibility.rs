@@ -1,0 +1,150 @@
+//! "Should I answer?" (ARCHITECTURE.md, "DHCP decisions" 2), pure: from the owner the
+//! resolver named, the live members and the client's `secs`, whether this member answers.
+//!
+//! Each MAC has one responsible member: the member beside the conductor that owns it,
+//! else the RFC 3074 hash bucket of the MAC over the live members. If that member is
+//! known dead, the bucket over the live members picks exactly one replacement. Other
+//! members stay silent until the client has been trying for `takeover_secs` (RFC 2131
+//! §2: `secs` counts seconds since the client began acquiring), when any member answers
+//! from its own slice; the client takes the first offer.
+
+use super::decision::Responsibility;
+use crate::mac::MacAddr;
+use crate::owner::responsible_member;
+
+/// Why this member answers or not, for metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Why {
+    /// This member is the owner's (or the live bucket's) choice.
+    Responsible,
+    /// Another member is responsible but the client has waited `takeover_secs`.
+    Takeover,
+    /// Another live member is responsible.
+    Other,
+}
+
+impl Why {
+    /// Metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Responsible => "responsible",
+            Self::Takeover => "takeover",
+            Self::Other => "other_member",
+        }
+    }
+}
+
+/// The `secs` field as the client meant it. Some PXE ROMs write it little-endian; like
+/// ISC dhcpd, a value above 255 whose low byte is zero is taken as byte-swapped, or a
+/// single DISCOVER saying "1 second" would read as 256 and make every member take over.
+pub fn effective_secs(raw: u16) -> u16 {
+    if raw > 255 && raw & 0xff == 0 {
+        raw.swap_bytes()
+    } else {
+        raw
+    }
+}
+
+/// The member responsible for `mac`: the resolver's `owner` if it is alive, else the
+/// RFC 3074 bucket over `live` (sorted names).
+pub fn responsible<'a>(
+    owner: Option<&'a str>,
+    live: &'a [String],
+    mac: &MacAddr,
+) -> Option<&'a str> {
+    match owner {
+        Some(o) if live.iter().any(|l| l == o) => Some(o),
+        _ => {
+            let names: Vec<&str> = live.iter().map(String::as_str).collect();
+            responsible_member(mac, &names)
+        }
+    }
+}
+
+/// Whether `me` answers a client whose responsible member is `responsible`.
+pub fn decide(
+    me: &str,
+    responsible: Option<&str>,
+    secs: u16,
+    takeover_secs: u16,
+) -> (Responsibility, Why) {
+    if responsible.is_none_or(|r| r == me) {
+        (Responsibility::Mine, Why::Responsible)
+    } else if effective_secs(secs) >= takeover_secs {
+        (Responsibility::Mine, Why::Takeover)
+    } else {
+        (Responsibility::NotMine, Why::Other)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn live(names: &[&str]) -> Vec<String> {
+        names.iter().map(|s| s.to_string()).collect()
+    }
+
+    const MAC: MacAddr = MacAddr([0x52, 0x54, 0x00, 0x12, 0x34, 0x56]);
+
+    #[test]
+    fn byte_swapped_secs_are_read_as_dhcpd_does() {
+        assert_eq!(effective_secs(0), 0);
+        assert_eq!(effective_secs(4), 4);
+        assert_eq!(effective_secs(255), 255);
+        assert_eq!(effective_secs(0x0100), 1);
+        assert_eq!(effective_secs(0x0400), 4);
+        assert_eq!(effective_secs(0x0101), 0x0101);
+        assert_eq!(effective_secs(300), 300);
+    }
+
+    #[test]
+    fn the_owner_answers_the_others_wait_for_takeover() {
+        assert_eq!(
+            decide("a", Some("a"), 0, 5),
+            (Responsibility::Mine, Why::Responsible)
+        );
+        assert_eq!(
+            decide("b", Some("a"), 0, 5),
+            (Responsibility::NotMine, Why::Other)
+        );
+        assert_eq!(
+            decide("b", Some("a"), 4, 5),
+            (Responsibility::NotMine, Why::Other)
+        );
+        assert_eq!(
+            decide("b", Some("a"), 5, 5),
+            (Responsibility::Mine, Why::Takeover)
+        );
+        // "5 seconds" written little-endian is 0x0500: still 5, not 1280.
+        assert_eq!(
+            decide("b", Some("a"), 0x0500, 5),
+            (Responsibility::Mine, Why::Takeover)
+        );
+        assert_eq!(
+            decide("b", Some("a"), 0x0100, 5),
+            (Responsibility::NotMine, Why::Other)
+        );
+        // A single instance (nobody responsible) always answers.
+        assert_eq!(
+            decide("a", None, 0, 5),
+            (Responsibility::Mine, Why::Responsible)
+        );
+    }
+
+    #[test]
+    fn a_dead_owner_is_replaced_by_exactly_one_live_member() {
+        let all = live(&["a", "b", "c"]);
+        assert_eq!(responsible(Some("b"), &all, &MAC), Some("b"));
+        let without_b = live(&["a", "c"]);
+        let r = responsible(Some("b"), &without_b, &MAC).unwrap();
+        assert!(r == "a" || r == "c");
+        let answering: Vec<_> = ["a", "c"]
+            .into_iter()
+            .filter(|me| decide(me, Some(r), 0, 5).0 == Responsibility::Mine)
+            .collect();
+        assert_eq!(answering.len(), 1);
+        // RFC 3074 §6 known answer: 52:54:00:12:34:56 hashes to 156; 156 % 3 = 0 → "a".
+        assert_eq!(responsible(None, &all, &MAC), Some("a"));
+    }
+}
