@@ -6,6 +6,7 @@
 
 pub mod members;
 pub mod relay_client;
+pub mod segment;
 
 use std::fs::File;
 use std::os::fd::AsFd;
@@ -203,7 +204,10 @@ impl Server {
             .arg(&self.config)
             .arg("--state-dir")
             .arg(&self.state_dir)
-            .env("SHARDBOOT_LOG", "info")
+            .env(
+                "SHARDBOOT_LOG",
+                std::env::var("SB_TEST_LOG").unwrap_or("info".into()),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)

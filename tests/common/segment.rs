@@ -1,0 +1,242 @@
+//! One L2 provisioning segment: a bridge in a `servers` namespace, one veth per
+//! shardboot member (all members in that namespace, each bound to its own interface),
+//! and a `clients` namespace on the same bridge where a broadcast DHCP client simulates
+//! many machines. Everything is removed on drop.
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::time::{Duration, Instant};
+
+use dhcproto::v4::{DhcpOption, Flags, Message, MessageType, OptionCode};
+use dhcproto::{Decodable, Decoder, Encodable};
+
+use super::{sh, unique, Netns};
+
+/// The bridge, the members' interfaces and the client side.
+pub struct Segment {
+    pub servers: Netns,
+    pub clients: Netns,
+    /// Member interface names, in the order given to `new`.
+    pub member_ifs: Vec<String>,
+    pub client_if: String,
+}
+
+impl Segment {
+    /// `addrs`: each member's address (CIDR) on its own interface.
+    pub fn new(addrs: &[&str]) -> Self {
+        let servers = Netns::new("sbm");
+        let clients = Netns::new("sbk");
+        let bridge = unique("br");
+        servers.ip(&["link", "add", &bridge, "type", "bridge"]);
+        servers.ip(&["link", "set", &bridge, "up"]);
+        let mut member_ifs = Vec::new();
+        for a in addrs {
+            let (m, p) = (unique("m"), unique("p"));
+            sh(&["ip", "link", "add", &m, "type", "veth", "peer", "name", &p]);
+            sh(&["ip", "link", "set", &m, "netns", &servers.name]);
+            sh(&["ip", "link", "set", &p, "netns", &servers.name]);
+            servers.ip(&["link", "set", &p, "master", &bridge]);
+            servers.ip(&["addr", "add", a, "dev", &m]);
+            servers.ip(&["link", "set", &p, "up"]);
+            servers.ip(&["link", "set", &m, "up"]);
+            member_ifs.push(m);
+        }
+        let (c, p) = (unique("c"), unique("p"));
+        sh(&["ip", "link", "add", &c, "type", "veth", "peer", "name", &p]);
+        sh(&["ip", "link", "set", &c, "netns", &clients.name]);
+        sh(&["ip", "link", "set", &p, "netns", &servers.name]);
+        servers.ip(&["link", "set", &p, "master", &bridge]);
+        servers.ip(&["link", "set", &p, "up"]);
+        clients.ip(&["link", "set", &c, "up"]);
+        Self {
+            servers,
+            clients,
+            member_ifs,
+            client_if: c,
+        }
+    }
+}
+
+/// One reply seen by the broadcast client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seen {
+    pub kind: MessageType,
+    pub server: Ipv4Addr,
+    pub yiaddr: Ipv4Addr,
+}
+
+/// Many simulated machines broadcasting from one socket on port 68 (like a PXE ROM
+/// with the broadcast flag set, so every reply is broadcast back).
+pub struct BroadcastClient {
+    socket: UdpSocket,
+    next_xid: u32,
+}
+
+impl BroadcastClient {
+    /// Binds 0.0.0.0:68 on `interface` (call from inside the clients namespace).
+    pub fn new(interface: &str) -> Self {
+        let s = socket2::Socket::new(
+            socket2::Domain::IPV4,
+            socket2::Type::DGRAM,
+            Some(socket2::Protocol::UDP),
+        )
+        .unwrap();
+        s.set_reuse_address(true).unwrap();
+        s.set_broadcast(true).unwrap();
+        s.bind_device(Some(interface.as_bytes())).unwrap();
+        s.bind(&SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 68).into())
+            .unwrap();
+        let socket: UdpSocket = s.into();
+        socket
+            .set_read_timeout(Some(Duration::from_millis(20)))
+            .unwrap();
+        Self {
+            socket,
+            next_xid: 0x5000,
+        }
+    }
+
+    fn message(&mut self, kind: MessageType, mac: &[u8; 6], secs: u16) -> Message {
+        let z = Ipv4Addr::UNSPECIFIED;
+        self.next_xid = self.next_xid.wrapping_add(1);
+        let mut m = Message::new_with_id(self.next_xid, z, z, z, z, mac);
+        m.set_flags(Flags::default().set_broadcast());
+        m.set_secs(secs);
+        m.opts_mut().insert(DhcpOption::MessageType(kind));
+        m
+    }
+
+    fn send(&self, m: &Message) {
+        self.socket
+            .send_to(
+                &m.to_vec().unwrap(),
+                SocketAddrV4::new(Ipv4Addr::BROADCAST, 67),
+            )
+            .unwrap();
+    }
+
+    /// Every reply per xid until `wait` has passed (not stopping at the first: the
+    /// test must see a second member answering too).
+    fn collect(&self, xids: &HashMap<u32, usize>, wait: Duration) -> HashMap<usize, Vec<Seen>> {
+        let mut got: HashMap<usize, Vec<Seen>> = HashMap::new();
+        let deadline = Instant::now() + wait;
+        let mut buf = [0u8; 1500];
+        while Instant::now() < deadline {
+            let Ok(n) = self.socket.recv(&mut buf) else {
+                continue;
+            };
+            let Ok(m) = Message::decode(&mut Decoder::new(&buf[..n])) else {
+                continue;
+            };
+            let Some(i) = xids.get(&m.xid()) else {
+                continue;
+            };
+            let server = match m.opts().get(OptionCode::ServerIdentifier) {
+                Some(DhcpOption::ServerIdentifier(s)) => *s,
+                _ => Ipv4Addr::UNSPECIFIED,
+            };
+            if let Some(kind) = m.opts().msg_type() {
+                got.entry(*i).or_default().push(Seen {
+                    kind,
+                    server,
+                    yiaddr: m.yiaddr(),
+                });
+            }
+        }
+        got
+    }
+
+    /// A DISCOVER per MAC (with `secs`), paced in bursts; every OFFER per MAC.
+    pub fn discover(&mut self, macs: &[[u8; 6]], secs: u16, wait: Duration) -> Vec<Vec<Seen>> {
+        let mut xids = HashMap::new();
+        for (i, mac) in macs.iter().enumerate() {
+            let d = self.message(MessageType::Discover, mac, secs);
+            xids.insert(d.xid(), i);
+            self.send(&d);
+            if i % 50 == 49 {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        let mut got = self.collect(&xids, wait);
+        (0..macs.len())
+            .map(|i| got.remove(&i).unwrap_or_default())
+            .collect()
+    }
+
+    /// One DISCOVER; the first OFFER and when it arrived, or `None` after `wait`.
+    pub fn first_offer(
+        &mut self,
+        mac: &[u8; 6],
+        secs: u16,
+        wait: Duration,
+    ) -> Option<(Seen, Instant)> {
+        let d = self.message(MessageType::Discover, mac, secs);
+        self.send(&d);
+        let deadline = Instant::now() + wait;
+        let mut buf = [0u8; 1500];
+        while Instant::now() < deadline {
+            let Ok(n) = self.socket.recv(&mut buf) else {
+                continue;
+            };
+            let Ok(m) = Message::decode(&mut Decoder::new(&buf[..n])) else {
+                continue;
+            };
+            if m.xid() != d.xid() || m.opts().msg_type() != Some(MessageType::Offer) {
+                continue;
+            }
+            let server = match m.opts().get(OptionCode::ServerIdentifier) {
+                Some(DhcpOption::ServerIdentifier(s)) => *s,
+                _ => Ipv4Addr::UNSPECIFIED,
+            };
+            let seen = Seen {
+                kind: MessageType::Offer,
+                server,
+                yiaddr: m.yiaddr(),
+            };
+            return Some((seen, Instant::now()));
+        }
+        None
+    }
+
+    /// A SELECTING REQUEST per (MAC, server, address); every reply per MAC.
+    pub fn request(
+        &mut self,
+        offers: &[([u8; 6], Ipv4Addr, Ipv4Addr)],
+        wait: Duration,
+    ) -> Vec<Vec<Seen>> {
+        let mut xids = HashMap::new();
+        for (i, (mac, server, ip)) in offers.iter().enumerate() {
+            let mut r = self.message(MessageType::Request, mac, 0);
+            r.opts_mut().insert(DhcpOption::ServerIdentifier(*server));
+            r.opts_mut().insert(DhcpOption::RequestedIpAddress(*ip));
+            xids.insert(r.xid(), i);
+            self.send(&r);
+            if i % 50 == 49 {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        let mut got = self.collect(&xids, wait);
+        (0..offers.len())
+            .map(|i| got.remove(&i).unwrap_or_default())
+            .collect()
+    }
+
+    /// INIT-REBOOT (no server-id, option 50) per (MAC, address); every reply per MAC.
+    pub fn init_reboot(
+        &mut self,
+        clients: &[([u8; 6], Ipv4Addr)],
+        wait: Duration,
+    ) -> Vec<Vec<Seen>> {
+        let mut xids = HashMap::new();
+        for (i, (mac, ip)) in clients.iter().enumerate() {
+            let mut r = self.message(MessageType::Request, mac, 0);
+            r.opts_mut().insert(DhcpOption::RequestedIpAddress(*ip));
+            xids.insert(r.xid(), i);
+            self.send(&r);
+        }
+        let mut got = self.collect(&xids, wait);
+        (0..clients.len())
+            .map(|i| got.remove(&i).unwrap_or_default())
+            .collect()
+    }
+}

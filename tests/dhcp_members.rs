@@ -1,0 +1,337 @@
+//! Three members on one L2 segment (one bridge), 300 simulated machines broadcasting like
+//! PXE ROMs: every machine is answered by exactly its responsible member (the RFC 3074
+//! bucket over the live members), every address comes from the answering member's slice,
+//! no address is handed out twice; a SIGKILLed member's machines are taken over by the
+//! others once `secs` reaches `takeover_secs`, and the member comes back with its leases.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+use common::segment::{BroadcastClient, Seen, Segment};
+use common::Server;
+use dhcproto::v4::MessageType;
+use shardboot::dhcp::pool::slice_of;
+use shardboot::mac::MacAddr;
+use shardboot::owner::responsible_member;
+
+const NAMES: [&str; 3] = ["a", "b", "c"];
+const RANGE_START: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 0);
+const RANGE_LEN: u32 = 1024;
+const TAKEOVER_SECS: u16 = 3;
+
+fn member_ip(i: usize) -> Ipv4Addr {
+    Ipv4Addr::new(198, 18, 0, 11 + i as u8)
+}
+
+fn member_index(ip: Ipv4Addr) -> usize {
+    (0..3)
+        .find(|&i| member_ip(i) == ip)
+        .expect("a member's address")
+}
+
+fn in_slice(ip: Ipv4Addr, member: usize) -> bool {
+    let i = u32::from(ip) - u32::from(RANGE_START);
+    slice_of(RANGE_LEN, member, 3).contains(&i)
+}
+
+fn config(interface: &str, i: usize) -> String {
+    let mut members = String::new();
+    for (k, n) in NAMES.iter().enumerate() {
+        members.push_str(&format!(
+            "[[member]]\nname = \"{n}\"\nhttp_url = \"http://{}:8080\"\n",
+            member_ip(k)
+        ));
+    }
+    format!(
+        r#"
+[dhcp]
+interfaces = ["{interface}"]
+takeover_secs = {TAKEOVER_SECS}
+[tftp]
+enabled = false
+[http]
+listen = "{ip}:8080"
+[health]
+interval_ms = 300
+timeout_ms = 250
+dead_after = 2
+[owner]
+self = "{name}"
+{members}
+[[subnet]]
+network = "198.18.0.0/16"
+ranges = ["198.18.1.0 - 198.18.4.255"]
+lease_time = 3600
+"#,
+        ip = member_ip(i),
+        name = NAMES[i],
+    )
+}
+
+fn mac(n: u32) -> [u8; 6] {
+    let b = n.to_be_bytes();
+    [0x02, 0x6d, b[0], b[1], b[2], b[3]]
+}
+
+fn responsible(m: &[u8; 6], live: &[&str]) -> usize {
+    let name = responsible_member(&MacAddr(*m), live).unwrap();
+    NAMES.iter().position(|n| *n == name).unwrap()
+}
+
+fn offers(seen: &[Seen]) -> Vec<Seen> {
+    seen.iter()
+        .filter(|s| s.kind == MessageType::Offer)
+        .copied()
+        .collect()
+}
+
+/// `curl` a member's metrics from inside the servers namespace.
+fn metric(seg: &Segment, member: usize, prefix: &str) -> Option<u64> {
+    let out = seg
+        .servers
+        .command("curl")
+        .args(["-s", "-m", "2", "--noproxy", "*"])
+        .arg(format!("http://{}:8080/metrics", member_ip(member)))
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix).map(|v| v.trim().parse().ok()))
+        .flatten()
+}
+
+fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting: {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn three_members_share_a_segment_without_duplicates_and_take_over() {
+    require_root!();
+    let addrs: Vec<String> = (0..3).map(|i| format!("{}/16", member_ip(i))).collect();
+    let addr_refs: Vec<&str> = addrs.iter().map(String::as_str).collect();
+    let seg = Segment::new(&addr_refs);
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut servers: Vec<Server> = (0..3)
+        .map(|i| Server::start(&seg.servers, dirs[i].path(), &config(&seg.member_ifs[i], i)))
+        .collect();
+    let client_if = seg.client_if.clone();
+    let client = seg.clients.run(move || BroadcastClient::new(&client_if));
+    let mut client = client.join().unwrap();
+    // The client socket was made inside the namespace; using it from this thread is
+    // fine (a socket keeps its namespace).
+
+    // 1. 300 machines, all members alive: exactly one OFFER each, from the responsible
+    // member, out of its slice; the ACK comes from the same member. Every tenth sends
+    // `secs` byte-swapped (0x0100 = 1 s little-endian): still no takeover.
+    let macs: Vec<[u8; 6]> = (1..=300).map(mac).collect();
+    let mut leases: HashMap<Ipv4Addr, [u8; 6]> = HashMap::new();
+    let mut by_member = [0usize; 3];
+    for chunk in macs.chunks(100) {
+        let mut seen = client.discover(chunk, 0, Duration::from_millis(1500));
+        let swapped: Vec<[u8; 6]> = chunk.iter().step_by(10).copied().collect();
+        let seen_swapped = client.discover(&swapped, 0x0100, Duration::from_millis(1000));
+        for (m, s) in swapped.iter().zip(seen_swapped) {
+            assert_eq!(offers(&s).len(), 1, "{m:02x?} with swapped secs: {s:?}");
+        }
+        let mut requests = Vec::new();
+        for (m, s) in chunk.iter().zip(seen.iter_mut()) {
+            let o = offers(s);
+            assert_eq!(o.len(), 1, "{m:02x?}: offers {o:?}");
+            let who = member_index(o[0].server);
+            assert_eq!(
+                who,
+                responsible(m, &NAMES),
+                "{m:02x?} answered by {}",
+                NAMES[who]
+            );
+            assert!(
+                in_slice(o[0].yiaddr, who),
+                "{} outside {}'s slice",
+                o[0].yiaddr,
+                NAMES[who]
+            );
+            requests.push((*m, o[0].server, o[0].yiaddr));
+        }
+        let acks = client.request(&requests, Duration::from_millis(1500));
+        for ((m, server, ip), s) in requests.iter().zip(acks) {
+            assert_eq!(
+                s,
+                vec![Seen {
+                    kind: MessageType::Ack,
+                    server: *server,
+                    yiaddr: *ip
+                }],
+                "{m:02x?}"
+            );
+            assert!(leases.insert(*ip, *m).is_none(), "{ip} given twice");
+            by_member[member_index(*server)] += 1;
+        }
+    }
+    assert_eq!(leases.len(), 300);
+    assert!(
+        by_member.iter().all(|&n| n > 50),
+        "uneven buckets {by_member:?}"
+    );
+    eprintln!("300 machines answered by a/b/c: {by_member:?}");
+
+    // A machine that has waited `takeover_secs` is answered by every member (each from
+    // its own slice); it takes one offer and the others withdraw theirs.
+    let waited: Vec<[u8; 6]> = (2001..2100).map(mac).take(5).collect();
+    let seen = client.discover(&waited, TAKEOVER_SECS, Duration::from_millis(1500));
+    let mut requests = Vec::new();
+    for (m, s) in waited.iter().zip(&seen) {
+        let o = offers(s);
+        let who: HashSet<usize> = o.iter().map(|x| member_index(x.server)).collect();
+        assert_eq!(who.len(), 3, "{m:02x?}: {o:?}");
+        assert!(o.iter().all(|x| in_slice(x.yiaddr, member_index(x.server))));
+        let pick = o
+            .iter()
+            .find(|x| member_index(x.server) == responsible(m, &NAMES))
+            .unwrap();
+        requests.push((*m, pick.server, pick.yiaddr));
+    }
+    for ((m, server, ip), s) in requests
+        .iter()
+        .zip(client.request(&requests, Duration::from_millis(1500)))
+    {
+        assert_eq!(
+            s,
+            vec![Seen {
+                kind: MessageType::Ack,
+                server: *server,
+                yiaddr: *ip
+            }],
+            "{m:02x?}"
+        );
+        assert!(leases.insert(*ip, *m).is_none(), "{ip} given twice");
+    }
+
+    // 2. SIGKILL b. Its machines get no answer while their secs is low and b is not yet
+    // known dead; a machine retrying once a second (secs counting up) is taken over.
+    servers[1].kill9();
+    let b_owned: Vec<[u8; 6]> = (1001..1200)
+        .map(mac)
+        .filter(|m| responsible(m, &NAMES) == 1)
+        .take(30)
+        .collect();
+    let started = Instant::now();
+    let first = b_owned[0];
+    // Like a PXE ROM: a DISCOVER a second, `secs` counting the seconds since the first.
+    let (taken_over, offered_at) = loop {
+        let secs = started.elapsed().as_secs() as u16;
+        if let Some(o) = client.first_offer(&first, secs, Duration::from_millis(1000)) {
+            break o;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "nobody took over"
+        );
+    };
+    let ack = client.request(
+        &[(first, taken_over.server, taken_over.yiaddr)],
+        Duration::from_secs(1),
+    );
+    assert_eq!(ack[0][0].kind, MessageType::Ack);
+    eprintln!(
+        "takeover after SIGKILL: first OFFER {:.2} s after the first DISCOVER (by {}; \
+         b detected dead by health probes or secs >= {TAKEOVER_SECS})",
+        (offered_at - started).as_secs_f64(),
+        NAMES[member_index(taken_over.server)]
+    );
+    assert!(leases.insert(taken_over.yiaddr, first).is_none());
+    // The rest, with secs at the threshold: answered by a and/or c from their own
+    // slices, never by b, never a duplicate.
+    let seen = client.discover(&b_owned[1..], TAKEOVER_SECS, Duration::from_millis(1500));
+    let mut requests = Vec::new();
+    for (m, s) in b_owned[1..].iter().zip(&seen) {
+        let o = offers(s);
+        assert!(!o.is_empty(), "{m:02x?} not taken over");
+        for x in &o {
+            let who = member_index(x.server);
+            assert_ne!(who, 1);
+            assert!(in_slice(x.yiaddr, who));
+        }
+        requests.push((*m, o[0].server, o[0].yiaddr));
+    }
+    for ((m, server, ip), s) in requests
+        .iter()
+        .zip(client.request(&requests, Duration::from_millis(1500)))
+    {
+        assert!(
+            s.contains(&Seen {
+                kind: MessageType::Ack,
+                server: *server,
+                yiaddr: *ip
+            }),
+            "{m:02x?}: {s:?}"
+        );
+        assert!(leases.insert(*ip, *m).is_none(), "{ip} given twice");
+    }
+    wait_until("a sees b dead", Duration::from_secs(10), || {
+        metric(&seg, 0, "shardboot_member_up{member=\"b\"} ") == Some(0)
+    });
+    assert!(
+        metric(
+            &seg,
+            0,
+            "shardboot_dhcp_responsibility_total{why=\"takeover\"} "
+        )
+        .unwrap_or(0)
+            + metric(
+                &seg,
+                2,
+                "shardboot_dhcp_responsibility_total{why=\"takeover\"} "
+            )
+            .unwrap_or(0)
+            > 0
+    );
+
+    // 3. b restarts on its store: its machines rebooting (INIT-REBOOT) get their old
+    // addresses back from b, and nobody else answers them.
+    servers[1].restart();
+    wait_until("a sees b again", Duration::from_secs(10), || {
+        metric(&seg, 0, "shardboot_member_up{member=\"b\"} ") == Some(1)
+    });
+    let b_leases: Vec<([u8; 6], Ipv4Addr)> = leases
+        .iter()
+        .filter(|(ip, _)| in_slice(**ip, 1))
+        .map(|(ip, m)| (*m, *ip))
+        .collect();
+    assert!(!b_leases.is_empty());
+    let replies = client.init_reboot(&b_leases, Duration::from_millis(1500));
+    for ((m, ip), s) in b_leases.iter().zip(replies) {
+        assert_eq!(
+            s,
+            vec![Seen {
+                kind: MessageType::Ack,
+                server: member_ip(1),
+                yiaddr: *ip
+            }],
+            "{m:02x?}"
+        );
+    }
+
+    // 4. The three stores: disjoint, each inside its member's slice.
+    let mut all = HashSet::new();
+    for (i, s) in servers.iter_mut().enumerate() {
+        s.stop();
+        let leases = s.leases_json();
+        for l in leases.as_array().unwrap() {
+            let ip: Ipv4Addr = l["ip"].as_str().unwrap().parse().unwrap();
+            assert!(
+                in_slice(ip, i),
+                "{ip} in {}'s store is outside its slice",
+                NAMES[i]
+            );
+            assert!(all.insert(ip), "{ip} in two stores");
+        }
+    }
+    assert_eq!(all.len(), leases.len());
+}
