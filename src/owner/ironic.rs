@@ -78,6 +78,9 @@ pub enum IronicError {
     /// Not usable as a header value (validation normally catches this).
     #[error("owner.ironic.api_version {0:?}: not a valid header value")]
     ApiVersion(String),
+    /// A parsing task panicked or was cancelled.
+    #[error("Ironic response processing: {0}")]
+    Task(String),
     /// The HTTP client could not be built.
     #[error("Ironic HTTP client: {0}")]
     Client(reqwest::Error),
@@ -353,14 +356,19 @@ impl IronicOwners {
                     ironic_wire::parse_nodes(b).map(|p| (p.nodes, p.next))
                 })
                 .await?;
-            Ok::<_, IronicError>(ironic_wire::owners(&ports, &nodes))
+            tokio::task::spawn_blocking(move || ironic_wire::owners(&ports, &nodes))
+                .await
+                .map_err(|e| IronicError::Task(e.to_string()))
         }
         .await;
         let mut cache = self.cache.write().unwrap_or_else(|p| p.into_inner());
         match result {
             Ok(owners) => {
                 let n = owners.len();
-                cache.replace_snapshot(owners, started);
+                let old = cache.replace_snapshot(owners, started);
+                drop(cache);
+                // The old map is freed outside the lock.
+                drop(old);
                 self.metrics.refresh_ok.inc();
                 self.metrics.up.set(1);
                 self.metrics.snapshot_macs.set(n as u64);
@@ -433,8 +441,11 @@ impl IronicOwners {
     async fn list<T>(
         &self,
         path: &str,
-        parse: impl Fn(&[u8]) -> Result<(Vec<T>, Option<String>), ironic_wire::WireError>,
-    ) -> Result<Vec<T>, IronicError> {
+        parse: fn(&[u8]) -> Result<(Vec<T>, Option<String>), ironic_wire::WireError>,
+    ) -> Result<Vec<T>, IronicError>
+    where
+        T: Send + 'static,
+    {
         let mut out = Vec::new();
         let mut query = format!("limit={}", self.settings.page_size);
         // A bound on pages, in case a broken proxy keeps sending the same `next`.
@@ -446,7 +457,12 @@ impl IronicOwners {
                         path: path.to_string(),
                         status: 404,
                     })?;
-            let (items, next) = parse(&body).map_err(|source| IronicError::Wire {
+            // A page of nodes/detail is megabytes of JSON: parsed off the runtime's
+            // workers so boot requests on them do not wait behind it.
+            let parsed = tokio::task::spawn_blocking(move || parse(&body))
+                .await
+                .map_err(|e| IronicError::Task(e.to_string()))?;
+            let (items, next) = parsed.map_err(|source| IronicError::Wire {
                 path: path.to_string(),
                 source,
             })?;

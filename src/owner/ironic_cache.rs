@@ -85,14 +85,20 @@ impl IronicCache {
 
     /// Replaces the snapshot with a complete listing taken at `at` (when its first
     /// request was sent, so a lookup answered during the listing is not overruled).
-    pub fn replace_snapshot(&mut self, owners: HashMap<MacAddr, Option<String>>, at: Instant) {
-        self.snapshot = owners;
+    /// Returns the previous snapshot, for the caller to free outside its lock.
+    pub fn replace_snapshot(
+        &mut self,
+        owners: HashMap<MacAddr, Option<String>>,
+        at: Instant,
+    ) -> HashMap<MacAddr, Option<String>> {
+        let old = std::mem::replace(&mut self.snapshot, owners);
         self.snapshot_at = Some(at);
         self.singles.retain(|_, (_, t)| *t > at);
         if self.singles.len() > MAX_SINGLES {
             self.singles.clear();
         }
         self.last_success = Some(at);
+        old
     }
 
     /// Records a single lookup's answer.
