@@ -197,6 +197,9 @@ impl IronicMetrics {
     }
 }
 
+/// Parses one page of a list: its items and the `next` link.
+type PageParser<T> = fn(&[u8]) -> Result<(Vec<T>, Option<String>), ironic_wire::WireError>;
+
 type Inflight = Mutex<HashMap<MacAddr, Arc<OnceCell<Option<Known>>>>>;
 
 /// The resolver's client and cache, shared by the HTTP handlers and the refresh task.
@@ -441,7 +444,7 @@ impl IronicOwners {
     async fn list<T>(
         &self,
         path: &str,
-        parse: fn(&[u8]) -> Result<(Vec<T>, Option<String>), ironic_wire::WireError>,
+        parse: PageParser<T>,
     ) -> Result<Vec<T>, IronicError>
     where
         T: Send + 'static,
