@@ -44,6 +44,9 @@ pub enum AppError {
     /// The Ironic owner resolver cannot be set up (its CA file).
     #[error(transparent)]
     Ironic(#[from] crate::owner::ironic::IronicError),
+    /// Another member runs with a different member list.
+    #[error(transparent)]
+    Members(#[from] crate::owner::health::MemberListMismatch),
     /// The TFTP socket cannot be bound.
     #[error("cannot bind TFTP socket on {addr}: {source}")]
     TftpBind {
@@ -164,6 +167,14 @@ pub async fn run(
                 .await
                 .map_err(|source| AppError::Http { addr, source })
         });
+    }
+    if config.dhcp.enabled && config.members.len() > 1 {
+        crate::owner::health::check_member_lists(
+            &config.members,
+            config.owner.self_name.as_deref(),
+            config.health.timeout,
+        )
+        .await?;
     }
     if config.dhcp.enabled {
         let mut parts = dhcp_parts(&config, &handles)?;

@@ -335,3 +335,51 @@ fn three_members_share_a_segment_without_duplicates_and_take_over() {
     }
     assert_eq!(all.len(), leases.len());
 }
+
+#[test]
+fn a_member_with_a_different_member_list_refuses_to_start() {
+    require_root!();
+    let seg = Segment::new(&["198.18.0.11/16", "198.18.0.12/16"]);
+    let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    // a runs with the list a, b, c.
+    let _a = Server::start(&seg.servers, dirs[0].path(), &config(&seg.member_ifs[0], 0));
+    wait_until("a's HTTP up", Duration::from_secs(10), || {
+        metric(&seg, 0, "shardboot_member_up{member=\"a\"} ") == Some(1)
+    });
+    // b is started with only a and b: its slices would overlap a's.
+    let text = config(&seg.member_ifs[1], 1).replace(
+        "[[member]]\nname = \"c\"\nhttp_url = \"http://198.18.0.13:8080\"\n",
+        "",
+    );
+    assert!(!text.contains("name = \"c\""));
+    let path = dirs[1].path().join("b.toml");
+    std::fs::write(&path, text).unwrap();
+    let mut child = seg
+        .servers
+        .command(env!("CARGO_BIN_EXE_shardboot"))
+        .arg("--config")
+        .arg(&path)
+        .arg("--state-dir")
+        .arg(dirs[1].path().join("state"))
+        .arg("serve")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("b started although its member list differs from a's");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success());
+    assert!(err.contains("different [[member]] list"), "{err}");
+    assert!(!err.contains("DHCP listening"), "{err}");
+}

@@ -101,7 +101,7 @@ pub fn router(state: Arc<HttpState>) -> Router {
         .route("/boot.ipxe", get(first_stage))
         .route("/v1/boot/{mac}/boot.ipxe", get(boot_mac))
         .route("/ipxe/{*file}", get(files::ipxe_file))
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .with_state(state)
 }
@@ -163,6 +163,18 @@ async fn boot_mac(State(s): State<Arc<HttpState>>, Path(raw): Path<String>) -> R
         }
         Err(e) => internal(e),
     }
+}
+
+/// Process up; the header tells other members which member list this one runs with.
+async fn healthz(State(s): State<Arc<HttpState>>) -> Response {
+    (
+        [(
+            crate::owner::health::MEMBERS_HEADER,
+            s.resolver.members_fingerprint().to_string(),
+        )],
+        "ok\n",
+    )
+        .into_response()
 }
 
 async fn metrics(State(s): State<Arc<HttpState>>) -> Response {

@@ -130,6 +130,101 @@ impl LiveSet {
     }
 }
 
+/// The header a member's `/healthz` carries: the fingerprint of its member list.
+pub const MEMBERS_HEADER: &str = "x-shardboot-members";
+
+/// A fingerprint of the member names (FNV-1a over the sorted names): members whose
+/// lists differ would compute different range slices and could hand out the same
+/// address, so they compare fingerprints before serving DHCP.
+pub fn members_fingerprint(members: &[Member]) -> String {
+    let mut names: Vec<&str> = members.iter().map(|m| m.name.as_str()).collect();
+    names.sort_unstable();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for n in names {
+        for b in n.bytes().chain([0]) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    format!("{h:016x}")
+}
+
+/// A member whose list differs from ours.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "member {member} at {url} has a different [[member]] list (fingerprint {theirs}, ours {ours}); \
+     every member must list the same members, or their address slices overlap"
+)]
+pub struct MemberListMismatch {
+    /// The member's name.
+    pub member: String,
+    /// Its URL.
+    pub url: String,
+    /// Its fingerprint.
+    pub theirs: String,
+    /// Ours.
+    pub ours: String,
+}
+
+fn probe_client(timeout: Duration) -> reqwest::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(timeout)
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .build()
+}
+
+/// One probe: whether the member answered, and the fingerprint it reported.
+async fn probe(client: &reqwest::Client, url: &str) -> (bool, Option<String>) {
+    match client.get(url).send().await {
+        Ok(r) if r.status().is_success() => {
+            let fp = r
+                .headers()
+                .get(MEMBERS_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            (true, fp)
+        }
+        _ => (false, None),
+    }
+}
+
+/// Before DHCP starts: asks every other member that answers for its member list and
+/// refuses to start when one differs. Members that do not answer are not waited for.
+pub async fn check_member_lists(
+    members: &[Member],
+    self_name: Option<&str>,
+    timeout: Duration,
+) -> Result<(), MemberListMismatch> {
+    let ours = members_fingerprint(members);
+    let Ok(client) = probe_client(timeout) else {
+        return Ok(());
+    };
+    let mut round = tokio::task::JoinSet::new();
+    for m in members
+        .iter()
+        .filter(|m| Some(m.name.as_str()) != self_name)
+    {
+        let (client, m) = (client.clone(), m.clone());
+        round.spawn(async move {
+            let (_, fp) = probe(&client, &format!("{}/healthz", m.http_url)).await;
+            (m, fp)
+        });
+    }
+    while let Some(Ok((m, fp))) = round.join_next().await {
+        if let Some(theirs) = fp.filter(|f| *f != ours) {
+            return Err(MemberListMismatch {
+                member: m.name,
+                url: m.http_url,
+                theirs,
+                ours,
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Probes every other member's `/healthz` each `interval` until `shutdown`.
 pub async fn run_probes(
     members: Vec<Member>,
@@ -137,6 +232,7 @@ pub async fn run_probes(
     settings: HealthSettings,
     shutdown: CancellationToken,
 ) {
+    let ours = members_fingerprint(&members);
     let others: Vec<Member> = members
         .into_iter()
         .filter(|m| Some(m.name.as_str()) != live.self_name.as_deref())
@@ -144,13 +240,7 @@ pub async fn run_probes(
     if others.is_empty() {
         return;
     }
-    let client = match reqwest::Client::builder()
-        .timeout(settings.timeout)
-        .connect_timeout(settings.timeout)
-        .redirect(reqwest::redirect::Policy::none())
-        .no_proxy()
-        .build()
-    {
+    let client = match probe_client(settings.timeout) {
         Ok(c) => c,
         Err(e) => {
             warn!(error = %e, "member health probes disabled: HTTP client");
@@ -172,11 +262,15 @@ pub async fn run_probes(
             let name = m.name.clone();
             let url = format!("{}/healthz", m.http_url);
             round.spawn(async move {
-                let ok = matches!(client.get(&url).send().await, Ok(r) if r.status().is_success());
-                (name, ok)
+                let (ok, fp) = probe(&client, &url).await;
+                (name, ok, fp)
             });
         }
-        while let Some(Ok((name, ok))) = round.join_next().await {
+        while let Some(Ok((name, ok, fp))) = round.join_next().await {
+            if let Some(theirs) = fp.filter(|f| *f != ours) {
+                // A member restarted with another list: its slices overlap ours.
+                warn!(member = %name, theirs, ours, "member lists differ; address slices may overlap");
+            }
             if live.observe(&name, ok, Instant::now(), settings.dead_after) {
                 if ok {
                     info!(member = %name, "member is alive again");

@@ -441,11 +441,7 @@ impl IronicOwners {
     }
 
     /// Follows `next` links until the last page.
-    async fn list<T>(
-        &self,
-        path: &str,
-        parse: PageParser<T>,
-    ) -> Result<Vec<T>, IronicError>
+    async fn list<T>(&self, path: &str, parse: PageParser<T>) -> Result<Vec<T>, IronicError>
     where
         T: Send + 'static,
     {

@@ -41,6 +41,7 @@ pub struct Resolver {
     ironic: Option<Arc<IronicOwners>>,
     live: Arc<LiveSet>,
     prefetch: Option<tokio::sync::mpsc::Sender<MacAddr>>,
+    fingerprint: String,
 }
 
 impl Resolver {
@@ -61,6 +62,7 @@ impl Resolver {
                 config.owner.self_name.as_deref(),
             )),
             prefetch: None,
+            fingerprint: health::members_fingerprint(&config.members),
         })
     }
 
@@ -84,6 +86,11 @@ impl Resolver {
     /// The member called `name`.
     pub fn member(&self, name: &str) -> Option<&Member> {
         self.members.iter().find(|m| m.name == name)
+    }
+
+    /// The fingerprint of the member list (see `health::members_fingerprint`).
+    pub fn members_fingerprint(&self) -> &str {
+        &self.fingerprint
     }
 
     /// The Ironic resolver, when configured (its refresh task and metrics).
