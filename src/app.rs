@@ -6,13 +6,14 @@ use std::time::Duration;
 
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::config::Config;
 use crate::dhcp::metrics::DhcpMetrics;
 use crate::dhcp::server::{self, Listener, ServerParts};
 use crate::dhcp::socket::{self, SocketError};
 use crate::dhcp::Engine;
+use crate::lease::Membership;
 use crate::lease::{LeaseStore, SledStore, StoreError};
 use crate::tftp::{self, TftpMetrics};
 
@@ -168,8 +169,9 @@ pub async fn run(
                 .map_err(|source| AppError::Http { addr, source })
         });
     }
+    let mut peer_transition = 0;
     if config.dhcp.enabled && config.members.len() > 1 {
-        crate::owner::health::check_member_lists(
+        peer_transition = crate::owner::health::check_member_lists(
             &config.members,
             config.owner.self_name.as_deref(),
             config.health.timeout,
@@ -177,7 +179,7 @@ pub async fn run(
         .await?;
     }
     if config.dhcp.enabled {
-        let mut parts = dhcp_parts(&config, &handles)?;
+        let mut parts = dhcp_parts(&config, &handles, peer_transition)?;
         parts.responsibility = responsibility_fn(&config, resolver.clone(), handles.dhcp.clone());
         let stop = shutdown.clone();
         tasks.spawn(async move { Ok(server::run(parts, stop).await?) });
@@ -228,15 +230,85 @@ fn responsibility_fn(
     }))
 }
 
+/// The membership transition to apply (ARCHITECTURE.md, "Members"; README,
+/// "Changing the members"): the store remembers the member list it served; when the
+/// configured list differs, fresh addresses are narrowed for one longest lease time.
+/// A member on an empty store adopts the latest transition its peers report, handing
+/// out nothing fresh until it ends (it cannot know which of its addresses they leased).
+fn membership_transition(
+    config: &Config,
+    store: &SledStore,
+    peer_transition: u64,
+    now: u64,
+) -> Result<Option<(Vec<String>, u64)>, StoreError> {
+    let mut names: Vec<String> = config.members.iter().map(|m| m.name.clone()).collect();
+    names.sort_unstable();
+    let longest = config
+        .subnets
+        .iter()
+        .map(|s| s.lease_time)
+        .chain(config.hosts.iter().filter_map(|h| h.lease_time))
+        .max()
+        .unwrap_or(0);
+    let span = u64::from(longest) + u64::from(config.dhcp.offer_hold_secs);
+    let record = store.membership()?;
+    let current = match record {
+        Some(r) if r.names == names => r,
+        Some(r) => {
+            let m = Membership {
+                names,
+                since: now,
+                previous: Some(r.names),
+            };
+            store.set_membership(&m)?;
+            m
+        }
+        None => {
+            let m = Membership {
+                names,
+                since: now,
+                previous: None,
+            };
+            store.set_membership(&m)?;
+            if peer_transition > now && !config.members.is_empty() {
+                return Ok(Some((Vec::new(), peer_transition)));
+            }
+            return Ok(None);
+        }
+    };
+    Ok(match current.previous {
+        Some(prev) if current.since + span > now => Some((prev, current.since + span)),
+        _ => None,
+    })
+}
+
 /// Opens the store, loads the engine and binds the DHCP sockets.
-fn dhcp_parts(config: &Config, handles: &Handles) -> Result<ServerParts, AppError> {
+fn dhcp_parts(
+    config: &Config,
+    handles: &Handles,
+    peer_transition: u64,
+) -> Result<ServerParts, AppError> {
     let store = Arc::new(open_store(&config.state_dir)?);
-    let stored = store.load().map_err(|source| AppError::Store {
+    let store_err = |source| AppError::Store {
         path: lease_store_path(&config.state_dir),
         source,
-    })?;
+    };
+    let stored = store.load().map_err(store_err)?;
     info!(leases = stored.len(), state_dir = %config.state_dir.display(), "lease store open");
-    let engine = Engine::new(config, stored, server::unix_now());
+    let now = server::unix_now();
+    let mut engine = Engine::new(config, stored, now);
+    let transition =
+        membership_transition(config, &store, peer_transition, now).map_err(store_err)?;
+    if let (Some((previous, until)), Some(me)) = (transition, config.owner.self_name.as_deref()) {
+        engine.begin_transition(&previous, me, until);
+        handles.dhcp.transition_until.set(until);
+        warn!(
+            previous = ?previous,
+            until,
+            "member list changed: fresh addresses come only from the part of this member's \
+             slice it also had before, until the longest lease has run out"
+        );
+    }
     let host = socket::host_addresses()?;
     let interfaces = socket::resolve_interfaces(config, &host)?;
     let mut listeners = Vec::with_capacity(interfaces.len());

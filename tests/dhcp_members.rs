@@ -38,8 +38,12 @@ fn in_slice(ip: Ipv4Addr, member: usize) -> bool {
 }
 
 fn config(interface: &str, i: usize) -> String {
+    config_with(interface, i, &NAMES)
+}
+
+fn config_with(interface: &str, i: usize, names: &[&str]) -> String {
     let mut members = String::new();
-    for (k, n) in NAMES.iter().enumerate() {
+    for (k, n) in names.iter().enumerate() {
         members.push_str(&format!(
             "[[member]]\nname = \"{n}\"\nhttp_url = \"http://{}:8080\"\n",
             member_ip(k)
@@ -382,4 +386,103 @@ fn a_member_with_a_different_member_list_refuses_to_start() {
     assert!(!status.success());
     assert!(err.contains("different [[member]] list"), "{err}");
     assert!(!err.contains("DHCP listening"), "{err}");
+}
+
+#[test]
+fn adding_a_member_never_hands_out_an_address_twice() {
+    require_root!();
+    let addrs: Vec<String> = (0..3).map(|i| format!("{}/16", member_ip(i))).collect();
+    let addr_refs: Vec<&str> = addrs.iter().map(String::as_str).collect();
+    let seg = Segment::new(&addr_refs);
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let client_if = seg.client_if.clone();
+    let mut client = seg
+        .clients
+        .run(move || BroadcastClient::new(&client_if))
+        .join()
+        .unwrap();
+
+    // a and b serve the range in halves; 60 machines take leases.
+    let two = ["a", "b"];
+    let mut ab: Vec<Server> = (0..2)
+        .map(|i| {
+            Server::start(
+                &seg.servers,
+                dirs[i].path(),
+                &config_with(&seg.member_ifs[i], i, &two),
+            )
+        })
+        .collect();
+    let old_slice = |ip: Ipv4Addr, m: usize| {
+        let i = u32::from(ip) - u32::from(RANGE_START);
+        slice_of(RANGE_LEN, m, 2).contains(&i)
+    };
+    let macs: Vec<[u8; 6]> = (3001..3061).map(mac).collect();
+    let seen = client.discover(&macs, 0, Duration::from_millis(1500));
+    let requests: Vec<_> = macs
+        .iter()
+        .zip(&seen)
+        .map(|(m, s)| {
+            let o = offers(s);
+            assert_eq!(o.len(), 1, "{m:02x?}: {o:?}");
+            assert!(old_slice(o[0].yiaddr, member_index(o[0].server)));
+            (*m, o[0].server, o[0].yiaddr)
+        })
+        .collect();
+    let mut leased: HashSet<Ipv4Addr> = HashSet::new();
+    for s in client.request(&requests, Duration::from_millis(1500)) {
+        assert_eq!(s.len(), 1);
+        assert_eq!(s[0].kind, MessageType::Ack);
+        assert!(leased.insert(s[0].yiaddr));
+    }
+
+    // All stop; a and b come back with the list a, b, c, then c joins on an empty store.
+    for s in &mut ab {
+        s.stop();
+    }
+    drop(ab);
+    let servers: Vec<Server> = (0..3)
+        .map(|i| Server::start(&seg.servers, dirs[i].path(), &config(&seg.member_ifs[i], i)))
+        .collect();
+    for (m, name) in NAMES.iter().enumerate() {
+        let until = metric(&seg, m, "shardboot_dhcp_transition_until_seconds ");
+        assert!(until.unwrap_or(0) > 0, "{name} not in transition");
+    }
+    assert!(servers[2].log_text().contains("member list changed"));
+
+    // 90 new machines that have waited long enough for anyone to answer: every offer
+    // comes from the part of the answering member's new slice that was also its old
+    // one (c has none), and none is an address the 60 machines still hold.
+    let macs: Vec<[u8; 6]> = (4001..4091).map(mac).collect();
+    let seen = client.discover(&macs, TAKEOVER_SECS, Duration::from_millis(2000));
+    let mut requests = Vec::new();
+    for (m, s) in macs.iter().zip(&seen) {
+        let o = offers(s);
+        assert!(!o.is_empty(), "{m:02x?} got no offer");
+        for x in &o {
+            let who = member_index(x.server);
+            assert_ne!(who, 2, "c handed out a fresh address during the transition");
+            assert!(in_slice(x.yiaddr, who) && old_slice(x.yiaddr, who), "{x:?}");
+            assert!(
+                !leased.contains(&x.yiaddr),
+                "{} offered while still leased",
+                x.yiaddr
+            );
+        }
+        requests.push((*m, o[0].server, o[0].yiaddr));
+    }
+    for ((m, server, ip), s) in requests
+        .iter()
+        .zip(client.request(&requests, Duration::from_millis(1500)))
+    {
+        assert!(
+            s.contains(&Seen {
+                kind: MessageType::Ack,
+                server: *server,
+                yiaddr: *ip
+            }),
+            "{m:02x?}: {s:?}"
+        );
+        assert!(leased.insert(*ip), "{ip} given twice");
+    }
 }

@@ -84,13 +84,27 @@ impl Engine {
         }
     }
 
+    /// Whether `ip` is one this member hands out fresh: in its slice (as narrowed
+    /// after a membership change) or reserved for the MAC.
+    pub(super) fn fresh_allowed(&self, si: usize, ip: Ipv4Addr, mac: &MacAddr) -> bool {
+        self.subnets[si].pools.iter().any(|p| p.in_slice(ip)) || self.reserved.get(&ip) == Some(mac)
+    }
+
     /// Whether this member may give `ip` to `mac` without overlapping another member:
-    /// it is in this member's slice, or reserved for the MAC, or this member already
-    /// holds the MAC's record on it.
-    pub(super) fn partition_allows(&self, si: usize, ip: Ipv4Addr, mac: &MacAddr) -> bool {
-        self.subnets[si].pools.iter().any(|p| p.in_slice(ip))
-            || self.reserved.get(&ip) == Some(mac)
-            || self.table.get(ip).is_some_and(|l| &l.mac == mac)
+    /// a fresh address of its own, or a lease it already holds for the MAC that has not
+    /// expired (kept after a membership change, but never extended: see `ack`).
+    pub(super) fn partition_allows(
+        &self,
+        si: usize,
+        ip: Ipv4Addr,
+        mac: &MacAddr,
+        now: u64,
+    ) -> bool {
+        self.fresh_allowed(si, ip, mac)
+            || self
+                .table
+                .get(ip)
+                .is_some_and(|l| &l.mac == mac && l.is_active(now))
     }
 
     pub(super) fn choose_address(
@@ -109,12 +123,15 @@ impl Engine {
         // or two members could hand out the same address.
         let previous = self.table.by_mac(mac).map(|l| l.ip);
         if let Some(ip) = previous {
-            if self.servable(si, ip, mac) && self.available_for(ip, mac, now) {
+            if self.partition_allows(si, ip, mac, now)
+                && self.servable(si, ip, mac)
+                && self.available_for(ip, mac, now)
+            {
                 return Some(ip);
             }
         }
         if let Some(ip) = requested.filter(|ip| Some(*ip) != previous) {
-            if self.partition_allows(si, ip, mac)
+            if self.partition_allows(si, ip, mac, now)
                 && self.servable(si, ip, mac)
                 && self.available_for(ip, mac, now)
             {

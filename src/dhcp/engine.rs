@@ -32,6 +32,7 @@ pub struct Engine {
     pub(super) hosts: HashMap<MacAddr, Host>,
     pub(super) reserved: HashMap<Ipv4Addr, MacAddr>,
     pub(super) table: LeaseTable,
+    pub(super) transition_until: Option<u64>,
 }
 
 impl Engine {
@@ -60,6 +61,7 @@ impl Engine {
                 .filter_map(|h| Some((h.ip?, h.mac)))
                 .collect(),
             table: LeaseTable::default(),
+            transition_until: None,
         };
         let blocked: Vec<Ipv4Addr> = config
             .subnets
@@ -110,6 +112,12 @@ impl Engine {
     /// Frees addresses whose leases or offers expired by `now`. Nothing to persist: an
     /// expired record on disk is already free when loaded.
     pub fn handle_tick(&mut self, now: u64) -> usize {
+        if self.transition_until.is_some_and(|u| now >= u) {
+            self.transition_until = None;
+            for pool in self.subnets.iter_mut().flat_map(|s| s.pools.iter_mut()) {
+                pool.lift_restriction();
+            }
+        }
         let expired = self.table.take_expired(now);
         let n = expired.len();
         for ip in expired {
@@ -209,7 +217,7 @@ impl Engine {
                 return Decision::ignore(IgnoreReason::NoSubnet);
             };
             if self.servable(si, ip, mac)
-                && self.partition_allows(si, ip, mac)
+                && self.partition_allows(si, ip, mac, ctx.now)
                 && self.available_for(ip, mac, ctx.now)
             {
                 return self.ack(msg, ip, si, mac, ctx);
@@ -239,7 +247,10 @@ impl Engine {
         };
         match self.table.get(ip) {
             Some(l) if &l.mac == mac && l.state != LeaseState::Declined => {
-                if self.servable(si, ip, mac) && self.available_for(ip, mac, ctx.now) {
+                if self.servable(si, ip, mac)
+                    && self.partition_allows(si, ip, mac, ctx.now)
+                    && self.available_for(ip, mac, ctx.now)
+                {
                     self.ack(msg, ip, si, mac, ctx)
                 } else {
                     self.nak(msg, ours)
@@ -263,7 +274,7 @@ impl Engine {
         mac: &MacAddr,
         ctx: &PacketContext<'_>,
     ) -> Decision {
-        let timers = Timers::for_client(&self.subnets[si].cfg, self.hosts.get(mac));
+        let timers = self.timers(si, ip, mac, ctx.now);
         let mut lease = new_lease(msg, ip, *mac, LeaseState::Bound, ctx.now, timers.lease);
         if let Some(old) = self
             .table
@@ -305,6 +316,58 @@ impl Engine {
         }
     }
 
+    /// The client's timers. A lease this member holds outside the addresses it may
+    /// hand out fresh (its slice moved with a membership change) runs to its current
+    /// expiry and is never extended, so it is gone before another member may hand the
+    /// address out.
+    fn timers(&self, si: usize, ip: Ipv4Addr, mac: &MacAddr, now: u64) -> Timers {
+        let full = Timers::for_client(&self.subnets[si].cfg, self.hosts.get(mac));
+        if self.fresh_allowed(si, ip, mac) {
+            return full;
+        }
+        match self
+            .table
+            .get(ip)
+            .filter(|l| &l.mac == mac && l.is_active(now))
+        {
+            Some(l) => {
+                let left = u32::try_from(l.expires.saturating_sub(now))
+                    .unwrap_or(u32::MAX)
+                    .min(full.lease);
+                Timers {
+                    lease: left,
+                    renewal: left / 2,
+                    rebinding: left / 8 * 7,
+                }
+            }
+            None => full,
+        }
+    }
+
+    /// After a membership change: until `until`, fresh addresses come only from the
+    /// part of this member's new slice that was also its slice under `previous` (a
+    /// member not in `previous` hands out none), because other members may still hold
+    /// leases they gave out under the old list. Those are never extended (`timers`), so
+    /// by `until` (the longest lease time after the change) they are gone.
+    pub fn begin_transition(&mut self, previous: &[String], me: &str, until: u64) {
+        let mut names: Vec<&str> = previous.iter().map(String::as_str).collect();
+        names.sort_unstable();
+        let old_index = names.iter().position(|n| *n == me);
+        for pool in self.subnets.iter_mut().flat_map(|s| s.pools.iter_mut()) {
+            let old = match old_index {
+                Some(i) => super::pool::slice_of(pool.len(), i, names.len()),
+                None => 0..0,
+            };
+            pool.restrict(old);
+        }
+        self.transition_until = Some(until);
+    }
+
+    /// Until when fresh allocations are narrowed after a membership change.
+    pub fn transition_until(&self) -> Option<u64> {
+        self.transition_until
+    }
+
     fn positive_reply(
         &self,
         msg: &Message,
@@ -323,7 +386,7 @@ impl Engine {
             server_id: self.server_id(ctx),
             subnet: Some(subnet),
             host,
-            timers: Some(Timers::for_client(subnet, host)),
+            timers: Some(self.timers(si, ip, mac, ctx.now)),
             boot: boot.as_ref(),
         };
         Reply {

@@ -527,3 +527,86 @@ fn a_requested_address_in_another_members_slice_is_not_given() {
     let d = e.handle_message(&msg(MessageType::Discover, mac(3)), &ctx(&i, T0));
     assert_eq!(offered(&d), in_b);
 }
+
+fn lease_time_of(d: &Decision) -> Option<u32> {
+    d.reply.as_ref().and_then(
+        |r| match r.message.opts().get(OptionCode::AddressLeaseTime) {
+            Some(DhcpOption::AddressLeaseTime(t)) => Some(*t),
+            _ => None,
+        },
+    )
+}
+
+#[test]
+fn after_a_membership_change_fresh_addresses_come_from_old_and_new_slice_only() {
+    // a, b -> a, b, c over 192.0.2.100-199. b's old slice was .150-.199, its new one is
+    // .133-.165: until the transition ends it hands out .150-.165 only.
+    let i = iface();
+    let cfg = config(&format!("[owner]\nself = \"b\"\n{THREE_MEMBERS}"));
+    let previous = vec!["a".to_string(), "b".to_string()];
+    let until = T0 + 100;
+    let mut e = Engine::new(&cfg, Vec::new(), T0);
+    e.begin_transition(&previous, "b", until);
+    let mut got = Vec::new();
+    for n in 0..40u8 {
+        let d = e.handle_message(&msg(MessageType::Discover, mac(n)), &ctx(&i, T0));
+        let Outcome::Offer(ip) = d.outcome else { break };
+        bind(&mut e, &i, mac(n), T0);
+        got.push(ip);
+    }
+    assert_eq!(got.len(), 16, "{got:?}");
+    assert!(got
+        .iter()
+        .all(|ip| ip.octets()[3] >= 150 && ip.octets()[3] <= 165));
+    // The transition ends with the longest lease: the whole new slice again.
+    e.handle_tick(until);
+    assert_eq!(e.transition_until(), None);
+    let d = e.handle_message(&msg(MessageType::Discover, mac(200)), &ctx(&i, until));
+    let ip = offered(&d);
+    assert!((133..150).contains(&ip.octets()[3]), "{ip}");
+    // c, new and with no old slice, hands out nothing fresh during the transition.
+    let cfg_c = config(&format!("[owner]\nself = \"c\"\n{THREE_MEMBERS}"));
+    let mut c = Engine::new(&cfg_c, Vec::new(), T0);
+    c.begin_transition(&previous, "c", until);
+    let d = c.handle_message(&msg(MessageType::Discover, mac(1)), &ctx(&i, T0));
+    assert!(d.reply.is_none());
+}
+
+#[test]
+fn a_lease_outside_the_new_slice_is_renewed_but_never_extended() {
+    let i = iface();
+    let cfg = config(&format!("[owner]\nself = \"b\"\n{THREE_MEMBERS}"));
+    // b handed out .170 under the old list a, b; the new slice b is .133-.165.
+    let ip = Ipv4Addr::new(192, 0, 2, 170);
+    let held = crate::lease::Lease {
+        ip,
+        mac: mac(7),
+        state: LeaseState::Bound,
+        starts: T0 - 3000,
+        expires: T0 + 600,
+        hostname: None,
+        client_id: None,
+        machine_id: None,
+        arch: None,
+    };
+    let mut e = Engine::new(&cfg, vec![held], T0);
+    let reboot = with(
+        msg(MessageType::Request, mac(7)),
+        DhcpOption::RequestedIpAddress(ip),
+    );
+    let d = e.handle_message(&reboot, &ctx(&i, T0));
+    assert_eq!(d.outcome, Outcome::Ack(ip));
+    assert_eq!(lease_time_of(&d), Some(600));
+    match &d.effects[..] {
+        [LeaseEffect::Put(l)] => assert_eq!(l.expires, T0 + 600),
+        e => panic!("{e:?}"),
+    }
+    // Once it has expired, the client gets an address from the new slice instead.
+    let later = T0 + 601;
+    e.handle_tick(later);
+    let d = e.handle_message(&reboot, &ctx(&i, later));
+    assert_ne!(d.outcome, Outcome::Ack(ip));
+    let d = e.handle_message(&msg(MessageType::Discover, mac(7)), &ctx(&i, later));
+    let fresh = offered(&d);
+    assert!((133..=165).contains(&fresh.octets()[3]), "{fresh}");
+}

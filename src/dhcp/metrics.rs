@@ -48,6 +48,9 @@ pub struct DhcpMetrics {
     pub commit_latency: Histogram,
     /// Lease records held in memory.
     pub leases: Gauge,
+    /// Unix seconds until which fresh addresses are narrowed after a membership change
+    /// (0: no transition).
+    pub transition_until: Gauge,
     /// Pool usage per subnet, refreshed on every reclaim tick.
     pub pools: Mutex<Vec<PoolUsage>>,
 }
@@ -68,6 +71,7 @@ impl Default for DhcpMetrics {
             commit_errors: Counter::default(),
             commit_latency: Histogram::default(),
             leases: Gauge::default(),
+            transition_until: Gauge::default(),
             pools: Mutex::default(),
         }
     }
@@ -139,6 +143,16 @@ impl DhcpMetrics {
             "why",
             "Whether this member answers a client (several members only)",
         );
+        header(
+            out,
+            "shardboot_dhcp_transition_until_seconds",
+            "gauge",
+            "Unix time until which fresh addresses are narrowed after a member list change (0: none)",
+        );
+        out.push_str(&format!(
+            "shardboot_dhcp_transition_until_seconds {}\n",
+            self.transition_until.get()
+        ));
         for (name, help, c) in [
             ("shardboot_dhcp_sent_total", "Replies sent", &self.sent),
             (

@@ -14,8 +14,11 @@ use std::ops::Range;
 pub struct Pool {
     start: u32,
     len: u32,
-    /// This member's part of the range, as indices.
+    /// The part of the range this member may hand out fresh addresses from now: its
+    /// slice, narrowed for a while after a membership change.
     slice: Range<u32>,
+    /// This member's slice under the current member list.
+    full_slice: Range<u32>,
     used: Vec<u64>,
     blocked: Vec<u64>,
     cursor: u32,
@@ -65,6 +68,7 @@ impl Pool {
             start,
             len,
             cursor: slice.start,
+            full_slice: slice.clone(),
             slice,
             used: vec![0; words],
             blocked: vec![0; words],
@@ -77,12 +81,35 @@ impl Pool {
         (i < self.len).then_some(i)
     }
 
+    /// Narrows fresh allocations to the part of this member's slice inside `to` (its
+    /// slice under the previous member list, after a membership change).
+    pub fn restrict(&mut self, to: Range<u32>) {
+        let lo = self.full_slice.start.max(to.start);
+        let hi = self.full_slice.end.min(to.end).max(lo);
+        self.slice = lo..hi;
+    }
+
+    /// Ends `restrict`: the whole slice again.
+    pub fn lift_restriction(&mut self) {
+        self.slice = self.full_slice.clone();
+    }
+
+    /// The range's length.
+    pub fn len(&self) -> u32 {
+        self.len
+    }
+
+    /// Whether the range is empty (never: a range has a first and a last address).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// Whether `ip` is in the range (any member's slice).
     pub fn contains(&self, ip: Ipv4Addr) -> bool {
         self.index(ip).is_some()
     }
 
-    /// Whether `ip` is in this member's slice.
+    /// Whether `ip` is in the part of this member's slice it may hand out now.
     pub fn in_slice(&self, ip: Ipv4Addr) -> bool {
         self.index(ip).is_some_and(|i| self.slice.contains(&i))
     }
@@ -90,10 +117,10 @@ impl Pool {
     /// This member's slice as (first, last) addresses; `None` when it is empty (more
     /// members than addresses).
     pub fn slice_bounds(&self) -> Option<(Ipv4Addr, Ipv4Addr)> {
-        (!self.slice.is_empty()).then(|| {
+        (!self.full_slice.is_empty()).then(|| {
             (
-                Ipv4Addr::from(self.start + self.slice.start),
-                Ipv4Addr::from(self.start + self.slice.end - 1),
+                Ipv4Addr::from(self.start + self.full_slice.start),
+                Ipv4Addr::from(self.start + self.full_slice.end - 1),
             )
         })
     }

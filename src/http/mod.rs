@@ -167,14 +167,18 @@ async fn boot_mac(State(s): State<Arc<HttpState>>, Path(raw): Path<String>) -> R
 
 /// Process up; the header tells other members which member list this one runs with.
 async fn healthz(State(s): State<Arc<HttpState>>) -> Response {
-    (
-        [(
-            crate::owner::health::MEMBERS_HEADER,
-            s.resolver.members_fingerprint().to_string(),
-        )],
+    use crate::owner::health::{MEMBERS_HEADER, TRANSITION_HEADER};
+    let mut r = (
+        [(MEMBERS_HEADER, s.resolver.members_fingerprint().to_string())],
         "ok\n",
     )
-        .into_response()
+        .into_response();
+    let until = s.handles.dhcp.transition_until.get();
+    if until > 0 {
+        r.headers_mut()
+            .insert(TRANSITION_HEADER, axum::http::HeaderValue::from(until));
+    }
+    r
 }
 
 async fn metrics(State(s): State<Arc<HttpState>>) -> Response {

@@ -8,7 +8,7 @@ use std::net::Ipv4Addr;
 use crate::mac::MacAddr;
 
 pub use codec::{decode_lease, encode_lease, CodecError, LEASE_FORMAT_VERSION};
-pub use sled_store::SledStore;
+pub use sled_store::{Membership, SledStore};
 
 /// Where a lease is in its life. Expiry is not a state: a lease whose `expires` has passed
 /// is free whatever its state says (RFC 2131 §3.1: the server may reuse it).
@@ -89,6 +89,9 @@ pub enum StoreError {
         /// What was wrong.
         source: CodecError,
     },
+    /// A metadata record could not be read or written.
+    #[error("lease store metadata: {0}")]
+    Meta(String),
     /// The store was written by a newer, incompatible shardboot.
     #[error("lease store format {found} is newer than this build supports ({supported})")]
     Version {

@@ -12,6 +12,19 @@ use super::{
 const LEASES_TREE: &str = "leases";
 const META_TREE: &str = "meta";
 const FORMAT_KEY: &str = "format_version";
+const MEMBERSHIP_KEY: &str = "membership";
+
+/// The member list this store's instance last served with, since when, and the list
+/// before it (for the transition after a membership change).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Membership {
+    /// Sorted member names (empty for a single instance).
+    pub names: Vec<String>,
+    /// Unix seconds when this list was first served.
+    pub since: u64,
+    /// The list served before, if it differed.
+    pub previous: Option<Vec<String>>,
+}
 
 /// A [`LeaseStore`] in a sled database directory.
 pub struct SledStore {
@@ -40,6 +53,26 @@ impl SledStore {
         }
         let leases = db.open_tree(LEASES_TREE)?;
         Ok(Self { db, leases })
+    }
+
+    /// The membership record, if one was written.
+    pub fn membership(&self) -> Result<Option<Membership>, StoreError> {
+        let meta = self.db.open_tree(META_TREE)?;
+        match meta.get(MEMBERSHIP_KEY)? {
+            None => Ok(None),
+            Some(v) => serde_json::from_slice(&v)
+                .map(Some)
+                .map_err(|e| StoreError::Meta(format!("membership record: {e}"))),
+        }
+    }
+
+    /// Writes the membership record durably.
+    pub fn set_membership(&self, m: &Membership) -> Result<(), StoreError> {
+        let meta = self.db.open_tree(META_TREE)?;
+        let v = serde_json::to_vec(m).map_err(|e| StoreError::Meta(e.to_string()))?;
+        meta.insert(MEMBERSHIP_KEY, v)?;
+        self.db.flush()?;
+        Ok(())
     }
 
     /// Number of stored lease records.
@@ -93,5 +126,27 @@ impl LeaseStore for SledStore {
                 key: ip.octets().to_vec(),
                 source,
             })
+    }
+}
+
+#[cfg(test)]
+mod membership_tests {
+    use super::*;
+
+    #[test]
+    fn membership_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = Membership {
+            names: vec!["a".into(), "b".into()],
+            since: 42,
+            previous: Some(vec!["a".into()]),
+        };
+        {
+            let s = SledStore::open(dir.path()).unwrap();
+            assert_eq!(s.membership().unwrap(), None);
+            s.set_membership(&m).unwrap();
+        }
+        let s = SledStore::open(dir.path()).unwrap();
+        assert_eq!(s.membership().unwrap(), Some(m));
     }
 }

@@ -133,6 +133,10 @@ impl LiveSet {
 /// The header a member's `/healthz` carries: the fingerprint of its member list.
 pub const MEMBERS_HEADER: &str = "x-shardboot-members";
 
+/// The header a member in a membership transition carries: until when (Unix seconds)
+/// it hands out fresh addresses only where its old and new slices agree.
+pub const TRANSITION_HEADER: &str = "x-shardboot-transition-until";
+
 /// A fingerprint of the member names (FNV-1a over the sorted names): members whose
 /// lists differ would compute different range slices and could hand out the same
 /// address, so they compare fingerprints before serving DHCP.
@@ -175,31 +179,45 @@ fn probe_client(timeout: Duration) -> reqwest::Result<reqwest::Client> {
         .build()
 }
 
-/// One probe: whether the member answered, and the fingerprint it reported.
-async fn probe(client: &reqwest::Client, url: &str) -> (bool, Option<String>) {
+/// What one probe learned.
+#[derive(Debug, Default)]
+struct Probe {
+    ok: bool,
+    fingerprint: Option<String>,
+    transition_until: Option<u64>,
+}
+
+async fn probe(client: &reqwest::Client, url: &str) -> Probe {
     match client.get(url).send().await {
         Ok(r) if r.status().is_success() => {
-            let fp = r
-                .headers()
-                .get(MEMBERS_HEADER)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string);
-            (true, fp)
+            let header = |name: &str| {
+                r.headers()
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string)
+            };
+            Probe {
+                ok: true,
+                fingerprint: header(MEMBERS_HEADER),
+                transition_until: header(TRANSITION_HEADER).and_then(|v| v.parse().ok()),
+            }
         }
-        _ => (false, None),
+        _ => Probe::default(),
     }
 }
 
 /// Before DHCP starts: asks every other member that answers for its member list and
 /// refuses to start when one differs. Members that do not answer are not waited for.
+/// Returns the latest membership transition a peer reported (0: none), which a member
+/// starting on an empty store must respect too.
 pub async fn check_member_lists(
     members: &[Member],
     self_name: Option<&str>,
     timeout: Duration,
-) -> Result<(), MemberListMismatch> {
+) -> Result<u64, MemberListMismatch> {
     let ours = members_fingerprint(members);
     let Ok(client) = probe_client(timeout) else {
-        return Ok(());
+        return Ok(0);
     };
     let mut round = tokio::task::JoinSet::new();
     for m in members
@@ -208,12 +226,14 @@ pub async fn check_member_lists(
     {
         let (client, m) = (client.clone(), m.clone());
         round.spawn(async move {
-            let (_, fp) = probe(&client, &format!("{}/healthz", m.http_url)).await;
-            (m, fp)
+            let p = probe(&client, &format!("{}/healthz", m.http_url)).await;
+            (m, p)
         });
     }
-    while let Some(Ok((m, fp))) = round.join_next().await {
-        if let Some(theirs) = fp.filter(|f| *f != ours) {
+    let mut until = 0;
+    while let Some(Ok((m, p))) = round.join_next().await {
+        until = until.max(p.transition_until.unwrap_or(0));
+        if let Some(theirs) = p.fingerprint.filter(|f| *f != ours) {
             return Err(MemberListMismatch {
                 member: m.name,
                 url: m.http_url,
@@ -222,7 +242,7 @@ pub async fn check_member_lists(
             });
         }
     }
-    Ok(())
+    Ok(until)
 }
 
 /// Probes every other member's `/healthz` each `interval` until `shutdown`.
@@ -262,8 +282,8 @@ pub async fn run_probes(
             let name = m.name.clone();
             let url = format!("{}/healthz", m.http_url);
             round.spawn(async move {
-                let (ok, fp) = probe(&client, &url).await;
-                (name, ok, fp)
+                let p = probe(&client, &url).await;
+                (name, p.ok, p.fingerprint)
             });
         }
         while let Some(Ok((name, ok, fp))) = round.join_next().await {
