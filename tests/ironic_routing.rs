@@ -27,10 +27,16 @@ fn lab_sh() -> PathBuf {
 /// A running Ironic lab, stopped on drop.
 struct IronicLab {
     dir: tempfile::TempDir,
+    /// The network namespace it runs in (None: the test's own).
+    netns: Option<String>,
 }
 
 impl IronicLab {
     fn start(extra: &[&str]) -> Self {
+        Self::start_in(None, extra)
+    }
+
+    fn start_in(netns: Option<&str>, extra: &[&str]) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("sb-ironic-")
             .tempdir_in("/tmp")
@@ -38,16 +44,26 @@ impl IronicLab {
         // PostgreSQL runs as user postgres and must reach its socket directory.
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let lab = Self { dir };
-        lab.run(&["setup"], &[]);
+        let lab = Self {
+            dir,
+            netns: netns.map(str::to_string),
+        };
+        // Set-up may download from PyPI: always from the test's own namespace.
+        let setup = Command::new("bash")
+            .arg(lab_sh())
+            .arg("setup")
+            .stderr(Stdio::inherit())
+            .status()
+            .expect("lab.sh setup");
+        assert!(setup.success(), "lab.sh setup failed");
         lab.run(&["start"], extra);
         lab
     }
 
     /// Runs `lab.sh CMD DIR ARGS…` (setup takes no DIR); returns stdout.
     fn run(&self, cmd: &[&str], args: &[&str]) -> String {
-        let mut c = Command::new("bash");
-        c.arg(lab_sh()).args(cmd);
+        let mut c = self.command();
+        c.args(cmd);
         if cmd != ["setup"] {
             c.arg(self.dir.path());
         }
@@ -82,10 +98,26 @@ impl IronicLab {
     }
 }
 
+impl IronicLab {
+    /// `bash lab.sh`, inside the lab's namespace when it has one.
+    fn command(&self) -> Command {
+        let mut c = match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, "bash"]);
+                c
+            }
+            None => Command::new("bash"),
+        };
+        c.arg(lab_sh());
+        c
+    }
+}
+
 impl Drop for IronicLab {
     fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg(lab_sh())
+        let _ = self
+            .command()
             .arg("stop")
             .arg(self.dir.path())
             .stdout(Stdio::null())
@@ -373,4 +405,114 @@ fn ironic_behind_basic_auth_and_tls_with_a_private_ca() {
     let (out, err) = owner_cli(&[&format!("owner.ironic.ca_file={}", other_ca.display())]);
     assert!(out.contains("source: none"), "{out}{err}");
     assert!(err.contains("ironic lookup failed"), "{err}");
+}
+
+/// Two members' DHCP on one bridge, owners from Ironic: each machine is answered by
+/// the member beside the conductor Ironic gives it, and only by that member.
+#[test]
+fn dhcp_answers_come_from_the_member_beside_the_owning_conductor() {
+    use common::segment::{BroadcastClient, Segment};
+    use common::Server;
+    use dhcproto::v4::MessageType;
+    use std::net::Ipv4Addr;
+
+    if !common::is_root() {
+        eprintln!("skipped: needs root (namespaces, PostgreSQL as user postgres)");
+        return;
+    }
+    let _turn = ONE_LAB_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let ips = [Ipv4Addr::new(198, 18, 0, 11), Ipv4Addr::new(198, 18, 0, 12)];
+    let seg = Segment::new(&["198.18.0.11/16", "198.18.0.12/16"]);
+    // Ironic runs in the members' namespace, on its loopback.
+    let lab = IronicLab::start_in(Some(&seg.servers.name), &[]);
+    lab.run(&["enroll"], &["20"]);
+    let owners = lab.owners();
+    let config = |i: usize| {
+        format!(
+            r#"
+[dhcp]
+interfaces = ["{interface}"]
+takeover_secs = 60
+[tftp]
+enabled = false
+[http]
+listen = "{ip}:8080"
+[health]
+interval_ms = 300
+timeout_ms = 250
+[owner]
+self = "{name}"
+[owner.ironic]
+url = "{api}"
+[[member]]
+name = "a"
+http_url = "http://{ip_a}:8080"
+conductor = "{CONDUCTOR_1}"
+conductor_url = "{c1}"
+[[member]]
+name = "b"
+http_url = "http://{ip_b}:8080"
+conductor = "{CONDUCTOR_2}"
+conductor_url = "{c2}"
+[[subnet]]
+network = "198.18.0.0/16"
+ranges = ["198.18.1.0 - 198.18.4.255"]
+"#,
+            interface = seg.member_ifs[i],
+            ip = ips[i],
+            name = ["a", "b"][i],
+            api = lab.api_url(),
+            ip_a = ips[0],
+            ip_b = ips[1],
+            c1 = conductor_url(CONDUCTOR_1),
+            c2 = conductor_url(CONDUCTOR_2),
+        )
+    };
+    let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let _servers: Vec<Server> = (0..2)
+        .map(|i| Server::start(&seg.servers, dirs[i].path(), &config(i)))
+        .collect();
+    let snapshot = |i: usize| {
+        let out = seg
+            .servers
+            .command("curl")
+            .args(["-s", "-m", "2", "--noproxy", "*"])
+            .arg(format!("http://{}:8080/metrics", ips[i]))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).contains("shardboot_owner_ironic_snapshot_macs 20\n")
+    };
+    wait_until(
+        "both members loaded Ironic's ports",
+        Duration::from_secs(30),
+        || snapshot(0) && snapshot(1),
+    );
+
+    let client_if = seg.client_if.clone();
+    let mut client = seg
+        .clients
+        .run(move || BroadcastClient::new(&client_if))
+        .join()
+        .unwrap();
+    let macs: Vec<[u8; 6]> = owners
+        .iter()
+        .map(|(m, _)| m.parse::<shardboot::mac::MacAddr>().unwrap().0)
+        .collect();
+    let seen = client.discover(&macs, 0, Duration::from_millis(2000));
+    let mut per_member = [0; 2];
+    for ((mac, conductor), s) in owners.iter().zip(seen) {
+        let beside = if conductor.as_deref() == Some(CONDUCTOR_1) {
+            0
+        } else {
+            1
+        };
+        let offers: Vec<_> = s.iter().filter(|x| x.kind == MessageType::Offer).collect();
+        assert_eq!(offers.len(), 1, "{mac}: {s:?}");
+        assert_eq!(
+            offers[0].server, ips[beside],
+            "{mac} (Ironic: {conductor:?}) answered by the wrong member"
+        );
+        per_member[beside] += 1;
+    }
+    assert!(per_member.iter().all(|&n| n > 0), "{per_member:?}");
 }
