@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Three members against one, in one run: perfdhcp broadcasting on a bridge (like a rack
+# of PXE ROMs) to a single shardboot serving the whole range, then to three members that
+# each answer only their own machines from their own slice. Prints 4-way exchanges/s,
+# the members' summed CPU per exchange, and how many addresses were handed out twice
+# (must be 0). Run as root.
+#
+#   benches/dhcp_members.sh [seconds] [perfdhcp-rate]
+#
+# Traffic stays inside the namespaces made here; every run is bounded by perfdhcp -p.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"
+secs=${1:-10}
+rate=${2:-4000}
+clients=50000
+
+command -v perfdhcp >/dev/null || tests/install-deps.sh
+cargo build --release --locked -q
+bin="$PWD/target/release/shardboot"
+
+tag="sbm$$"
+srv="$tag-s"; cli="$tag-c"; br="${tag}br"
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  ip netns del "$srv" 2>/dev/null || true
+  ip netns del "$cli" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+ip netns add "$srv"; ip netns add "$cli"
+for ns in "$srv" "$cli"; do ip -n "$ns" link set lo up; done
+ip -n "$srv" link add "$br" type bridge; ip -n "$srv" link set "$br" up
+ifs=()
+for i in 0 1 2; do
+  m="${tag}m$i"; p="${tag}p$i"
+  ip link add "$m" type veth peer name "$p"
+  ip link set "$m" netns "$srv"; ip link set "$p" netns "$srv"
+  ip -n "$srv" link set "$p" master "$br"; ip -n "$srv" link set "$p" up
+  ip -n "$srv" addr add "198.18.0.1$((i + 1))/16" dev "$m"; ip -n "$srv" link set "$m" up
+  ifs+=("$m")
+done
+c="${tag}c"; p="${tag}pc"
+ip link add "$c" type veth peer name "$p"
+ip link set "$c" netns "$cli"; ip link set "$p" netns "$srv"
+ip -n "$srv" link set "$p" master "$br"; ip -n "$srv" link set "$p" up
+ip -n "$cli" addr add 198.18.0.2/16 dev "$c"; ip -n "$cli" link set "$c" up
+
+config() { # index, member-count
+  local i=$1 n=$2 names=(a b c)
+  cat <<EOF
+[dhcp]
+interfaces = ["${ifs[$i]}"]
+[tftp]
+enabled = false
+[http]
+listen = "198.18.0.1$((i + 1)):8080"
+[[subnet]]
+network = "198.18.0.0/16"
+ranges = ["198.18.1.0 - 198.18.255.254"]
+lease_time = 3600
+EOF
+  if [ "$n" -gt 1 ]; then
+    printf '[owner]\nself = "%s"\n' "${names[$i]}"
+    for k in $(seq 0 $((n - 1))); do
+      printf '[[member]]\nname = "%s"\nhttp_url = "http://198.18.0.1%d:8080"\n' "${names[$k]}" $((k + 1))
+    done
+  fi
+}
+
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+run() { # member-count → "<4-way/s> <CPU us/exchange> <duplicates>"
+  local n=$1 out before=0 after=0 acks
+  pids=()
+  for i in $(seq 0 $((n - 1))); do
+    config "$i" "$n" >"$work/m$i-$n.toml"
+    ip netns exec "$srv" "$bin" serve --config "$work/m$i-$n.toml" --state-dir "$work/state-$n-$i" \
+      >"$work/m$i-$n.log" 2>&1 &
+    pids+=($!)
+  done
+  sleep 2
+  for p in "${pids[@]}"; do before=$((before + $(cpu_ticks "$p"))); done
+  out=$(cd "$work" && ip netns exec "$cli" perfdhcp -4 -r "$rate" -R "$clients" -p "$secs" -W 1000000 -l "$c" 2>&1 || true)
+  for p in "${pids[@]}"; do after=$((after + $(cpu_ticks "$p"))); done
+  for p in "${pids[@]}"; do kill "$p"; done
+  wait 2>/dev/null || true
+  pids=()
+  echo "$out" >"$work/perfdhcp-$n.txt"
+  [ -n "${SB_BENCH_DEBUG:-}" ] && { echo "$out" | tail -30; tail -5 "$work"/m*-"$n".log; } >&2
+  acks=$(echo "$out" | awk '/REQUEST-ACK/ {f=1} f && /received packets/ {print $3; exit}')
+  # Every lease of every member's store, duplicates counted across stores.
+  local dups=0
+  dups=$(for i in $(seq 0 $((n - 1))); do
+      "$bin" leases --json --config "$work/m$i-$n.toml" --state-dir "$work/state-$n-$i" \
+        | python3 -c 'import json,sys; [print(l["ip"]) for l in json.load(sys.stdin) if l["state"] == "bound"]'
+    done | sort | uniq -d | wc -l)
+  echo "$(echo "$out" | awk '/^Rate:/ {print $2; exit}') $(awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v n="${acks:-0}" 'BEGIN { if (n > 0) printf "%.1f", t / hz * 1e6 / n; else print "n/a" }') $dups"
+}
+
+read -r r1 c1 d1 <<<"$(run 1)"
+read -r r3 c3 d3 <<<"$(run 3)"
+echo
+echo "perfdhcp -r $rate -R $clients -p $secs, broadcast on one bridge, $(nproc) cores"
+printf '%-22s %10s %26s %12s\n' setup "4-way/s" "members' CPU us/exchange" duplicates
+printf '%-22s %10s %26s %12s\n' "1 member" "$r1" "$c1" "$d1" "3 members (partitioned)" "$r3" "$c3" "$d3"
+awk -v a="$r3" -v b="$r1" 'BEGIN { if (b > 0) printf "3 members / 1 member: %.2fx\n", a / b }'
