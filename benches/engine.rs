@@ -83,6 +83,7 @@ fn bench_fixtures(c: &mut Criterion) {
                     let ctx = PacketContext {
                         interface: &iface,
                         responsibility: Responsibility::Mine,
+                        policy: None,
                         now,
                     };
                     let d = e.handle_message(&msg, &ctx);
@@ -125,6 +126,7 @@ fn bench_exchange(c: &mut Criterion) {
             let ctx = PacketContext {
                 interface: &iface,
                 responsibility: Responsibility::Mine,
+                policy: None,
                 now,
             };
             let offer = e

@@ -103,6 +103,14 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), AppError> {
     let mut tasks: JoinSet<Result<(), AppError>> = JoinSet::new();
+    // One store for the DHCP server and the operator API.
+    let store = Arc::new(open_store(&config.state_dir)?);
+    let policies = Arc::new(crate::dhcp::policy::HostPolicies::open(store.db()).map_err(
+        |source| AppError::Store {
+            path: lease_store_path(&config.state_dir),
+            source,
+        },
+    )?);
     let (prefetch_tx, mut prefetch_rx) = tokio::sync::mpsc::channel(1024);
     let resolver = Arc::new(crate::owner::Resolver::new(&config)?.with_prefetch(prefetch_tx));
     if let Some(ironic) = resolver.ironic() {
@@ -157,6 +165,10 @@ pub async fn run(
             .map_err(|source| AppError::Http { addr, source })?;
         info!(listen = %addr, "HTTP listening");
         let state = Arc::new(crate::http::HttpState {
+            config: Arc::new(config.clone()),
+            store: store.clone(),
+            policies: policies.clone(),
+            auth: crate::http::auth::TokenAuth::new(config.http.token_file.clone()),
             files: crate::http::FileRoot::new(config.tftp.settings.clone()),
             settings: config.http.clone(),
             resolver: resolver.clone(),
@@ -179,7 +191,13 @@ pub async fn run(
         .await?;
     }
     if config.dhcp.enabled {
-        let mut parts = dhcp_parts(&config, &handles, peer_transition)?;
+        let mut parts = dhcp_parts(
+            &config,
+            &handles,
+            store.clone(),
+            policies.clone(),
+            peer_transition,
+        )?;
         parts.responsibility = responsibility_fn(&config, resolver.clone(), handles.dhcp.clone());
         let stop = shutdown.clone();
         tasks.spawn(async move { Ok(server::run(parts, stop).await?) });
@@ -286,9 +304,10 @@ fn membership_transition(
 fn dhcp_parts(
     config: &Config,
     handles: &Handles,
+    store: Arc<SledStore>,
+    policies: Arc<crate::dhcp::policy::HostPolicies>,
     peer_transition: u64,
 ) -> Result<ServerParts, AppError> {
-    let store = Arc::new(open_store(&config.state_dir)?);
     let store_err = |source| AppError::Store {
         path: lease_store_path(&config.state_dir),
         source,
@@ -325,5 +344,6 @@ fn dhcp_parts(
         port: config.dhcp.port,
         reclaim_interval: Duration::from_secs(config.dhcp.reclaim_interval_secs.into()),
         responsibility: None,
+        policies,
     })
 }

@@ -2,11 +2,9 @@
 
 use std::io::Write;
 
-use serde::Serialize;
-
 use crate::app;
 use crate::config::Config;
-use crate::lease::{Lease, LeaseStore};
+use crate::lease::{LeaseStore, LeaseView};
 
 /// Prints a summary of a valid configuration (errors are printed by the loader).
 pub fn check_config(config: &Config) -> anyhow::Result<()> {
@@ -56,31 +54,6 @@ pub fn check_config(config: &Config) -> anyhow::Result<()> {
         writeln!(out, "warning: {w}")?;
     }
     Ok(())
-}
-
-#[derive(Serialize)]
-struct LeaseView<'a> {
-    ip: String,
-    mac: String,
-    state: &'a str,
-    starts: u64,
-    expires: u64,
-    hostname: Option<&'a str>,
-    arch: Option<u16>,
-}
-
-impl<'a> From<&'a Lease> for LeaseView<'a> {
-    fn from(l: &'a Lease) -> Self {
-        Self {
-            ip: l.ip.to_string(),
-            mac: l.mac.to_string(),
-            state: l.state.as_str(),
-            starts: l.starts,
-            expires: l.expires,
-            hostname: l.hostname.as_deref(),
-            arch: l.arch,
-        }
-    }
 }
 
 /// Prints every stored lease, as a table or as JSON.

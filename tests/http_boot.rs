@@ -70,7 +70,12 @@ fn start(owner: &str) -> TestServer {
         root,
         ..Default::default()
     };
+    let store = Arc::new(shardboot::lease::SledStore::open(&dir.path().join("leases")).unwrap());
     let state = Arc::new(HttpState {
+        config: Arc::new(config.clone()),
+        store,
+        policies: Arc::new(shardboot::dhcp::policy::HostPolicies::in_memory()),
+        auth: http::auth::TokenAuth::new(None),
         files: http::FileRoot::new(tftp),
         settings: config.http.clone(),
         resolver: Arc::new(Resolver::new(&config).unwrap()),

@@ -64,6 +64,7 @@ fn captured_clients_get_the_boot_answer_for_their_firmware() {
     let ctx = PacketContext {
         interface: &iface,
         responsibility: Responsibility::Mine,
+        policy: None,
         now: 1_000_000,
     };
     for (name, file, vendor) in CASES {

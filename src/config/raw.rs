@@ -106,6 +106,7 @@ pub struct RawHttp {
     pub listen: Option<String>,
     pub chain_timeout_ms: Option<u32>,
     pub chain_retries: Option<u32>,
+    pub token_file: Option<String>,
 }
 
 /// `[owner]`

@@ -18,6 +18,8 @@ pub struct HttpSettings {
     pub chain_timeout_ms: u32,
     /// How often a script retries its chain before giving up.
     pub chain_retries: u32,
+    /// Bearer tokens of the operator API, one per line; `None`: the API is off.
+    pub token_file: Option<PathBuf>,
 }
 
 /// A shardboot instance beside one Ironic conductor.
@@ -108,11 +110,21 @@ pub(super) fn http(raw: RawHttp, add: Add<'_>) -> HttpSettings {
             "must be between 1 and 1000".into(),
         );
     }
+    let token_file = raw.token_file.map(PathBuf::from);
+    if let Some(f) = &token_file {
+        if !f.is_file() {
+            add(
+                "http.token_file".into(),
+                format!("{} is not a readable file", f.display()),
+            );
+        }
+    }
     HttpSettings {
         enabled: raw.enabled.unwrap_or(true),
         listen,
         chain_timeout_ms,
         chain_retries,
+        token_file,
     }
 }
 

@@ -35,6 +35,8 @@ pub struct PacketContext<'a> {
     pub interface: &'a Interface,
     /// Ownership decision for the client.
     pub responsibility: Responsibility,
+    /// The operator's allow/deny for the client's MAC, if any.
+    pub policy: Option<super::policy::HostPolicy>,
     /// Unix seconds.
     pub now: u64,
 }

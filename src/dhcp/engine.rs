@@ -12,6 +12,7 @@ use super::boot::{self, BootDirective};
 pub use super::decision::{
     Decision, IgnoreReason, Interface, Outcome, PacketContext, PoolUsage, Reply, Responsibility,
 };
+use super::policy::HostPolicy;
 use super::pool::Pool;
 use super::reply::{self, ReplyParts, Timers};
 use super::table::LeaseTable;
@@ -136,9 +137,12 @@ impl Engine {
         let Some(mac) = MacAddr::from_chaddr(msg.chaddr()) else {
             return Decision::ignore(IgnoreReason::Unsupported);
         };
-        match self.hosts.get(&mac) {
-            Some(h) if h.deny => return Decision::ignore(IgnoreReason::Denied),
-            None if self.settings.known_only => {
+        // The operator's run-time allow/deny wins over the configuration.
+        match (ctx.policy, self.hosts.get(&mac)) {
+            (Some(HostPolicy::Deny), _) => return Decision::ignore(IgnoreReason::Denied),
+            (Some(HostPolicy::Allow), _) => {}
+            (None, Some(h)) if h.deny => return Decision::ignore(IgnoreReason::Denied),
+            (None, None) if self.settings.known_only => {
                 return Decision::ignore(IgnoreReason::UnknownClient)
             }
             _ => {}

@@ -32,6 +32,7 @@ fn ctx(i: &Interface, now: u64) -> PacketContext<'_> {
     PacketContext {
         interface: i,
         responsibility: Responsibility::Mine,
+        policy: None,
         now,
     }
 }

@@ -48,6 +48,8 @@ pub struct DhcpMetrics {
     pub commit_latency: Histogram,
     /// Lease records held in memory.
     pub leases: Gauge,
+    /// 1 while the DHCP sockets are bound and served.
+    pub listening: Gauge,
     /// Unix seconds until which fresh addresses are narrowed after a membership change
     /// (0: no transition).
     pub transition_until: Gauge,
@@ -71,6 +73,7 @@ impl Default for DhcpMetrics {
             commit_errors: Counter::default(),
             commit_latency: Histogram::default(),
             leases: Gauge::default(),
+            listening: Gauge::default(),
             transition_until: Gauge::default(),
             pools: Mutex::default(),
         }

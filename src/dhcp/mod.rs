@@ -7,6 +7,7 @@ pub mod boot;
 pub mod decision;
 pub mod engine;
 pub mod metrics;
+pub mod policy;
 pub mod pool;
 pub mod reply;
 pub mod responsibility;

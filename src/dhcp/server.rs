@@ -23,6 +23,7 @@ use tracing::{debug, error, info, warn};
 use super::arp;
 use super::engine::{Engine, Interface, PacketContext, Reply, Responsibility};
 use super::metrics::DhcpMetrics;
+use super::policy::HostPolicies;
 use super::reply::Destination;
 use super::wire::{self, MAX_REQUEST_LEN};
 use crate::lease::{LeaseEffect, LeaseStore};
@@ -66,6 +67,8 @@ pub struct ServerParts {
     pub reclaim_interval: Duration,
     /// Ownership decision; `None` answers everything.
     pub responsibility: Option<ResponsibilityFn>,
+    /// The operator's run-time allow/deny per MAC.
+    pub policies: Arc<HostPolicies>,
 }
 
 /// Errors that end the server.
@@ -135,6 +138,7 @@ async fn engine_loop(parts: ServerParts, shutdown: CancellationToken) -> Result<
         port,
         reclaim_interval,
         responsibility,
+        policies,
     } = parts;
     let mut interfaces = Vec::with_capacity(listeners.len());
     let mut sockets = Vec::with_capacity(listeners.len());
@@ -162,10 +166,14 @@ async fn engine_loop(parts: ServerParts, shutdown: CancellationToken) -> Result<
         interfaces: &interfaces,
         metrics: &metrics,
         responsibility: responsibility.as_ref(),
+        policies: &policies,
         port,
         out: Vec::with_capacity(600),
     };
     let mut buf = vec![0u8; MAX_REQUEST_LEN + 1];
+    // Pool usage and lease count from the start, not only after the first tick.
+    reclaim(&mut engine, &metrics);
+    metrics.listening.set(1);
     let mut next_tick = Instant::now() + reclaim_interval;
     let result = 'outer: loop {
         if shutdown.is_cancelled() {
@@ -228,6 +236,7 @@ async fn engine_loop(parts: ServerParts, shutdown: CancellationToken) -> Result<
             _ = readable => {}
         }
     };
+    metrics.listening.set(0);
     drop(commit_tx);
     // Let queued commits finish so no durable change loses its reply.
     let _ = committer.join();
@@ -265,6 +274,7 @@ struct LoopState<'a> {
     interfaces: &'a [Interface],
     metrics: &'a DhcpMetrics,
     responsibility: Option<&'a ResponsibilityFn>,
+    policies: &'a HostPolicies,
     port: u16,
     /// Encoded reply of the last `Action::Send`.
     out: Vec<u8>,
@@ -292,9 +302,11 @@ impl LoopState<'_> {
         let responsibility = self
             .responsibility
             .map_or(Responsibility::Mine, |f| f(&msg, now));
+        let policy = MacAddr::from_chaddr(msg.chaddr()).and_then(|m| self.policies.get(&m));
         let ctx = PacketContext {
             interface: &self.interfaces[listener],
             responsibility,
+            policy,
             now,
         };
         let decision = engine.handle_message(&msg, &ctx);

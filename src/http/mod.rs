@@ -1,6 +1,8 @@
 //! The HTTP listener: boot routes (public, unauthenticated by nature), `/healthz` and
 //! `/metrics`. The operator API (leases, hosts) joins it in a later change.
 
+pub mod api;
+pub mod auth;
 pub mod boot;
 pub mod files;
 
@@ -85,6 +87,14 @@ impl FileRoot {
 
 /// Shared state of the HTTP handlers.
 pub struct HttpState {
+    /// The validated configuration (members and ranges for the operator API).
+    pub config: Arc<crate::config::Config>,
+    /// The lease store.
+    pub store: Arc<crate::lease::SledStore>,
+    /// Run-time allow/deny per MAC, shared with the DHCP server.
+    pub policies: Arc<crate::dhcp::policy::HostPolicies>,
+    /// Operator API tokens.
+    pub auth: auth::TokenAuth,
     /// `/ipxe/{file}`: the TFTP root.
     pub files: Arc<FileRoot>,
     /// Listener settings.
@@ -95,9 +105,22 @@ pub struct HttpState {
     pub handles: Handles,
 }
 
-/// The router: boot routes, health and metrics.
+/// The router: boot routes, health and metrics (public) and the operator API (token).
 pub fn router(state: Arc<HttpState>) -> Router {
+    let mut operator = Router::new();
+    for (path, _, handler) in api::routes() {
+        operator = operator.route(path, handler);
+    }
+    let operator = operator
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            api::require_token,
+        ))
+        .layer(axum::extract::DefaultBodyLimit::max(api::MAX_BODY));
     Router::new()
+        .merge(operator)
+        .route("/readyz", get(readyz))
+        .route("/v1/openapi.json", get(openapi))
         .route("/boot.ipxe", get(first_stage))
         .route("/v1/boot/{mac}/boot.ipxe", get(boot_mac))
         .route("/ipxe/{*file}", get(files::ipxe_file))
@@ -163,6 +186,22 @@ async fn boot_mac(State(s): State<Arc<HttpState>>, Path(raw): Path<String>) -> R
         }
         Err(e) => internal(e),
     }
+}
+
+/// The OpenAPI description of the operator API.
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}
+
+/// Ready to serve: the store is open (it is, or `serve` would have stopped) and, when
+/// DHCP is enabled, its sockets are bound.
+async fn readyz(State(s): State<Arc<HttpState>>) -> Response {
+    if s.config.dhcp.enabled && s.handles.dhcp.listening.get() == 0 {
+        return (StatusCode::SERVICE_UNAVAILABLE, "DHCP not listening\n").into_response();
+    }
+    "ready\n".into_response()
 }
 
 /// Process up; the header tells other members which member list this one runs with.

@@ -2,6 +2,7 @@
 
 mod codec;
 mod sled_store;
+mod view;
 
 use std::net::Ipv4Addr;
 
@@ -9,6 +10,7 @@ use crate::mac::MacAddr;
 
 pub use codec::{decode_lease, encode_lease, CodecError, LEASE_FORMAT_VERSION};
 pub use sled_store::{Membership, SledStore};
+pub use view::LeaseView;
 
 /// Where a lease is in its life. Expiry is not a state: a lease whose `expires` has passed
 /// is free whatever its state says (RFC 2131 §3.1: the server may reuse it).

@@ -55,6 +55,11 @@ impl SledStore {
         Ok(Self { db, leases })
     }
 
+    /// The database, for other trees kept beside the leases (host policies).
+    pub fn db(&self) -> &sled::Db {
+        &self.db
+    }
+
     /// The membership record, if one was written.
     pub fn membership(&self) -> Result<Option<Membership>, StoreError> {
         let meta = self.db.open_tree(META_TREE)?;

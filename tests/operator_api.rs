@@ -1,0 +1,279 @@
+//! The operator API through a real socket, driven by curl, against `shardboot serve` in
+//! a namespace with a DHCP client beside it: tokens (missing, wrong, rotated), leases
+//! with filters and paging, allow/deny taking effect on the very next DISCOVER and
+//! surviving a restart, and bad input answered with JSON 4xx, never a 500.
+
+mod common;
+
+use std::time::Duration;
+
+use common::segment::{BroadcastClient, Seen};
+use common::{Lab, Server};
+use dhcproto::v4::MessageType;
+
+const T1: &str = "operator-token-one-0123456789";
+const T2: &str = "operator-token-two-abcdefghijk";
+
+struct Api<'a> {
+    lab: &'a Lab,
+}
+
+impl Api<'_> {
+    /// curl inside the server namespace; (status, body).
+    fn call(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&str>,
+    ) -> (u16, String) {
+        let mut c = self.lab.server.command("curl");
+        c.args([
+            "-s",
+            "-m",
+            "5",
+            "--noproxy",
+            "*",
+            "-X",
+            method,
+            "-o",
+            "-",
+            "-w",
+            "\n%{http_code}",
+        ]);
+        if let Some(t) = token {
+            c.args(["-H", &format!("Authorization: Bearer {t}")]);
+        }
+        if let Some(b) = body {
+            c.args(["-H", "Content-Type: application/json", "--data-binary", b]);
+        }
+        let out = c
+            .arg(format!("http://192.0.2.1:8080{path}"))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+        (code.parse().unwrap_or(0), body.to_string())
+    }
+
+    fn json(&self, method: &str, path: &str, body: Option<&str>) -> serde_json::Value {
+        let (code, text) = self.call(method, path, Some(T1), body);
+        assert_eq!(code, 200, "{method} {path}: {text}");
+        serde_json::from_str(&text).unwrap()
+    }
+}
+
+fn offers(seen: &[Seen]) -> usize {
+    seen.iter().filter(|s| s.kind == MessageType::Offer).count()
+}
+
+#[test]
+fn operator_api_end_to_end() {
+    require_root!();
+    let lab = Lab::new(&["192.0.2.1/24"], &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, format!("{T1}\n")).unwrap();
+    let extra = format!(
+        "[tftp]\nenabled = false\n[http]\nlisten = \"192.0.2.1:8080\"\ntoken_file = \"{}\"\n",
+        tokens.display()
+    );
+    let cfg = common::config(
+        &lab.server_if,
+        "192.0.2.0/24",
+        "192.0.2.100 - 192.0.2.199",
+        "",
+    )
+    .replacen("\n[[subnet]]", &format!("\n{extra}\n[[subnet]]"), 1);
+    let mut server = Server::start(&lab.server, dir.path(), &cfg);
+    let api = Api { lab: &lab };
+    let client_if = lab.client_if.clone();
+    let mut client = lab
+        .client
+        .run(move || BroadcastClient::new(&client_if))
+        .join()
+        .unwrap();
+
+    // Tokens: none, wrong, right. Refusals carry no data.
+    let (code, body) = api.call("GET", "/v1/leases", None, None);
+    assert_eq!(code, 401, "{body}");
+    assert!(
+        body.contains("\"error\"") && !body.contains("leases"),
+        "{body}"
+    );
+    assert_eq!(
+        api.call(
+            "GET",
+            "/v1/leases",
+            Some("operator-token-wrong-000000"),
+            None
+        )
+        .0,
+        401
+    );
+    assert_eq!(api.call("GET", "/v1/members", Some(&T1[1..]), None).0, 401);
+    for public in ["/healthz", "/readyz", "/metrics", "/v1/openapi.json"] {
+        assert_eq!(api.call("GET", public, None, None).0, 200, "{public}");
+    }
+    assert_eq!(
+        api.json("GET", "/v1/leases", None)["leases"],
+        serde_json::json!([])
+    );
+
+    // Four machines take leases; the API lists them in address order, page by page.
+    let macs: Vec<[u8; 6]> = (1..=4u8).map(|n| [0x52, 0x54, 0, 0xaa, 0, n]).collect();
+    let seen = client.discover(&macs, 0, Duration::from_millis(800));
+    let requests: Vec<_> = macs
+        .iter()
+        .zip(&seen)
+        .map(|(m, s)| (*m, s[0].server, s[0].yiaddr))
+        .collect();
+    for s in client.request(&requests, Duration::from_millis(800)) {
+        assert_eq!(s[0].kind, MessageType::Ack);
+    }
+    let first = api.json("GET", "/v1/leases?limit=2", None);
+    assert_eq!(first["leases"].as_array().unwrap().len(), 2);
+    let cursor = first["next_cursor"].as_str().unwrap().to_string();
+    let second = api.json("GET", &format!("/v1/leases?limit=2&cursor={cursor}"), None);
+    assert_eq!(second["leases"].as_array().unwrap().len(), 2);
+    assert!(second["next_cursor"].is_null());
+    let mut ips: Vec<String> = first["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(second["leases"].as_array().unwrap())
+        .map(|l| l["ip"].as_str().unwrap().to_string())
+        .collect();
+    let sorted = {
+        let mut v = ips.clone();
+        v.sort_by_key(|ip| ip.parse::<std::net::Ipv4Addr>().unwrap());
+        v
+    };
+    assert_eq!(ips, sorted);
+    ips.dedup();
+    assert_eq!(ips.len(), 4);
+    let m1 = "52:54:00:aa:00:01";
+    let by_mac = api.json("GET", &format!("/v1/leases?mac={m1}&state=bound"), None);
+    let lease = &by_mac["leases"][0];
+    assert_eq!(lease["mac"], m1);
+    let ip1 = lease["ip"].as_str().unwrap().to_string();
+    assert_eq!(
+        api.json("GET", &format!("/v1/leases/{ip1}"), None)["mac"],
+        m1
+    );
+    assert_eq!(
+        api.json("GET", "/v1/leases/52-54-00-aa-00-01", None)["ip"],
+        ip1.as_str()
+    );
+    assert_eq!(
+        api.call("GET", "/v1/leases/192.0.2.250", Some(T1), None).0,
+        404
+    );
+
+    // Deny takes effect on the very next DISCOVER; default restores it.
+    let m5 = [0x52, 0x54, 0, 0xaa, 0, 5];
+    assert_eq!(
+        offers(&client.discover(&[m5], 0, Duration::from_millis(500))[0]),
+        1
+    );
+    let set = api.json(
+        "PUT",
+        "/v1/hosts/52:54:00:aa:00:05",
+        Some(r#"{"policy": "deny"}"#),
+    );
+    assert_eq!(set["policy"], "deny");
+    assert_eq!(
+        offers(&client.discover(&[m5], 0, Duration::from_millis(500))[0]),
+        0
+    );
+    assert_eq!(
+        api.json("GET", "/v1/hosts", None)["hosts"][0]["mac"],
+        "52:54:00:aa:00:05"
+    );
+    api.json(
+        "PUT",
+        "/v1/hosts/52-54-00-aa-00-05",
+        Some(r#"{"policy": "default"}"#),
+    );
+    assert_eq!(
+        offers(&client.discover(&[m5], 0, Duration::from_millis(500))[0]),
+        1
+    );
+
+    // A deny survives a restart.
+    api.json(
+        "PUT",
+        "/v1/hosts/525400aa0006",
+        Some(r#"{"policy": "deny"}"#),
+    );
+    server.restart();
+    let m6 = [0x52, 0x54, 0, 0xaa, 0, 6];
+    assert_eq!(
+        offers(&client.discover(&[m6], 0, Duration::from_millis(500))[0]),
+        0
+    );
+    assert_eq!(
+        api.json("GET", "/v1/hosts/52:54:00:aa:00:06", None)["policy"],
+        "deny"
+    );
+    api.json("DELETE", "/v1/hosts/52:54:00:aa:00:06", None);
+    assert_eq!(
+        offers(&client.discover(&[m6], 0, Duration::from_millis(500))[0]),
+        1
+    );
+
+    // Bad input: JSON 4xx, never a 500, never an echo.
+    let big = format!("{{\"policy\": \"{}\"}}", "a".repeat(20_000));
+    for (method, path, body, want) in [
+        ("PUT", "/v1/hosts/52:54:00:aa:00:07", Some("{not json"), 400),
+        (
+            "PUT",
+            "/v1/hosts/52:54:00:aa:00:07",
+            Some(r#"{"policy": "maybe"}"#),
+            400,
+        ),
+        (
+            "PUT",
+            "/v1/hosts/52:54:00:aa:00:07",
+            Some(r#"{"policy": "deny", "x": 1}"#),
+            400,
+        ),
+        (
+            "PUT",
+            "/v1/hosts/52:54:00:aa:00:07",
+            Some(big.as_str()),
+            413,
+        ),
+        (
+            "PUT",
+            "/v1/hosts/not-a-mac%3Cscript%3E",
+            Some(r#"{"policy": "deny"}"#),
+            400,
+        ),
+        ("GET", "/v1/leases/%3Cscript%3E", None, 400),
+        ("GET", "/v1/leases?limit=0", None, 400),
+        ("GET", "/v1/leases?mac=zz", None, 400),
+        ("GET", "/v1/leases?bogus=1", None, 400),
+        ("GET", "/v1/owners/zz", None, 400),
+    ] {
+        let (code, text) = api.call(method, path, Some(T1), body);
+        assert_eq!(code, want, "{method} {path}: {text}");
+        if code == 400 {
+            assert!(text.contains("\"error\""), "{method} {path}: {text}");
+        }
+        assert!(!text.contains("script"), "{text}");
+    }
+
+    // Members, stats, owners.
+    let stats = api.json("GET", "/v1/stats", None);
+    assert_eq!(stats["subnets"][0]["subnet"], "192.0.2.0/24");
+    assert!(stats["subnets"][0]["in_use"].as_u64().unwrap() >= 4);
+    assert!(api.json("GET", "/v1/members", None)["members"].is_array());
+    let owner = api.json("GET", &format!("/v1/owners/{m1}"), None);
+    assert_eq!(owner["mac"], m1);
+
+    // Rotation: the new token works, the old one stops working, no restart.
+    std::fs::write(&tokens, format!("{T2}\n")).unwrap();
+    assert_eq!(api.call("GET", "/v1/stats", Some(T2), None).0, 200);
+    assert_eq!(api.call("GET", "/v1/stats", Some(T1), None).0, 401);
+}
