@@ -57,14 +57,34 @@ pub fn check_config(config: &Config) -> anyhow::Result<()> {
 }
 
 /// Prints every stored lease, as a table or as JSON.
-pub fn print_leases(config: &Config, json: bool) -> anyhow::Result<()> {
-    let store = app::open_store(&config.state_dir)?;
-    let mut leases = store.load()?;
-    leases.sort_by_key(|l| l.ip);
+pub fn print_leases(
+    config: &Config,
+    json: bool,
+    mac: Option<&str>,
+    remote: Remote,
+) -> anyhow::Result<()> {
+    let mac: Option<crate::mac::MacAddr> = mac.map(str::parse).transpose()?;
+    // The store is locked while the server runs: then ask the server.
+    let local = if remote.forced {
+        None
+    } else {
+        app::open_store(&config.state_dir).ok()
+    };
+    let rows: Vec<serde_json::Value> = match local {
+        Some(store) => {
+            let mut leases = store.load()?;
+            leases.sort_by_key(|l| l.ip);
+            leases
+                .iter()
+                .filter(|l| mac.is_none_or(|m| l.mac == m))
+                .map(|l| serde_json::to_value(LeaseView::from(l)))
+                .collect::<Result<_, _>>()?
+        }
+        None => remote.all_leases(mac)?,
+    };
     let mut out = std::io::stdout().lock();
     if json {
-        let views: Vec<LeaseView<'_>> = leases.iter().map(LeaseView::from).collect();
-        serde_json::to_writer_pretty(&mut out, &views)?;
+        serde_json::to_writer_pretty(&mut out, &rows)?;
         writeln!(out)?;
         return Ok(());
     }
@@ -73,23 +93,144 @@ pub fn print_leases(config: &Config, json: bool) -> anyhow::Result<()> {
         "{:<15}  {:<17}  {:<8}  {:>10}  HOSTNAME",
         "IP", "MAC", "STATE", "EXPIRES"
     )?;
-    for l in &leases {
-        // The host name comes from the client: print it escaped.
-        let host = l
-            .hostname
-            .as_deref()
-            .map(|h| h.escape_default().to_string())
-            .unwrap_or_default();
+    let field = |v: &serde_json::Value, k: &str| match &v[k] {
+        serde_json::Value::String(s) => s.escape_default().to_string(),
+        serde_json::Value::Null => String::new(),
+        other => other.to_string(),
+    };
+    for l in &rows {
+        // The host name comes from the client: printed escaped.
         writeln!(
             out,
-            "{:<15}  {:<17}  {:<8}  {:>10}  {host}",
-            l.ip.to_string(),
-            l.mac.to_string(),
-            l.state.as_str(),
-            l.expires
+            "{:<15}  {:<17}  {:<8}  {:>10}  {}",
+            field(l, "ip"),
+            field(l, "mac"),
+            field(l, "state"),
+            field(l, "expires"),
+            field(l, "hostname"),
         )?;
     }
     Ok(())
+}
+
+/// Sets a MAC's run-time policy on the running server.
+pub fn set_host(remote: &Remote, policy: &str, mac: &str) -> anyhow::Result<()> {
+    let mac: crate::mac::MacAddr = mac.parse()?;
+    let body = serde_json::json!({ "policy": policy });
+    let answer = remote.call(
+        reqwest::Method::PUT,
+        &format!("/v1/hosts/{mac}"),
+        Some(body),
+    )?;
+    println!("{mac}: {}", answer["policy"].as_str().unwrap_or("?"));
+    Ok(())
+}
+
+/// The operator API of a running server, as the CLI reaches it.
+pub struct Remote {
+    base: String,
+    token_file: Option<std::path::PathBuf>,
+    /// `--server` was given: never read the store directly.
+    forced: bool,
+}
+
+impl Remote {
+    /// `--server`/`--token-file`, defaulting to this config's listener and token file.
+    pub fn new(
+        config: &Config,
+        server: Option<String>,
+        token_file: Option<std::path::PathBuf>,
+    ) -> Self {
+        let forced = server.is_some();
+        let base = server.unwrap_or_else(|| {
+            let mut listen = config.http.listen;
+            if listen.ip().is_unspecified() {
+                listen.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+            }
+            format!("http://{listen}")
+        });
+        Self {
+            base: base.trim_end_matches('/').to_string(),
+            token_file: token_file.or_else(|| config.http.token_file.clone()),
+            forced,
+        }
+    }
+
+    fn token(&self) -> anyhow::Result<String> {
+        let path = self
+            .token_file
+            .as_ref()
+            .ok_or_else(|| anyhow::anyhow!("no token: give --token-file or set http.token_file"))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("token file {}: {e}", path.display()))?;
+        text.lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(str::to_string)
+            .ok_or_else(|| anyhow::anyhow!("token file {} holds no token", path.display()))
+    }
+
+    fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> anyhow::Result<serde_json::Value> {
+        let token = self.token()?;
+        let url = format!("{}{path}", self.base);
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(async {
+                let client = reqwest::Client::builder()
+                    .timeout(std::time::Duration::from_secs(10))
+                    .no_proxy()
+                    .build()?;
+                let mut req = client.request(method, &url).bearer_auth(token);
+                if let Some(b) = body {
+                    req = req.json(&b);
+                }
+                let resp = req
+                    .send()
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{url}: {e}"))?;
+                let status = resp.status();
+                let value: serde_json::Value = resp.json().await.unwrap_or_default();
+                if !status.is_success() {
+                    anyhow::bail!(
+                        "{url}: HTTP {status}: {}",
+                        value["error"].as_str().unwrap_or("no detail")
+                    );
+                }
+                Ok(value)
+            })
+    }
+
+    /// Every lease page by page (optionally one MAC's).
+    fn all_leases(
+        &self,
+        mac: Option<crate::mac::MacAddr>,
+    ) -> anyhow::Result<Vec<serde_json::Value>> {
+        let mut out = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let mut path = String::from("/v1/leases?limit=1000");
+            if let Some(m) = mac {
+                path.push_str(&format!("&mac={m}"));
+            }
+            if let Some(c) = &cursor {
+                path.push_str(&format!("&cursor={c}"));
+            }
+            let page = self.call(reqwest::Method::GET, &path, None)?;
+            if let Some(items) = page["leases"].as_array() {
+                out.extend(items.iter().cloned());
+            }
+            match page["next_cursor"].as_str() {
+                Some(c) => cursor = Some(c.to_string()),
+                None => return Ok(out),
+            }
+        }
+    }
 }
 
 /// Prints the owner resolution and boot script for one MAC.

@@ -42,11 +42,35 @@ enum Command {
         /// The MAC address (aa:bb:…, aa-bb-…, aabbcc…).
         mac: String,
     },
-    /// List the leases in the store (the server must be stopped: the store is locked).
+    /// List the leases: from the store, or through the running server's operator API
+    /// when the server holds the store (or with --server).
     Leases {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// Only this MAC's leases.
+        #[arg(long)]
+        mac: Option<String>,
+        /// Operator API base URL (default: this config's http.listen on this host).
+        #[arg(long, env = "SHARDBOOT_SERVER")]
+        server: Option<String>,
+        /// File with the bearer token (default: the config's http.token_file).
+        #[arg(long, env = "SHARDBOOT_TOKEN_FILE")]
+        token_file: Option<PathBuf>,
+    },
+    /// Allow, deny or reset a MAC on the running server (takes effect on its next packet).
+    Hosts {
+        /// allow, deny or default.
+        #[arg(value_parser = ["allow", "deny", "default"])]
+        policy: String,
+        /// The MAC address.
+        mac: String,
+        /// Operator API base URL (default: this config's http.listen on this host).
+        #[arg(long, env = "SHARDBOOT_SERVER")]
+        server: Option<String>,
+        /// File with the bearer token (default: the config's http.token_file).
+        #[arg(long, env = "SHARDBOOT_TOKEN_FILE")]
+        token_file: Option<PathBuf>,
     },
 }
 
@@ -94,7 +118,25 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::CheckConfig => cli::check_config(&config),
-        Command::Leases { json } => cli::print_leases(&config, json),
+        Command::Leases {
+            json,
+            mac,
+            server,
+            token_file,
+        } => {
+            let remote = cli::Remote::new(&config, server, token_file);
+            cli::print_leases(&config, json, mac.as_deref(), remote)
+        }
+        Command::Hosts {
+            policy,
+            mac,
+            server,
+            token_file,
+        } => cli::set_host(
+            &cli::Remote::new(&config, server, token_file),
+            &policy,
+            &mac,
+        ),
         Command::Owner { mac } => {
             // Warnings (Ironic unreachable) and, with SHARDBOOT_LOG=debug, the
             // resolvers' decision trail go to stderr.

@@ -222,6 +222,43 @@ fn operator_api_end_to_end() {
         1
     );
 
+    // The CLI beside the running server: `leases` finds the store locked and asks the
+    // API (listener and token from the same config); `hosts deny` acts at once.
+    let cli = |args: &[&str]| {
+        let out = lab
+            .server
+            .command(env!("CARGO_BIN_EXE_shardboot"))
+            .arg("--config")
+            .arg(dir.path().join("shardboot.toml"))
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
+            .args(args)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "{args:?}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    };
+    let listed: serde_json::Value =
+        serde_json::from_str(&cli(&["leases", "--json", "--mac", m1])).unwrap();
+    assert_eq!(listed[0]["ip"], ip1.as_str());
+    assert!(cli(&["leases"]).contains(m1));
+    let m8 = [0x52, 0x54, 0, 0xaa, 0, 8];
+    assert!(cli(&["hosts", "deny", "52:54:00:aa:00:08"]).contains("deny"));
+    assert_eq!(
+        offers(&client.discover(&[m8], 0, Duration::from_millis(500))[0]),
+        0
+    );
+    cli(&["hosts", "default", "52:54:00:aa:00:08"]);
+    assert_eq!(
+        offers(&client.discover(&[m8], 0, Duration::from_millis(500))[0]),
+        1
+    );
+
     // Bad input: JSON 4xx, never a 500, never an echo.
     let big = format!("{{\"policy\": \"{}\"}}", "a".repeat(20_000));
     for (method, path, body, want) in [
