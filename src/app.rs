@@ -111,6 +111,8 @@ pub async fn run(
             source,
         },
     )?);
+    let (control_tx, control_rx) = tokio::sync::mpsc::channel(64);
+    let mut control_rx = Some(control_rx);
     let (prefetch_tx, mut prefetch_rx) = tokio::sync::mpsc::channel(1024);
     let resolver = Arc::new(crate::owner::Resolver::new(&config)?.with_prefetch(prefetch_tx));
     if let Some(ironic) = resolver.ironic() {
@@ -168,6 +170,7 @@ pub async fn run(
             config: Arc::new(config.clone()),
             store: store.clone(),
             policies: policies.clone(),
+            control: config.dhcp.enabled.then(|| control_tx.clone()),
             auth: crate::http::auth::TokenAuth::new(config.http.token_file.clone()),
             files: crate::http::FileRoot::new(config.tftp.settings.clone()),
             settings: config.http.clone(),
@@ -198,6 +201,7 @@ pub async fn run(
             policies.clone(),
             peer_transition,
         )?;
+        parts.control = control_rx.take();
         parts.responsibility = responsibility_fn(&config, resolver.clone(), handles.dhcp.clone());
         let stop = shutdown.clone();
         tasks.spawn(async move { Ok(server::run(parts, stop).await?) });
@@ -345,5 +349,6 @@ fn dhcp_parts(
         reclaim_interval: Duration::from_secs(config.dhcp.reclaim_interval_secs.into()),
         responsibility: None,
         policies,
+        control: None,
     })
 }

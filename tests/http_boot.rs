@@ -76,6 +76,7 @@ fn start(owner: &str) -> TestServer {
         store,
         policies: Arc::new(shardboot::dhcp::policy::HostPolicies::in_memory()),
         auth: http::auth::TokenAuth::new(None),
+        control: None,
         files: http::FileRoot::new(tftp),
         settings: config.http.clone(),
         resolver: Arc::new(Resolver::new(&config).unwrap()),

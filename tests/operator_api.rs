@@ -301,6 +301,30 @@ fn operator_api_end_to_end() {
         assert!(!text.contains("script"), "{text}");
     }
 
+    // Forgetting a lease: durable, gone from the API, a second time is a 404.
+    let forgot = api.json("DELETE", &format!("/v1/leases/{ip1}"), None);
+    assert_eq!(forgot["forgotten"], true);
+    assert_eq!(
+        api.call("GET", &format!("/v1/leases/{ip1}"), Some(T1), None)
+            .0,
+        404
+    );
+    assert_eq!(
+        api.call("DELETE", &format!("/v1/leases/{ip1}"), Some(T1), None)
+            .0,
+        404
+    );
+    assert_eq!(
+        api.call("DELETE", "/v1/leases/52:54:00:aa:00:01", Some(T1), None)
+            .0,
+        400
+    );
+    assert_eq!(
+        api.call("DELETE", &format!("/v1/leases/{ip1}"), None, None)
+            .0,
+        401
+    );
+
     // Members, stats, owners.
     let stats = api.json("GET", "/v1/stats", None);
     assert_eq!(stats["subnets"][0]["subnet"], "192.0.2.0/24");

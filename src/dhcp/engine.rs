@@ -367,6 +367,16 @@ impl Engine {
         self.transition_until = Some(until);
     }
 
+    /// The operator frees `ip` (DELETE /v1/leases/{ip}): the record is forgotten and
+    /// the address can go to any client. Returns the change to persist, or `None` when
+    /// no record holds the address.
+    pub fn forget(&mut self, ip: Ipv4Addr) -> Option<LeaseEffect> {
+        self.table.get(ip)?;
+        self.table.remove(ip);
+        self.set_used(ip, false);
+        Some(LeaseEffect::Remove(ip))
+    }
+
     /// Until when fresh allocations are narrowed after a membership change.
     pub fn transition_until(&self) -> Option<u64> {
         self.transition_until

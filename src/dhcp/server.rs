@@ -69,7 +69,25 @@ pub struct ServerParts {
     pub responsibility: Option<ResponsibilityFn>,
     /// The operator's run-time allow/deny per MAC.
     pub policies: Arc<HostPolicies>,
+    /// Operator changes to apply; `None`: no operator API.
+    pub control: Option<tokio::sync::mpsc::Receiver<Control>>,
 }
+
+/// An operator's change to the engine's state, applied on the engine thread between
+/// packets; `done` answers once the change is durable.
+#[derive(Debug)]
+pub enum Control {
+    /// Forget the lease on an address (`Ok(false)`: there was none).
+    Forget {
+        /// The address.
+        ip: std::net::Ipv4Addr,
+        /// Answered after the flush.
+        done: tokio::sync::oneshot::Sender<Result<bool, String>>,
+    },
+}
+
+/// Where the operator API sends [`Control`] messages.
+pub type ControlSender = tokio::sync::mpsc::Sender<Control>;
 
 /// Errors that end the server.
 #[derive(Debug, thiserror::Error)]
@@ -104,6 +122,8 @@ struct CommitJob {
     effects: Vec<LeaseEffect>,
     reply: Option<Outgoing>,
     queued: Instant,
+    /// Told the outcome once the effects are durable (operator changes).
+    done: Option<tokio::sync::oneshot::Sender<Result<bool, String>>>,
 }
 
 /// Runs until `shutdown` is cancelled or a socket fails. On shutdown, changes already
@@ -139,7 +159,9 @@ async fn engine_loop(parts: ServerParts, shutdown: CancellationToken) -> Result<
         reclaim_interval,
         responsibility,
         policies,
+        control,
     } = parts;
+    let mut control = control;
     let mut interfaces = Vec::with_capacity(listeners.len());
     let mut sockets = Vec::with_capacity(listeners.len());
     let mut committer_sockets = Vec::with_capacity(listeners.len());
@@ -182,6 +204,12 @@ async fn engine_loop(parts: ServerParts, shutdown: CancellationToken) -> Result<
         if Instant::now() >= next_tick {
             next_tick = Instant::now() + reclaim_interval;
             reclaim(&mut engine, &metrics);
+        }
+        // Operator changes are applied between bursts, also under load.
+        if let Some(rx) = control.as_mut() {
+            while let Ok(cmd) = rx.try_recv() {
+                apply_control(&mut engine, cmd, &commit_tx);
+            }
         }
         // Drain what the sockets hold, a burst per socket at a time.
         let mut busy = false;
@@ -230,10 +258,17 @@ async fn engine_loop(parts: ServerParts, shutdown: CancellationToken) -> Result<
             }
             Poll::Pending
         });
+        let command = async {
+            match control.as_mut() {
+                Some(rx) => rx.recv().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = shutdown.cancelled() => break Ok(()),
             _ = tokio::time::sleep_until(next_tick.into()) => {}
             _ = readable => {}
+            Some(cmd) = command => apply_control(&mut engine, cmd, &commit_tx),
         }
     };
     metrics.listening.set(0);
@@ -248,6 +283,25 @@ async fn engine_loop(parts: ServerParts, shutdown: CancellationToken) -> Result<
         "DHCP server stopped"
     );
     result
+}
+
+fn apply_control(engine: &mut Engine, cmd: Control, commit_tx: &std_mpsc::Sender<CommitJob>) {
+    match cmd {
+        Control::Forget { ip, done } => match engine.forget(ip) {
+            None => {
+                let _ = done.send(Ok(false));
+            }
+            Some(effect) => {
+                info!(%ip, "lease forgotten by the operator");
+                let _ = commit_tx.send(CommitJob {
+                    effects: vec![effect],
+                    reply: None,
+                    queued: Instant::now(),
+                    done: Some(done),
+                });
+            }
+        },
+    }
 }
 
 fn reclaim(engine: &mut Engine, metrics: &DhcpMetrics) {
@@ -330,6 +384,7 @@ impl LoopState<'_> {
                 to,
             }),
             queued: Instant::now(),
+            done: None,
         })
     }
 
@@ -423,12 +478,21 @@ fn commit_loop(
         let mut effects = Vec::with_capacity(jobs.len());
         let mut replies = Vec::with_capacity(jobs.len());
         let mut queued = Vec::with_capacity(jobs.len());
+        let mut waiting = Vec::new();
         for job in jobs {
             effects.extend(job.effects);
             replies.extend(job.reply);
             queued.push(job.queued);
+            waiting.extend(job.done);
         }
-        match store.commit(&effects) {
+        let result = store.commit(&effects);
+        for done in waiting {
+            let _ = done.send(match &result {
+                Ok(()) => Ok(true),
+                Err(e) => Err(e.to_string()),
+            });
+        }
+        match result {
             Ok(()) => {
                 metrics.commits.inc();
                 metrics.committed_effects.add(effects.len() as u64);

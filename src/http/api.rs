@@ -55,7 +55,11 @@ pub type Route = (
 pub fn routes() -> Vec<Route> {
     vec![
         ("/v1/leases", &["get"], get(list_leases)),
-        ("/v1/leases/{key}", &["get"], get(one_lease)),
+        (
+            "/v1/leases/{key}",
+            &["get", "delete"],
+            get(one_lease).delete(forget_lease),
+        ),
         ("/v1/hosts", &["get"], get(list_hosts)),
         (
             "/v1/hosts/{mac}",
@@ -194,6 +198,35 @@ async fn one_lease(State(s): State<Arc<HttpState>>, Path(key): Path<String>) -> 
     match found {
         Some(l) => Json(LeaseView::from(l)).into_response(),
         None => error(StatusCode::NOT_FOUND, "no lease"),
+    }
+}
+
+/// Frees an address: the DHCP engine forgets its lease (durably) and may hand it to
+/// any client.
+async fn forget_lease(State(s): State<Arc<HttpState>>, Path(key): Path<String>) -> Response {
+    let Ok(ip) = key.parse::<Ipv4Addr>() else {
+        return error(StatusCode::BAD_REQUEST, "expected an IPv4 address");
+    };
+    let Some(control) = &s.control else {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "DHCP is not running here");
+    };
+    let (done, answer) = tokio::sync::oneshot::channel();
+    let sent = control
+        .send(crate::dhcp::server::Control::Forget { ip, done })
+        .await;
+    if sent.is_err() {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "DHCP is not running");
+    }
+    match tokio::time::timeout(std::time::Duration::from_secs(10), answer).await {
+        Ok(Ok(Ok(true))) => {
+            Json(json!({ "ip": ip.to_string(), "forgotten": true })).into_response()
+        }
+        Ok(Ok(Ok(false))) => error(StatusCode::NOT_FOUND, "no lease"),
+        Ok(Ok(Err(e))) => {
+            tracing::error!(%ip, error = %e, "forgetting a lease failed");
+            error(StatusCode::SERVICE_UNAVAILABLE, "the lease store failed")
+        }
+        _ => error(StatusCode::SERVICE_UNAVAILABLE, "DHCP did not answer"),
     }
 }
 

@@ -95,6 +95,8 @@ pub struct HttpState {
     pub policies: Arc<crate::dhcp::policy::HostPolicies>,
     /// Operator API tokens.
     pub auth: auth::TokenAuth,
+    /// Changes for the DHCP engine (None: DHCP is off).
+    pub control: Option<crate::dhcp::server::ControlSender>,
     /// `/ipxe/{file}`: the TFTP root.
     pub files: Arc<FileRoot>,
     /// Listener settings.
