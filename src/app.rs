@@ -48,6 +48,9 @@ pub enum AppError {
     /// Another member runs with a different member list.
     #[error(transparent)]
     Members(#[from] crate::owner::health::MemberListMismatch),
+    /// A TLS certificate, key or CA file cannot be used.
+    #[error(transparent)]
+    Tls(#[from] crate::http::tls::TlsError),
     /// The TFTP socket cannot be bound.
     #[error("cannot bind TFTP socket on {addr}: {source}")]
     TftpBind {
@@ -177,9 +180,13 @@ pub async fn run(
             resolver: resolver.clone(),
             handles: handles.clone(),
         });
+        let tls = match &config.http.tls {
+            Some(files) => Some(crate::http::tls::acceptor(files)?),
+            None => None,
+        };
         let stop = shutdown.clone();
         tasks.spawn(async move {
-            crate::http::run(listener, state, stop)
+            crate::http::run_with(listener, state, tls, stop)
                 .await
                 .map_err(|source| AppError::Http { addr, source })
         });

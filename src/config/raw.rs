@@ -107,6 +107,9 @@ pub struct RawHttp {
     pub chain_timeout_ms: Option<u32>,
     pub chain_retries: Option<u32>,
     pub token_file: Option<String>,
+    pub tls_cert: Option<String>,
+    pub tls_key: Option<String>,
+    pub client_ca: Option<String>,
 }
 
 /// `[owner]`

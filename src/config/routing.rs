@@ -20,6 +20,8 @@ pub struct HttpSettings {
     pub chain_retries: u32,
     /// Bearer tokens of the operator API, one per line; `None`: the API is off.
     pub token_file: Option<PathBuf>,
+    /// TLS for the listener.
+    pub tls: Option<crate::http::tls::TlsFiles>,
 }
 
 /// A shardboot instance beside one Ironic conductor.
@@ -119,12 +121,56 @@ pub(super) fn http(raw: RawHttp, add: Add<'_>) -> HttpSettings {
             );
         }
     }
+    let mut file = |key: &str, v: Option<String>| {
+        let p = v.map(PathBuf::from)?;
+        if !p.is_file() {
+            add(
+                key.into(),
+                format!("{} is not a readable file", p.display()),
+            );
+        }
+        Some(p)
+    };
+    let cert = file("http.tls_cert", raw.tls_cert);
+    let key = file("http.tls_key", raw.tls_key);
+    let client_ca = file("http.client_ca", raw.client_ca);
+    let tls = match (cert, key) {
+        (Some(cert), Some(key)) => Some(crate::http::tls::TlsFiles {
+            cert,
+            key,
+            client_ca,
+        }),
+        (None, None) => {
+            if client_ca.is_some() {
+                add(
+                    "http.client_ca".into(),
+                    "needs http.tls_cert and http.tls_key".into(),
+                );
+            }
+            None
+        }
+        (Some(_), None) => {
+            add(
+                "http.tls_key".into(),
+                "is required with http.tls_cert".into(),
+            );
+            None
+        }
+        (None, Some(_)) => {
+            add(
+                "http.tls_cert".into(),
+                "is required with http.tls_key".into(),
+            );
+            None
+        }
+    };
     HttpSettings {
         enabled: raw.enabled.unwrap_or(true),
         listen,
         chain_timeout_ms,
         chain_retries,
         token_file,
+        tls,
     }
 }
 

@@ -74,6 +74,14 @@ pub fn routes() -> Vec<Route> {
 
 /// Refuses requests without a valid bearer token.
 pub async fn require_token(State(s): State<Arc<HttpState>>, req: Request, next: Next) -> Response {
+    // A client certificate that verified against http.client_ca is enough (mTLS).
+    if req
+        .extensions()
+        .get::<super::tls::ClientCertVerified>()
+        .is_some()
+    {
+        return next.run(req).await;
+    }
     let header = req
         .headers()
         .get(header::AUTHORIZATION)
@@ -82,7 +90,7 @@ pub async fn require_token(State(s): State<Arc<HttpState>>, req: Request, next: 
         Ok(()) => next.run(req).await,
         Err(Refusal::Disabled) => error(
             StatusCode::FORBIDDEN,
-            "the operator API is off: set http.token_file",
+            "the operator API needs http.token_file or a client certificate (http.client_ca)",
         ),
         Err(Refusal::BadToken) => {
             let mut r = error(StatusCode::UNAUTHORIZED, "a valid bearer token is required");

@@ -5,6 +5,7 @@ pub mod api;
 pub mod auth;
 pub mod boot;
 pub mod files;
+pub mod tls;
 
 use std::sync::Arc;
 
@@ -200,15 +201,30 @@ async fn count_request(
     resp
 }
 
-/// Serves until `shutdown` is cancelled.
+/// Serves until `shutdown` is cancelled (over TLS when an acceptor is given).
 pub async fn run(
     listener: TcpListener,
     state: Arc<HttpState>,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
+    run_with(listener, state, None, shutdown).await
+}
+
+/// Like `run`, with optional TLS.
+pub async fn run_with(
+    listener: TcpListener,
+    state: Arc<HttpState>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    match tls {
+        Some(acceptor) => tls::serve(listener, acceptor, router(state), shutdown).await,
+        None => {
+            axum::serve(listener, router(state))
+                .with_graceful_shutdown(shutdown.cancelled_owned())
+                .await
+        }
+    }
 }
 
 fn ipxe_script(body: String) -> Response {
