@@ -326,7 +326,13 @@ fn dhcp_parts(
     let stored = store.load().map_err(store_err)?;
     info!(leases = stored.len(), state_dir = %config.state_dir.display(), "lease store open");
     let now = server::unix_now();
+    let operator_store = store.clone();
     let mut engine = Engine::new(config, stored, now);
+    for r in store.reservations().map_err(store_err)? {
+        if let Err(e) = engine.reserve(&r, now) {
+            warn!(mac = %r.mac, ip = %r.ip, error = %e, "stored reservation not applied");
+        }
+    }
     let transition =
         membership_transition(config, &store, peer_transition, now).map_err(store_err)?;
     if let (Some((previous, until)), Some(me)) = (transition, config.owner.self_name.as_deref()) {
@@ -357,5 +363,6 @@ fn dhcp_parts(
         responsibility: None,
         policies,
         control: None,
+        operator_store: Some(operator_store),
     })
 }

@@ -200,6 +200,44 @@ fn operator_api_end_to_end() {
         1
     );
 
+    // A run-time reservation: the next DISCOVER gets the address; nobody else can take
+    // it; it survives the restart below.
+    let m9 = [0x52, 0x54, 0, 0xaa, 0, 9];
+    let r = api.json(
+        "PUT",
+        "/v1/reservations/52:54:00:aa:00:09",
+        Some(r#"{"ip": "192.0.2.150", "hostname": "node-9"}"#),
+    );
+    assert_eq!(r["ip"], "192.0.2.150");
+    let seen = client.discover(&[m9], 0, Duration::from_millis(500));
+    assert_eq!(seen[0][0].yiaddr, std::net::Ipv4Addr::new(192, 0, 2, 150));
+    for (body, want) in [
+        (r#"{"ip": "192.0.2.150"}"#, 409),
+        (r#"{"ip": "10.9.9.9"}"#, 400),
+        (
+            r#"{"ip": "192.0.2.151", "hostname": "bad name;reboot"}"#,
+            400,
+        ),
+        (r#"{"ip": "not-an-ip"}"#, 400),
+    ] {
+        let (code, text) = api.call(
+            "PUT",
+            "/v1/reservations/52:54:00:aa:00:0a",
+            Some(T1),
+            Some(body),
+        );
+        assert_eq!(code, want, "{body}: {text}");
+        assert!(!text.contains("reboot"), "{text}");
+    }
+    // An address another client holds cannot be reserved for someone else.
+    let (code, _) = api.call(
+        "PUT",
+        "/v1/reservations/52:54:00:aa:00:0a",
+        Some(T1),
+        Some(&format!("{{\"ip\": \"{ip1}\"}}")),
+    );
+    assert_eq!(code, 409);
+
     // A deny survives a restart.
     api.json(
         "PUT",
@@ -217,6 +255,28 @@ fn operator_api_end_to_end() {
         "deny"
     );
     api.json("DELETE", "/v1/hosts/52:54:00:aa:00:06", None);
+    let again = client.discover(&[m9], 0, Duration::from_millis(500));
+    assert_eq!(again[0][0].yiaddr, std::net::Ipv4Addr::new(192, 0, 2, 150));
+    assert_eq!(
+        api.json("GET", "/v1/reservations", None)["reservations"][0]["hostname"],
+        "node-9"
+    );
+    api.json("DELETE", "/v1/reservations/52:54:00:aa:00:09", None);
+    assert_eq!(
+        api.call("GET", "/v1/reservations/52:54:00:aa:00:09", Some(T1), None)
+            .0,
+        404
+    );
+    assert_eq!(
+        api.call(
+            "DELETE",
+            "/v1/reservations/52:54:00:aa:00:09",
+            Some(T1),
+            None
+        )
+        .0,
+        404
+    );
     assert_eq!(
         offers(&client.discover(&[m6], 0, Duration::from_millis(500))[0]),
         1

@@ -34,6 +34,10 @@ pub struct Engine {
     pub(super) reserved: HashMap<Ipv4Addr, MacAddr>,
     pub(super) table: LeaseTable,
     pub(super) transition_until: Option<u64>,
+    /// The `[[host]]` entries as configured (run-time reservations overlay `hosts`).
+    pub(super) config_hosts: HashMap<MacAddr, Host>,
+    /// MACs whose reservation was made at run time.
+    pub(super) runtime_reserved: std::collections::HashSet<MacAddr>,
 }
 
 impl Engine {
@@ -63,6 +67,8 @@ impl Engine {
                 .collect(),
             table: LeaseTable::default(),
             transition_until: None,
+            config_hosts: config.hosts.iter().map(|h| (h.mac, h.clone())).collect(),
+            runtime_reserved: std::collections::HashSet::new(),
         };
         let blocked: Vec<Ipv4Addr> = config
             .subnets

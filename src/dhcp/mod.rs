@@ -10,6 +10,7 @@ pub mod metrics;
 pub mod policy;
 pub mod pool;
 pub mod reply;
+pub mod reserve;
 pub mod responsibility;
 pub mod server;
 pub mod socket;

@@ -132,6 +132,13 @@ impl Pool {
         }
     }
 
+    /// Lets `ip` be handed out again (a reservation was removed).
+    pub fn unblock(&mut self, ip: Ipv4Addr) {
+        if let Some(i) = self.index(ip) {
+            set(&mut self.blocked, i, false);
+        }
+    }
+
     /// Whether `ip` is excluded or reserved.
     pub fn is_blocked(&self, ip: Ipv4Addr) -> bool {
         self.index(ip).is_some_and(|i| bit(&self.blocked, i))

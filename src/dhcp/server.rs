@@ -71,6 +71,8 @@ pub struct ServerParts {
     pub policies: Arc<HostPolicies>,
     /// Operator changes to apply; `None`: no operator API.
     pub control: Option<tokio::sync::mpsc::Receiver<Control>>,
+    /// Where run-time reservations are kept; `None`: not persisted (tests).
+    pub operator_store: Option<Arc<crate::lease::SledStore>>,
 }
 
 /// An operator's change to the engine's state, applied on the engine thread between
@@ -84,7 +86,24 @@ pub enum Control {
         /// Answered after the flush.
         done: tokio::sync::oneshot::Sender<Result<bool, String>>,
     },
+    /// Reserve an address for a MAC (durable before the answer).
+    Reserve {
+        /// The reservation.
+        reservation: super::reserve::Reservation,
+        /// Answered once stored.
+        done: ReserveDone,
+    },
+    /// Remove a MAC's run-time reservation.
+    Unreserve {
+        /// The MAC.
+        mac: crate::mac::MacAddr,
+        /// Answered once stored.
+        done: ReserveDone,
+    },
 }
+
+/// Reply channel of a reservation change.
+pub type ReserveDone = tokio::sync::oneshot::Sender<Result<(), super::reserve::ReserveError>>;
 
 /// Where the operator API sends [`Control`] messages.
 pub type ControlSender = tokio::sync::mpsc::Sender<Control>;
@@ -160,6 +179,7 @@ async fn engine_loop(parts: ServerParts, shutdown: CancellationToken) -> Result<
         responsibility,
         policies,
         control,
+        operator_store,
     } = parts;
     let mut control = control;
     let mut interfaces = Vec::with_capacity(listeners.len());
@@ -208,7 +228,7 @@ async fn engine_loop(parts: ServerParts, shutdown: CancellationToken) -> Result<
         // Operator changes are applied between bursts, also under load.
         if let Some(rx) = control.as_mut() {
             while let Ok(cmd) = rx.try_recv() {
-                apply_control(&mut engine, cmd, &commit_tx);
+                apply_control(&mut engine, cmd, &commit_tx, operator_store.as_deref());
             }
         }
         // Drain what the sockets hold, a burst per socket at a time.
@@ -268,7 +288,7 @@ async fn engine_loop(parts: ServerParts, shutdown: CancellationToken) -> Result<
             _ = shutdown.cancelled() => break Ok(()),
             _ = tokio::time::sleep_until(next_tick.into()) => {}
             _ = readable => {}
-            Some(cmd) = command => apply_control(&mut engine, cmd, &commit_tx),
+            Some(cmd) = command => apply_control(&mut engine, cmd, &commit_tx, operator_store.as_deref()),
         }
     };
     metrics.listening.set(0);
@@ -285,8 +305,53 @@ async fn engine_loop(parts: ServerParts, shutdown: CancellationToken) -> Result<
     result
 }
 
-fn apply_control(engine: &mut Engine, cmd: Control, commit_tx: &std_mpsc::Sender<CommitJob>) {
+fn apply_control(
+    engine: &mut Engine,
+    cmd: Control,
+    commit_tx: &std_mpsc::Sender<CommitJob>,
+    store: Option<&crate::lease::SledStore>,
+) {
+    use super::reserve::ReserveError;
+    // Stores a reservation change; on failure the engine change is undone by the caller.
+    let persist = |mac, r: Option<&super::reserve::Reservation>| match store {
+        Some(s) => s.set_reservation(mac, r).map_err(|e| {
+            error!(error = %e, "reservation not stored");
+            e
+        }),
+        None => Ok(()),
+    };
     match cmd {
+        Control::Reserve { reservation, done } => {
+            let previous = engine
+                .reservations()
+                .into_iter()
+                .find(|r| r.mac == reservation.mac);
+            let result = engine.reserve(&reservation, unix_now()).and_then(|()| {
+                persist(reservation.mac, Some(&reservation)).map_err(|_| {
+                    let _ = engine.unreserve(&reservation.mac);
+                    if let Some(p) = &previous {
+                        let _ = engine.reserve(p, unix_now());
+                    }
+                    ReserveError::Store
+                })
+            });
+            if result.is_ok() {
+                info!(mac = %reservation.mac, ip = %reservation.ip, "reservation set by the operator");
+            }
+            let _ = done.send(result);
+        }
+        Control::Unreserve { mac, done } => {
+            let previous = engine.reservations().into_iter().find(|r| r.mac == mac);
+            let result = engine.unreserve(&mac).and_then(|()| {
+                persist(mac, None).map_err(|_| {
+                    if let Some(p) = &previous {
+                        let _ = engine.reserve(p, unix_now());
+                    }
+                    ReserveError::Store
+                })
+            });
+            let _ = done.send(result);
+        }
         Control::Forget { ip, done } => match engine.forget(ip) {
             None => {
                 let _ = done.send(Ok(false));

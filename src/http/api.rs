@@ -66,6 +66,14 @@ pub fn routes() -> Vec<Route> {
             &["get", "put", "delete"],
             get(get_host).put(put_host).delete(delete_host),
         ),
+        ("/v1/reservations", &["get"], get(list_reservations)),
+        (
+            "/v1/reservations/{mac}",
+            &["get", "put", "delete"],
+            get(get_reservation)
+                .put(put_reservation)
+                .delete(delete_reservation),
+        ),
         ("/v1/owners/{mac}", &["get"], get(owner)),
         ("/v1/members", &["get"], get(members)),
         ("/v1/stats", &["get"], get(stats)),
@@ -235,6 +243,137 @@ async fn forget_lease(State(s): State<Arc<HttpState>>, Path(key): Path<String>) 
             error(StatusCode::SERVICE_UNAVAILABLE, "the lease store failed")
         }
         _ => error(StatusCode::SERVICE_UNAVAILABLE, "DHCP did not answer"),
+    }
+}
+
+fn reservation_json(r: &crate::dhcp::reserve::Reservation) -> serde_json::Value {
+    json!({ "mac": r.mac.to_string(), "ip": r.ip.to_string(), "hostname": r.hostname })
+}
+
+fn stored_reservations(s: &HttpState) -> Result<Vec<crate::dhcp::reserve::Reservation>, ApiError> {
+    s.store.reservations().map_err(|e| {
+        tracing::error!(error = %e, "reservation read failed");
+        ApiError(StatusCode::SERVICE_UNAVAILABLE, "lease store unavailable")
+    })
+}
+
+async fn list_reservations(State(s): State<Arc<HttpState>>) -> Response {
+    match stored_reservations(&s) {
+        Ok(list) => Json(json!({
+            "reservations": list.iter().map(reservation_json).collect::<Vec<_>>()
+        }))
+        .into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn get_reservation(State(s): State<Arc<HttpState>>, Path(raw): Path<String>) -> Response {
+    let mac = match parse_mac(&raw) {
+        Ok(m) => m,
+        Err(r) => return r.into_response(),
+    };
+    match stored_reservations(&s) {
+        Ok(list) => match list.iter().find(|r| r.mac == mac) {
+            Some(r) => Json(reservation_json(r)).into_response(),
+            None => error(StatusCode::NOT_FOUND, "no run-time reservation"),
+        },
+        Err(e) => e.into_response(),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReservationBody {
+    ip: String,
+    hostname: Option<String>,
+}
+
+/// Sends a reservation change to the DHCP engine and maps its answer.
+async fn reservation_change(
+    s: &HttpState,
+    make: impl FnOnce(crate::dhcp::server::ReserveDone) -> crate::dhcp::server::Control,
+) -> Result<(), Response> {
+    use crate::dhcp::reserve::ReserveError as E;
+    let Some(control) = &s.control else {
+        return Err(error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "DHCP is not running here",
+        ));
+    };
+    let (done, answer) = tokio::sync::oneshot::channel();
+    if control.send(make(done)).await.is_err() {
+        return Err(error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "DHCP is not running",
+        ));
+    }
+    match tokio::time::timeout(std::time::Duration::from_secs(10), answer).await {
+        Ok(Ok(Ok(()))) => Ok(()),
+        Ok(Ok(Err(e))) => {
+            let status = match e {
+                E::NoSubnet(_) | E::BadHostname => StatusCode::BAD_REQUEST,
+                E::Reserved { .. } | E::Leased { .. } | E::Configured(_) => StatusCode::CONFLICT,
+                E::NotFound(_) => StatusCode::NOT_FOUND,
+                E::Store => StatusCode::SERVICE_UNAVAILABLE,
+            };
+            // The message holds parsed values only (addresses, normalised MACs).
+            Err((status, Json(json!({ "error": e.to_string() }))).into_response())
+        }
+        _ => Err(error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "DHCP did not answer",
+        )),
+    }
+}
+
+async fn put_reservation(
+    State(s): State<Arc<HttpState>>,
+    Path(raw): Path<String>,
+    body: Bytes,
+) -> Response {
+    let mac = match parse_mac(&raw) {
+        Ok(m) => m,
+        Err(r) => return r.into_response(),
+    };
+    let Ok(b) = serde_json::from_slice::<ReservationBody>(&body) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "body must be {\"ip\": \"a.b.c.d\", \"hostname\": optional}",
+        );
+    };
+    let Ok(ip) = b.ip.parse::<Ipv4Addr>() else {
+        return error(StatusCode::BAD_REQUEST, "ip must be an IPv4 address");
+    };
+    let reservation = crate::dhcp::reserve::Reservation {
+        mac,
+        ip,
+        hostname: b.hostname,
+    };
+    let json = reservation_json(&reservation);
+    match reservation_change(&s, |done| crate::dhcp::server::Control::Reserve {
+        reservation,
+        done,
+    })
+    .await
+    {
+        Ok(()) => Json(json).into_response(),
+        Err(r) => r,
+    }
+}
+
+async fn delete_reservation(State(s): State<Arc<HttpState>>, Path(raw): Path<String>) -> Response {
+    let mac = match parse_mac(&raw) {
+        Ok(m) => m,
+        Err(r) => return r.into_response(),
+    };
+    match reservation_change(&s, |done| crate::dhcp::server::Control::Unreserve {
+        mac,
+        done,
+    })
+    .await
+    {
+        Ok(()) => Json(json!({ "mac": mac.to_string(), "deleted": true })).into_response(),
+        Err(r) => r,
     }
 }
 

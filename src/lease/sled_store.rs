@@ -13,6 +13,7 @@ const LEASES_TREE: &str = "leases";
 const META_TREE: &str = "meta";
 const FORMAT_KEY: &str = "format_version";
 const MEMBERSHIP_KEY: &str = "membership";
+const RESERVATIONS_TREE: &str = "reservations";
 
 /// The member list this store's instance last served with, since when, and the list
 /// before it (for the transition after a membership change).
@@ -58,6 +59,40 @@ impl SledStore {
     /// The database, for other trees kept beside the leases (host policies).
     pub fn db(&self) -> &sled::Db {
         &self.db
+    }
+
+    /// The run-time reservations.
+    pub fn reservations(&self) -> Result<Vec<crate::dhcp::reserve::Reservation>, StoreError> {
+        let tree = self.db.open_tree(RESERVATIONS_TREE)?;
+        let mut out = Vec::new();
+        for kv in tree.iter() {
+            let (_, v) = kv?;
+            out.push(
+                serde_json::from_slice(&v)
+                    .map_err(|e| StoreError::Meta(format!("reservation record: {e}")))?,
+            );
+        }
+        Ok(out)
+    }
+
+    /// Stores (`Some`) or removes (`None`, for `mac`) a run-time reservation, durably.
+    pub fn set_reservation(
+        &self,
+        mac: crate::mac::MacAddr,
+        r: Option<&crate::dhcp::reserve::Reservation>,
+    ) -> Result<(), StoreError> {
+        let tree = self.db.open_tree(RESERVATIONS_TREE)?;
+        match r {
+            Some(r) => {
+                let v = serde_json::to_vec(r).map_err(|e| StoreError::Meta(e.to_string()))?;
+                tree.insert(mac.0, v)?;
+            }
+            None => {
+                tree.remove(mac.0)?;
+            }
+        }
+        tree.flush()?;
+        Ok(())
     }
 
     /// The membership record, if one was written.
