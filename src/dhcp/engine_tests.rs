@@ -611,3 +611,41 @@ fn a_lease_outside_the_new_slice_is_renewed_but_never_extended() {
     let fresh = offered(&d);
     assert!((133..=165).contains(&fresh.octets()[3]), "{fresh}");
 }
+
+#[test]
+fn run_time_reservations_are_checked_and_undone() {
+    use super::reserve::{Reservation, ReserveError};
+    let i = iface();
+    let mut e = Engine::new(&config(""), Vec::new(), T0);
+    let held = bind(&mut e, &i, mac(1), T0);
+    let r = |m: MacAddr, ip: Ipv4Addr| Reservation {
+        mac: m,
+        ip,
+        hostname: None,
+    };
+    // Another client's live lease cannot be reserved away from it.
+    assert!(matches!(
+        e.reserve(&r(mac(2), held), T0),
+        Err(ReserveError::Leased { .. })
+    ));
+    let fixed = Ipv4Addr::new(192, 0, 2, 180);
+    e.reserve(&r(mac(2), fixed), T0).unwrap();
+    assert_eq!(
+        e.reserve(&r(mac(3), fixed), T0),
+        Err(ReserveError::Reserved {
+            ip: fixed,
+            mac: mac(2)
+        })
+    );
+    assert_eq!(
+        e.reserve(&r(mac(3), Ipv4Addr::new(10, 0, 0, 1)), T0),
+        Err(ReserveError::NoSubnet(Ipv4Addr::new(10, 0, 0, 1)))
+    );
+    // The reserved MAC gets it; nobody else is offered it.
+    let d = e.handle_message(&msg(MessageType::Discover, mac(2)), &ctx(&i, T0));
+    assert_eq!(offered(&d), fixed);
+    // Removed: the address is back in the pool.
+    e.unreserve(&mac(2)).unwrap();
+    assert_eq!(e.unreserve(&mac(2)), Err(ReserveError::NotFound(mac(2))));
+    assert!(e.reservations().is_empty());
+}
