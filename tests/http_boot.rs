@@ -126,7 +126,7 @@ fn first_stage_tries_every_nic_on_this_server() {
     for nic in ["net0", "net1", "net2", "net3"] {
         assert!(
             body.contains(&format!(
-                "chain --timeout 10000 /v1/boot/${{{nic}/mac}}/boot.ipxe"
+                "chain --timeout 10000 /v1/boot/${{{nic}/mac:hexhyp}}/boot.ipxe"
             )),
             "{body}"
         );
@@ -151,7 +151,7 @@ fn inventory_owner_decides_the_chain() {
         let (code, body) = get(&s, &format!("/v1/boot/{form}/boot.ipxe"));
         assert_eq!(code, 200);
         assert!(
-            body.contains("http://127.0.0.2:18080/v1/boot/52:54:00:00:00:0b/boot.ipxe"),
+            body.contains("http://127.0.0.2:18080/v1/boot/52-54-00-00-00-0b/boot.ipxe"),
             "{form}: {body}"
         );
     }
@@ -191,7 +191,10 @@ fn hash_resolver_agrees_with_rfc3074_buckets() {
         let expected = if want == "a" {
             format!("http://127.0.0.1:8088/pxelinux.cfg/{}", mac.hyphenated())
         } else {
-            format!("http://127.0.0.2:18080/v1/boot/{mac}/boot.ipxe")
+            format!(
+                "http://127.0.0.2:18080/v1/boot/{}/boot.ipxe",
+                mac.hyphenated()
+            )
         };
         assert!(body.contains(&expected), "{mac} → {want}: {body}");
     }
@@ -265,7 +268,7 @@ fn owner_cli_shows_the_decision_for_known_rfc3074_answers() {
     let (ok, out) = run("ff-ff-ff-ff-ff-ff");
     assert!(ok && out.contains("owner:  b"), "{out}");
     assert!(
-        out.contains("http://192.0.2.2:8080/v1/boot/ff:ff:ff:ff:ff:ff/boot.ipxe"),
+        out.contains("http://192.0.2.2:8080/v1/boot/ff-ff-ff-ff-ff-ff/boot.ipxe"),
         "{out}"
     );
     assert!(!run("${x}").0);

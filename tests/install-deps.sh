@@ -12,6 +12,8 @@ packages=(
   dnsmasq-base      # reference server for benchmarks
   tftp-hpa atftp curl tftpd-hpa
   ipxe              # undionly.kpxe, snponly.efi, ipxe.efi
+  qemu-system-x86   # real firmware: SeaBIOS and the iPXE option ROM (tests/qemu_boot.rs)
+  ipxe-qemu         # the iPXE option ROMs of QEMU's NICs
   postgresql        # the database of the real Ironic (tests/ironic/lab.sh)
   python3-venv      # the venv Ironic is pip-installed into (inside target/)
   wrk               # HTTP load for benches/http_bench.sh

@@ -22,7 +22,11 @@ fn a_dead_member_leaves_the_hash_ring_and_returns() {
         .find(|m| responsible_member(m, &["a", "b"]) == Some("b"))
         .unwrap();
     let path = format!("/v1/boot/{mac}/boot.ipxe");
-    let via_b = format!("http://127.0.0.1:{}{path}", ports.1);
+    let via_b = format!(
+        "http://127.0.0.1:{}/v1/boot/{}/boot.ipxe",
+        ports.1,
+        mac.hyphenated()
+    );
     let local = format!(
         "{}/pxelinux.cfg/{}",
         conductor_url(CONDUCTOR_1),

@@ -94,7 +94,8 @@ pub fn answer(
             let direct = ctx.chain_to == ChainTo::Conductor || !ctx.owner_alive;
             let url = match (direct, &owner.conductor_url) {
                 (true, Some(c)) => per_node_url(c, mac),
-                _ => format!("{}/v1/boot/{mac_s}/boot.ipxe", owner.http_url),
+                // Hyphens, not colons: iPXE's URI parser takes "52:" for a scheme.
+                _ => format!("{}/v1/boot/{}/boot.ipxe", owner.http_url, mac.hyphenated()),
             };
             return chain("remote", &owner.name, &url);
         }
