@@ -184,9 +184,34 @@ pub async fn run(
             Some(files) => Some(crate::http::tls::acceptor(files)?),
             None => None,
         };
+        use crate::http::Serves;
+        // With a separate operator listener, TLS (if any) goes there and the boot
+        // listener stays plain HTTP, which every firmware speaks.
+        let (main_serves, main_tls, operator) = match config.http.operator_listen {
+            Some(op) => (Serves::Boot, None, Some((op, tls))),
+            None => (Serves::Everything, tls, None),
+        };
+        if let Some((op_addr, op_tls)) = operator {
+            let op_listener = tokio::net::TcpListener::bind(op_addr)
+                .await
+                .map_err(|source| AppError::Http {
+                    addr: op_addr,
+                    source,
+                })?;
+            info!(listen = %op_addr, tls = op_tls.is_some(), "operator API listening");
+            let (state, stop) = (state.clone(), shutdown.clone());
+            tasks.spawn(async move {
+                crate::http::run_with(op_listener, state, Serves::Operator, op_tls, stop)
+                    .await
+                    .map_err(|source| AppError::Http {
+                        addr: op_addr,
+                        source,
+                    })
+            });
+        }
         let stop = shutdown.clone();
         tasks.spawn(async move {
-            crate::http::run_with(listener, state, tls, stop)
+            crate::http::run_with(listener, state, main_serves, main_tls, stop)
                 .await
                 .map_err(|source| AppError::Http { addr, source })
         });

@@ -143,11 +143,16 @@ impl Remote {
     ) -> Self {
         let forced = server.is_some();
         let base = server.unwrap_or_else(|| {
-            let mut listen = config.http.listen;
+            let mut listen = config.http.operator_listen.unwrap_or(config.http.listen);
             if listen.ip().is_unspecified() {
                 listen.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
             }
-            format!("http://{listen}")
+            let scheme = if config.http.tls.is_some() {
+                "https"
+            } else {
+                "http"
+            };
+            format!("{scheme}://{listen}")
         });
         Self {
             base: base.trim_end_matches('/').to_string(),

@@ -207,6 +207,63 @@ fn operator_api_over_tls_with_client_certificates() {
     let _ = child.kill();
     let _ = child.wait();
 
+    // A separate operator listener: TLS and the API there, plain-HTTP boot routes on the
+    // main listener, and neither serves the other's routes.
+    let (boot_port, op_port) = (free_port(), free_port());
+    let split = config(&pki, boot_port, &pki.path("server.pem")).replace(
+        "[http]\n",
+        &format!("[http]\noperator_listen = \"127.0.0.1:{op_port}\"\n"),
+    );
+    std::fs::write(&cfg, split).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_shardboot"))
+        .arg("--config")
+        .arg(&cfg)
+        .arg("serve")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let plain = |port: u16, path: &str| {
+        let out = Command::new("curl")
+            .args([
+                "-s",
+                "-m",
+                "5",
+                "--noproxy",
+                "*",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+            ])
+            .arg(format!("http://127.0.0.1:{port}{path}"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse::<u16>()
+            .unwrap_or(0)
+    };
+    wait_until("operator listener up", Duration::from_secs(20), || {
+        curl(&pki, op_port, "/healthz", &[]).1 == 200
+    });
+    assert_eq!(
+        plain(boot_port, "/v1/boot/52:54:00:12:34:56/boot.ipxe"),
+        200
+    );
+    assert_eq!(plain(boot_port, "/v1/stats"), 404);
+    assert_eq!(
+        curl(&pki, op_port, "/v1/stats", &cert_args(&pki, "operator")).1,
+        200
+    );
+    assert_eq!(curl(&pki, op_port, "/v1/stats", &[]).1, 401);
+    assert_eq!(
+        curl(&pki, op_port, "/v1/boot/52:54:00:12:34:56/boot.ipxe", &[]).1,
+        404
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+
     // A certificate file without a certificate: start-up fails naming the key.
     std::fs::write(pki.path("garbage.pem"), "not a certificate\n").unwrap();
     std::fs::write(&cfg, config(&pki, free_port(), &pki.path("garbage.pem"))).unwrap();

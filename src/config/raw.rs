@@ -107,6 +107,7 @@ pub struct RawHttp {
     pub chain_timeout_ms: Option<u32>,
     pub chain_retries: Option<u32>,
     pub token_file: Option<String>,
+    pub operator_listen: Option<String>,
     pub tls_cert: Option<String>,
     pub tls_key: Option<String>,
     pub client_ca: Option<String>,

@@ -20,8 +20,10 @@ pub struct HttpSettings {
     pub chain_retries: u32,
     /// Bearer tokens of the operator API, one per line; `None`: the API is off.
     pub token_file: Option<PathBuf>,
-    /// TLS for the listener.
+    /// TLS: for the operator listener when there is one, else for the only listener.
     pub tls: Option<crate::http::tls::TlsFiles>,
+    /// A separate listener for the operator API; the main one then serves boot routes.
+    pub operator_listen: Option<SocketAddr>,
 }
 
 /// A shardboot instance beside one Ironic conductor.
@@ -164,6 +166,21 @@ pub(super) fn http(raw: RawHttp, add: Add<'_>) -> HttpSettings {
             None
         }
     };
+    let operator_listen = raw.operator_listen.as_deref().and_then(|v| {
+        let parsed = v.parse::<SocketAddr>().ok();
+        match parsed {
+            None => add(
+                "http.operator_listen".into(),
+                "must be an address:port such as 127.0.0.1:8443".into(),
+            ),
+            Some(a) if a == listen => add(
+                "http.operator_listen".into(),
+                "must differ from http.listen".into(),
+            ),
+            Some(_) => {}
+        }
+        parsed
+    });
     HttpSettings {
         enabled: raw.enabled.unwrap_or(true),
         listen,
@@ -171,6 +188,7 @@ pub(super) fn http(raw: RawHttp, add: Add<'_>) -> HttpSettings {
         chain_retries,
         token_file,
         tls,
+        operator_listen,
     }
 }
 

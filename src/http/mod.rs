@@ -157,32 +157,52 @@ pub struct HttpState {
     pub handles: Handles,
 }
 
-/// The router: boot routes, health and metrics (public) and the operator API (token).
+/// Which routes a listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Serves {
+    /// Boot routes, health, metrics and the operator API.
+    Everything,
+    /// Boot routes, health and metrics (the operator API has its own listener).
+    Boot,
+    /// The operator API, health, metrics and the OpenAPI document.
+    Operator,
+}
+
+/// The router of the single listener: everything.
 pub fn router(state: Arc<HttpState>) -> Router {
-    let mut operator = Router::new();
-    for (path, _, handler) in api::routes() {
-        operator = operator.route(path, handler);
-    }
-    let operator = operator
-        .route_layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            api::require_token,
-        ))
-        .layer(axum::extract::DefaultBodyLimit::max(api::MAX_BODY));
-    Router::new()
-        .merge(operator)
+    router_for(state, Serves::Everything)
+}
+
+/// The router of one listener.
+pub fn router_for(state: Arc<HttpState>, serves: Serves) -> Router {
+    let mut app = Router::new()
         .route("/readyz", get(readyz))
-        .route("/v1/openapi.json", get(openapi))
-        .route("/boot.ipxe", get(first_stage))
-        .route("/v1/boot/{mac}/boot.ipxe", get(boot_mac))
-        .route("/ipxe/{*file}", get(files::ipxe_file))
         .route("/healthz", get(healthz))
-        .route("/metrics", get(metrics))
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            count_request,
-        ))
-        .with_state(state)
+        .route("/metrics", get(metrics));
+    if serves != Serves::Boot {
+        let mut operator = Router::new();
+        for (path, _, handler) in api::routes() {
+            operator = operator.route(path, handler);
+        }
+        let operator = operator
+            .route_layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                api::require_token,
+            ))
+            .layer(axum::extract::DefaultBodyLimit::max(api::MAX_BODY));
+        app = app.merge(operator).route("/v1/openapi.json", get(openapi));
+    }
+    if serves != Serves::Operator {
+        app = app
+            .route("/boot.ipxe", get(first_stage))
+            .route("/v1/boot/{mac}/boot.ipxe", get(boot_mac))
+            .route("/ipxe/{*file}", get(files::ipxe_file));
+    }
+    app.layer(axum::middleware::from_fn_with_state(
+        state.clone(),
+        count_request,
+    ))
+    .with_state(state)
 }
 
 async fn count_request(
@@ -207,20 +227,22 @@ pub async fn run(
     state: Arc<HttpState>,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    run_with(listener, state, None, shutdown).await
+    run_with(listener, state, Serves::Everything, None, shutdown).await
 }
 
-/// Like `run`, with optional TLS.
+/// Like `run`, for the routes in `serves`, with optional TLS.
 pub async fn run_with(
     listener: TcpListener,
     state: Arc<HttpState>,
+    serves: Serves,
     tls: Option<tokio_rustls::TlsAcceptor>,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
+    let app = router_for(state, serves);
     match tls {
-        Some(acceptor) => tls::serve(listener, acceptor, router(state), shutdown).await,
+        Some(acceptor) => tls::serve(listener, acceptor, app, shutdown).await,
         None => {
-            axum::serve(listener, router(state))
+            axum::serve(listener, app)
                 .with_graceful_shutdown(shutdown.cancelled_owned())
                 .await
         }
