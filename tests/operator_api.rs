@@ -115,6 +115,7 @@ fn operator_api_end_to_end() {
     for public in ["/healthz", "/readyz", "/metrics", "/v1/openapi.json"] {
         assert_eq!(api.call("GET", public, None, None).0, 200, "{public}");
     }
+    let metrics_text = || api.call("GET", "/metrics", None, None).1;
     assert_eq!(
         api.json("GET", "/v1/leases", None)["leases"],
         serde_json::json!([])
@@ -169,6 +170,17 @@ fn operator_api_end_to_end() {
         api.call("GET", "/v1/leases/192.0.2.250", Some(T1), None).0,
         404
     );
+
+    // Metrics count what came in by type and what the server decided.
+    let text = metrics_text();
+    for line in [
+        "shardboot_dhcp_requests_total{type=\"discover\"} 4",
+        "shardboot_dhcp_requests_total{type=\"request\"} 4",
+        "shardboot_dhcp_decisions_total{outcome=\"ack\"} 4",
+        "shardboot_http_requests_total{route=\"/v1/leases\",status=\"401\"} 2",
+    ] {
+        assert!(text.contains(line), "{line} missing:\n{text}");
+    }
 
     // Deny takes effect on the very next DISCOVER; default restores it.
     let m5 = [0x52, 0x54, 0, 0xaa, 0, 5];

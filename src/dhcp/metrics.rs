@@ -29,6 +29,8 @@ pub struct DhcpMetrics {
     pub ignored: LabeledCounters<9>,
     /// Decisions by outcome: offer, ack, nak, inform, release, decline.
     pub outcomes: LabeledCounters<6>,
+    /// Valid requests by message type.
+    pub requests: LabeledCounters<6>,
     /// With several members: who answers DISCOVERs and REQUESTs without a server-id
     /// (`responsible`, `takeover`, `other_member`).
     pub responsibility: LabeledCounters<3>,
@@ -65,6 +67,9 @@ impl Default for DhcpMetrics {
             ignored: LabeledCounters::new(IGNORE_REASONS.map(|r| r.as_str())),
             outcomes: LabeledCounters::new(["offer", "ack", "nak", "inform", "release", "decline"]),
             responsibility: LabeledCounters::new(["responsible", "takeover", "other_member"]),
+            requests: LabeledCounters::new([
+                "discover", "request", "decline", "release", "inform", "other",
+            ]),
             sent: Counter::default(),
             send_errors: Counter::default(),
             queue_full: Counter::default(),
@@ -133,6 +138,12 @@ impl DhcpMetrics {
             "shardboot_dhcp_ignored_total",
             "reason",
             "Valid requests answered with silence",
+        );
+        self.requests.render(
+            out,
+            "shardboot_dhcp_requests_total",
+            "type",
+            "Valid requests by DHCP message type",
         );
         self.outcomes.render(
             out,

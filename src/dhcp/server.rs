@@ -418,6 +418,15 @@ impl LoopState<'_> {
                 return Action::Nothing;
             }
         };
+        use dhcproto::v4::MessageType as T;
+        self.metrics.requests.inc(match msg.opts().msg_type() {
+            Some(T::Discover) => "discover",
+            Some(T::Request) => "request",
+            Some(T::Decline) => "decline",
+            Some(T::Release) => "release",
+            Some(T::Inform) => "inform",
+            _ => "other",
+        });
         let responsibility = self
             .responsibility
             .map_or(Responsibility::Mine, |f| f(&msg, now));
