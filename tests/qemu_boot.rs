@@ -16,12 +16,38 @@ use std::time::{Duration, Instant};
 
 use common::{unique, Netns, Server};
 
-const MAC: &str = "52:54:00:5e:00:01";
 const TOKEN: &str = "qemu-test-token-0123456789";
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Firmware {
+    /// SeaBIOS, then the iPXE option ROM of the NIC (user class iPXE from the start).
+    BiosIpxeRom,
+    /// OVMF's own PXE (empty romfile): TFTP snponly.efi, then iPXE.
+    UefiPxe,
+}
 
 #[test]
 fn bios_ipxe_rom_boots_through_shardboot_to_the_per_node_config() {
     require_root!();
+    boot_through_shardboot(Firmware::BiosIpxeRom, "52:54:00:5e:00:01");
+}
+
+#[test]
+fn uefi_pxe_loads_ipxe_over_tftp_and_boots_to_the_per_node_config() {
+    require_root!();
+    let metrics = boot_through_shardboot(Firmware::UefiPxe, "52:54:00:5e:00:02");
+    // OVMF fetched snponly.efi from shardboot's TFTP before iPXE took over.
+    let completed: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("shardboot_tftp_transfers_completed_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    assert!(completed >= 1, "no TFTP transfer completed:\n{metrics}");
+}
+
+/// Boots a VM with `firmware` and NIC `mac` through shardboot to the per-node config;
+/// returns shardboot's metrics afterwards.
+fn boot_through_shardboot(firmware: Firmware, mac: &'static str) -> String {
     if Command::new("qemu-system-x86_64")
         .arg("--version")
         .output()
@@ -74,7 +100,7 @@ fn bios_ipxe_rom_boots_through_shardboot_to_the_per_node_config() {
     let tokens = dir.path().join("tokens");
     std::fs::write(&tokens, format!("{TOKEN}\n")).unwrap();
     let inventory = dir.path().join("inventory.toml");
-    std::fs::write(&inventory, format!("\"{MAC}\" = \"a\"\n")).unwrap();
+    std::fs::write(&inventory, format!("\"{mac}\" = \"a\"\n")).unwrap();
     let config = format!(
         r#"
 [dhcp]
@@ -103,26 +129,42 @@ router = "192.0.2.1"
     let _server = Server::start(&ns, dir.path(), &config);
 
     let console = dir.path().join("console.log");
+    let mut qemu = ns.command("qemu-system-x86_64");
+    qemu.args([
+        "-accel", "tcg", "-m", "256", "-boot", "n", "-display", "none",
+    ])
+    .args(["-no-reboot", "-monitor", "none"])
+    .arg("-serial")
+    .arg(format!("file:{}", console.display()))
+    .args([
+        "-netdev",
+        &format!("tap,id=n0,ifname={tap},script=no,downscript=no"),
+    ]);
+    match firmware {
+        Firmware::BiosIpxeRom => {
+            // sgabios copies the screen to the serial console.
+            qemu.args(["-device", "sga", "-device"])
+                .arg(format!("virtio-net-pci,netdev=n0,mac={mac}"));
+        }
+        Firmware::UefiPxe => {
+            let vars = dir.path().join("OVMF_VARS.fd");
+            std::fs::copy("/usr/share/OVMF/OVMF_VARS_4M.fd", &vars).unwrap();
+            qemu.args(["-machine", "q35", "-drive"])
+                .arg("if=pflash,format=raw,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd")
+                .arg("-drive")
+                .arg(format!("if=pflash,format=raw,file={}", vars.display()))
+                // An empty romfile: OVMF's own PXE, not iPXE's option ROM.
+                .arg("-device")
+                .arg(format!("virtio-net-pci,netdev=n0,mac={mac},romfile="));
+        }
+    }
     let started = Instant::now();
-    let mut vm = ns
-        .command("qemu-system-x86_64")
-        .args([
-            "-accel", "tcg", "-m", "256", "-boot", "n", "-display", "none",
-        ])
-        .args(["-no-reboot", "-monitor", "none", "-device", "sga"])
-        .arg("-serial")
-        .arg(format!("file:{}", console.display()))
-        .args([
-            "-netdev",
-            &format!("tap,id=n0,ifname={tap},script=no,downscript=no"),
-            "-device",
-            &format!("virtio-net-pci,netdev=n0,mac={MAC}"),
-        ])
+    let mut vm = qemu
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let want = format!("/pxelinux.cfg/{}", MAC.replace(':', "-"));
+    let want = format!("/pxelinux.cfg/{}", mac.replace(':', "-"));
     let deadline = started + Duration::from_secs(180);
     let mut asked = Vec::new();
     let reached = loop {
@@ -166,17 +208,30 @@ router = "192.0.2.1"
         "no request for {want} within 180 s (asked: {asked:?})\n{}",
         _server.log_text()
     );
-    eprintln!("BIOS iPXE ROM: VM start to per-node config in {boot_secs:.1} s");
+    eprintln!("{firmware:?}: VM start to per-node config in {boot_secs:.1} s");
 
     // The lease, as the operator API shows it.
     let out = ns
         .command("curl")
         .args(["-s", "-m", "5", "--noproxy", "*", "-H"])
         .arg(format!("Authorization: Bearer {TOKEN}"))
-        .arg(format!("http://192.0.2.1:8080/v1/leases/{MAC}"))
+        .arg(format!("http://192.0.2.1:8080/v1/leases/{mac}"))
         .output()
         .unwrap();
     let lease: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(lease["mac"], MAC, "{lease}");
+    assert_eq!(lease["mac"], mac, "{lease}");
     assert_eq!(lease["state"], "bound");
+    let m = ns
+        .command("curl")
+        .args([
+            "-s",
+            "-m",
+            "5",
+            "--noproxy",
+            "*",
+            "http://192.0.2.1:8080/metrics",
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&m.stdout).to_string()
 }

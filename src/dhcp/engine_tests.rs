@@ -383,12 +383,19 @@ fn pxe_and_ipxe_clients_get_boot_files() {
         r.opts().get(OptionCode::ClassIdentifier),
         Some(&DhcpOption::ClassIdentifier(b"PXEClient".to_vec()))
     );
+    // PXE_DISCOVERY_CONTROL = 8: boot the named file, no boot-server discovery (UEFI
+    // firmware otherwise waits for a BINL answer on port 4011).
+    assert_eq!(
+        r.opts().get(OptionCode::VendorExtensions),
+        Some(&DhcpOption::VendorExtensions(vec![6, 1, 8, 255]))
+    );
     let ipxe = with(
         msg(MessageType::Discover, mac(1)),
         DhcpOption::UserClass(b"iPXE".to_vec()),
     );
     let r = e.handle_message(&ipxe, &ctx(&i, T0)).reply.unwrap().message;
     assert_eq!(r.fname_str(), Some(Ok("http://192.0.2.1:8080/boot.ipxe")));
+    assert!(r.opts().get(OptionCode::VendorExtensions).is_none());
     // The broadcast flag is echoed.
     let mut b = msg(MessageType::Discover, mac(5));
     b.set_flags(Flags::default().set_broadcast());

@@ -140,6 +140,13 @@ pub fn build(req: &Message, parts: &ReplyParts<'_>) -> Message {
     if let Some(b) = parts.boot {
         if let Some(v) = b.vendor_class {
             o.insert(DhcpOption::ClassIdentifier(v.as_bytes().to_vec()));
+            if v == "PXEClient" {
+                // PXE spec 2.1 §2.4.1, PXE_DISCOVERY_CONTROL (sub-option 6) bit 3: boot the
+                // file named here, no boot-server discovery. Without it UEFI firmware
+                // (EDK2/OVMF) takes the offer for a BINL one, asks port 4011, gets no
+                // answer and falls back to HTTP Boot a minute later.
+                o.insert(DhcpOption::VendorExtensions(vec![6, 1, 8, 255]));
+            }
         }
         o.insert(DhcpOption::TFTPServerName(
             b.next_server.to_string().into_bytes(),
