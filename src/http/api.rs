@@ -223,26 +223,34 @@ async fn forget_lease(State(s): State<Arc<HttpState>>, Path(key): Path<String>) 
     let Ok(ip) = key.parse::<Ipv4Addr>() else {
         return error(StatusCode::BAD_REQUEST, "expected an IPv4 address");
     };
-    let Some(control) = &s.control else {
-        return error(StatusCode::SERVICE_UNAVAILABLE, "DHCP is not running here");
-    };
-    let (done, answer) = tokio::sync::oneshot::channel();
-    let sent = control
-        .send(crate::dhcp::server::Control::Forget { ip, done })
-        .await;
-    if sent.is_err() {
-        return error(StatusCode::SERVICE_UNAVAILABLE, "DHCP is not running");
-    }
-    match tokio::time::timeout(std::time::Duration::from_secs(10), answer).await {
-        Ok(Ok(Ok(true))) => {
-            Json(json!({ "ip": ip.to_string(), "forgotten": true })).into_response()
-        }
-        Ok(Ok(Ok(false))) => error(StatusCode::NOT_FOUND, "no lease"),
-        Ok(Ok(Err(e))) => {
+    let answer = ask_engine(&s, |done| crate::dhcp::server::Control::Forget { ip, done }).await;
+    match answer {
+        Ok(Ok(true)) => Json(json!({ "ip": ip.to_string(), "forgotten": true })).into_response(),
+        Ok(Ok(false)) => error(StatusCode::NOT_FOUND, "no lease"),
+        Ok(Err(e)) => {
             tracing::error!(%ip, error = %e, "forgetting a lease failed");
             error(StatusCode::SERVICE_UNAVAILABLE, "the lease store failed")
         }
-        _ => error(StatusCode::SERVICE_UNAVAILABLE, "DHCP did not answer"),
+        Err(r) => r,
+    }
+}
+
+/// Sends a change to the DHCP engine thread and waits (bounded) for its answer.
+async fn ask_engine<T>(
+    s: &HttpState,
+    make: impl FnOnce(tokio::sync::oneshot::Sender<T>) -> crate::dhcp::server::Control,
+) -> Result<T, Response> {
+    let unavailable = |why| error(StatusCode::SERVICE_UNAVAILABLE, why);
+    let Some(control) = &s.control else {
+        return Err(unavailable("DHCP is not running here"));
+    };
+    let (done, answer) = tokio::sync::oneshot::channel();
+    if control.send(make(done)).await.is_err() {
+        return Err(unavailable("DHCP is not running"));
+    }
+    match tokio::time::timeout(std::time::Duration::from_secs(10), answer).await {
+        Ok(Ok(v)) => Ok(v),
+        _ => Err(unavailable("DHCP did not answer")),
     }
 }
 
@@ -294,22 +302,9 @@ async fn reservation_change(
     make: impl FnOnce(crate::dhcp::server::ReserveDone) -> crate::dhcp::server::Control,
 ) -> Result<(), Response> {
     use crate::dhcp::reserve::ReserveError as E;
-    let Some(control) = &s.control else {
-        return Err(error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "DHCP is not running here",
-        ));
-    };
-    let (done, answer) = tokio::sync::oneshot::channel();
-    if control.send(make(done)).await.is_err() {
-        return Err(error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "DHCP is not running",
-        ));
-    }
-    match tokio::time::timeout(std::time::Duration::from_secs(10), answer).await {
-        Ok(Ok(Ok(()))) => Ok(()),
-        Ok(Ok(Err(e))) => {
+    match ask_engine(s, make).await? {
+        Ok(()) => Ok(()),
+        Err(e) => {
             let status = match e {
                 E::NoSubnet(_) | E::BadHostname => StatusCode::BAD_REQUEST,
                 E::Reserved { .. } | E::Leased { .. } | E::Configured(_) => StatusCode::CONFLICT,
@@ -319,10 +314,6 @@ async fn reservation_change(
             // The message holds parsed values only (addresses, normalised MACs).
             Err((status, Json(json!({ "error": e.to_string() }))).into_response())
         }
-        _ => Err(error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "DHCP did not answer",
-        )),
     }
 }
 
