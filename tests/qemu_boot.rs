@@ -1,110 +1,46 @@
-//! Real firmware end to end: a QEMU machine (SeaBIOS, then the iPXE option ROM of its
-//! virtio NIC, from Debian's ipxe-qemu) boots through `shardboot serve` in a network
-//! namespace: DHCP (iPXE user class) → `/boot.ipxe` → `/v1/boot/{mac}/boot.ipxe` →
-//! the per-node config of the member's conductor, served here by the test. The lease
-//! is then visible in the operator API. Software emulation (TCG); bounded in time.
-//! (This test found that iPXE parses `52:` in a relative path as a URI scheme: the
-//! first stage now uses `${netX/mac:hexhyp}`.)
+//! Real firmware end to end: QEMU machines (`qemu/vm.sh`) boot through `shardboot serve`
+//! in a lab namespace (`qemu/lab.sh`) along each firmware path — SeaBIOS with the iPXE
+//! option ROM, OVMF's UEFI PXE (TFTP snponly.efi, then iPXE) and OVMF's UEFI HTTP Boot
+//! (snponly.efi over HTTP, then iPXE) — via `/boot.ipxe` and `/v1/boot/{mac}/boot.ipxe`
+//! to the per-node config of the member's conductor, served here by a stand-in that
+//! makes the machine print a line and power off. Software emulation (TCG); every wait is
+//! bounded.
+//! (These tests found that iPXE parses `52:` in a relative path as a URI scheme, and
+//! that OVMF waits for PXE option 43 before it loads a boot file over TFTP.)
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{unique, Netns, Server};
+use common::qemu::{self, curl, metric, ConductorStub, Firmware, Vm, BOOTED_LINE};
+use common::{Netns, Server};
 
 const TOKEN: &str = "qemu-test-token-0123456789";
+const BOOT_LIMIT: Duration = Duration::from_secs(240);
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Firmware {
-    /// SeaBIOS, then the iPXE option ROM of the NIC (user class iPXE from the start).
-    BiosIpxeRom,
-    /// OVMF's own PXE (empty romfile): TFTP snponly.efi, then iPXE.
-    UefiPxe,
+/// A lab with one member (192.0.2.1 on m0) and one tap, shardboot serving it with the
+/// conductor stand-in on 192.0.2.1:8088.
+struct OneMember {
+    ns: Netns,
+    dir: tempfile::TempDir,
+    server: Server,
+    conductor: ConductorStub,
 }
 
-#[test]
-fn bios_ipxe_rom_boots_through_shardboot_to_the_per_node_config() {
-    require_root!();
-    boot_through_shardboot(Firmware::BiosIpxeRom, "52:54:00:5e:00:01");
-}
-
-#[test]
-fn uefi_pxe_loads_ipxe_over_tftp_and_boots_to_the_per_node_config() {
-    require_root!();
-    let metrics = boot_through_shardboot(Firmware::UefiPxe, "52:54:00:5e:00:02");
-    // OVMF fetched snponly.efi from shardboot's TFTP before iPXE took over.
-    let completed: u64 = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("shardboot_tftp_transfers_completed_total "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0);
-    assert!(completed >= 1, "no TFTP transfer completed:\n{metrics}");
-}
-
-/// Boots a VM with `firmware` and NIC `mac` through shardboot to the per-node config;
-/// returns shardboot's metrics afterwards.
-fn boot_through_shardboot(firmware: Firmware, mac: &'static str) -> String {
-    if Command::new("qemu-system-x86_64")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        panic!("qemu-system-x86_64 missing: tests/install-deps.sh installs it");
-    }
-    // One namespace: a bridge with the server address, and a tap for the VM.
-    let ns = Netns::new("sbq");
-    let (br, tap) = (unique("br"), unique("tap"));
-    ns.ip(&["link", "add", &br, "type", "bridge"]);
-    ns.ip(&["addr", "add", "192.0.2.1/24", "dev", &br]);
-    ns.ip(&["link", "set", &br, "up"]);
-    ns.ip(&["tuntap", "add", "dev", &tap, "mode", "tap"]);
-    ns.ip(&["link", "set", &tap, "master", &br]);
-    ns.ip(&["link", "set", &tap, "up"]);
-
-    // The conductor's per-node config server: records the paths asked for and answers
-    // with a script that says so and powers the VM off.
-    let (paths_tx, paths_rx) = mpsc::channel::<String>();
-    let listener = ns
-        .run(|| TcpListener::bind("192.0.2.1:8088").unwrap())
-        .join()
-        .unwrap();
-    std::thread::spawn(move || {
-        for conn in listener.incoming().take(50) {
-            let Ok(mut conn) = conn else { continue };
-            let mut line = String::new();
-            let mut reader = BufReader::new(conn.try_clone().unwrap());
-            if reader.read_line(&mut line).is_err() {
-                continue;
-            }
-            // Drain the headers.
-            let mut h = String::new();
-            while reader.read_line(&mut h).is_ok_and(|n| n > 2) {
-                h.clear();
-            }
-            let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
-            let body = "#!ipxe\necho booted via shardboot\npoweroff\n";
-            let _ = write!(
-                conn,
-                "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = paths_tx.send(path);
-        }
-    });
-
-    let dir = tempfile::tempdir().unwrap();
-    let tokens = dir.path().join("tokens");
-    std::fs::write(&tokens, format!("{TOKEN}\n")).unwrap();
-    let inventory = dir.path().join("inventory.toml");
-    std::fs::write(&inventory, format!("\"{mac}\" = \"a\"\n")).unwrap();
-    let config = format!(
-        r#"
+impl OneMember {
+    fn start(mac: &str) -> Self {
+        qemu::require_qemu();
+        let ns = qemu::lab(1, &["192.0.2.1/24"]);
+        let conductor = ConductorStub::start(&ns, "192.0.2.1:8088".parse().unwrap());
+        let dir = tempfile::tempdir().unwrap();
+        let tokens = dir.path().join("tokens");
+        std::fs::write(&tokens, format!("{TOKEN}\n")).unwrap();
+        let inventory = dir.path().join("inventory.toml");
+        std::fs::write(&inventory, format!("\"{mac}\" = \"a\"\n")).unwrap();
+        let config = format!(
+            r#"
 [dhcp]
-interfaces = ["{br}"]
+interfaces = ["m0"]
 [tftp]
 listen = "192.0.2.1:69"
 [http]
@@ -123,115 +59,149 @@ ranges = ["192.0.2.100 - 192.0.2.199"]
 lease_time = 3600
 router = "192.0.2.1"
 "#,
-        tokens = tokens.display(),
-        inventory = inventory.display(),
-    );
-    let _server = Server::start(&ns, dir.path(), &config);
-
-    let console = dir.path().join("console.log");
-    let mut qemu = ns.command("qemu-system-x86_64");
-    qemu.args([
-        "-accel", "tcg", "-m", "256", "-boot", "n", "-display", "none",
-    ])
-    .args(["-no-reboot", "-monitor", "none"])
-    .arg("-serial")
-    .arg(format!("file:{}", console.display()))
-    .args([
-        "-netdev",
-        &format!("tap,id=n0,ifname={tap},script=no,downscript=no"),
-    ]);
-    match firmware {
-        Firmware::BiosIpxeRom => {
-            // sgabios copies the screen to the serial console.
-            qemu.args(["-device", "sga", "-device"])
-                .arg(format!("virtio-net-pci,netdev=n0,mac={mac}"));
-        }
-        Firmware::UefiPxe => {
-            let vars = dir.path().join("OVMF_VARS.fd");
-            std::fs::copy("/usr/share/OVMF/OVMF_VARS_4M.fd", &vars).unwrap();
-            qemu.args(["-machine", "q35", "-drive"])
-                .arg("if=pflash,format=raw,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd")
-                .arg("-drive")
-                .arg(format!("if=pflash,format=raw,file={}", vars.display()))
-                // An empty romfile: OVMF's own PXE, not iPXE's option ROM.
-                .arg("-device")
-                .arg(format!("virtio-net-pci,netdev=n0,mac={mac},romfile="));
-        }
-    }
-    let started = Instant::now();
-    let mut vm = qemu
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let want = format!("/pxelinux.cfg/{}", mac.replace(':', "-"));
-    let deadline = started + Duration::from_secs(180);
-    let mut asked = Vec::new();
-    let reached = loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match paths_rx.recv_timeout(left.min(Duration::from_secs(5))) {
-            Ok(p) if p == want => break true,
-            Ok(p) => asked.push(p),
-            Err(_) if Instant::now() >= deadline => break false,
-            Err(_) => {
-                if let Ok(Some(status)) = vm.try_wait() {
-                    panic!("the VM stopped early ({status}) having asked for {asked:?}");
-                }
-            }
-        }
-    };
-    let boot_secs = started.elapsed().as_secs_f64();
-    if !reached {
-        let m = ns
-            .command("curl")
-            .args(["-s", "http://192.0.2.1:8080/metrics"])
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&m.stdout);
-        // What the server saw, and what the firmware printed (sgabios copies the screen
-        // to the serial console).
-        for l in text
-            .lines()
-            .filter(|l| !l.starts_with('#') && !l.ends_with(" 0"))
-        {
-            eprintln!("metric: {l}");
-        }
-        eprintln!(
-            "console:\n{}",
-            std::fs::read_to_string(&console).unwrap_or_default()
+            tokens = tokens.display(),
+            inventory = inventory.display(),
         );
+        let server = Server::start(&ns, dir.path(), &config);
+        Self {
+            ns,
+            dir,
+            server,
+            conductor,
+        }
     }
-    let _ = vm.kill();
-    let _ = vm.wait();
-    assert!(
-        reached,
-        "no request for {want} within 180 s (asked: {asked:?})\n{}",
-        _server.log_text()
-    );
-    eprintln!("{firmware:?}: VM start to per-node config in {boot_secs:.1} s");
 
-    // The lease, as the operator API shows it.
-    let out = ns
-        .command("curl")
-        .args(["-s", "-m", "5", "--noproxy", "*", "-H"])
-        .arg(format!("Authorization: Bearer {TOKEN}"))
-        .arg(format!("http://192.0.2.1:8080/v1/leases/{mac}"))
-        .output()
-        .unwrap();
-    let lease: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    fn vm(&self, firmware: Firmware, mac: &str) -> Vm {
+        Vm::start(&self.ns, firmware, "tap0", mac, self.dir.path())
+    }
+
+    fn metrics(&self) -> String {
+        curl(&self.ns, "http://192.0.2.1:8080/metrics", None)
+    }
+
+    /// The lease of `mac` as the operator API shows it.
+    fn lease(&self, mac: &str) -> serde_json::Value {
+        let body = curl(
+            &self.ns,
+            &format!("http://192.0.2.1:8080/v1/leases/{mac}"),
+            Some(TOKEN),
+        );
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"))
+    }
+
+    /// Waits for `vm` to ask the conductor for its per-node config and to print the
+    /// line that config makes it print; returns the seconds from VM start.
+    fn wait_booted(&mut self, vm: &mut Vm, mac: &str) -> f64 {
+        let want = qemu::per_node_path(mac);
+        let asked = self.conductor.wait_for(&want, vm, BOOT_LIMIT);
+        let at = match asked {
+            Ok(at) => at,
+            Err(paths) => {
+                let m = self.metrics();
+                let nonzero: Vec<&str> = m
+                    .lines()
+                    .filter(|l| !l.starts_with('#') && !l.ends_with(" 0"))
+                    .collect();
+                panic!(
+                    "{mac}: no request for {want} (asked: {paths:?})\nmetrics:\n{}\nconsole:\n{}\nlog:\n{}",
+                    nonzero.join("\n"),
+                    vm.console_text(),
+                    self.server.log_text()
+                );
+            }
+        };
+        assert!(
+            vm.wait_console(BOOTED_LINE, Duration::from_secs(30)),
+            "{mac}: the console never showed {BOOTED_LINE:?}:\n{}",
+            vm.console_text()
+        );
+        (at - vm.started).as_secs_f64()
+    }
+}
+
+/// Boots `firmware` to the per-node config; checks the lease; returns the lab for
+/// path-specific checks.
+fn boot(firmware: Firmware, mac: &str) -> OneMember {
+    let mut lab = OneMember::start(mac);
+    let mut vm = lab.vm(firmware, mac);
+    let secs = lab.wait_booted(&mut vm, mac);
+    eprintln!("{firmware:?}: VM start to per-node config in {secs:.1} s");
+    let lease = lab.lease(mac);
     assert_eq!(lease["mac"], mac, "{lease}");
-    assert_eq!(lease["state"], "bound");
-    let m = ns
-        .command("curl")
-        .args([
-            "-s",
-            "-m",
-            "5",
-            "--noproxy",
-            "*",
-            "http://192.0.2.1:8080/metrics",
-        ])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&m.stdout).to_string()
+    assert_eq!(lease["state"], "bound", "{lease}");
+    lab
+}
+
+#[test]
+fn bios_ipxe_rom_boots_through_shardboot_to_the_per_node_config() {
+    require_root!();
+    let lab = boot(Firmware::BiosIpxe, "52:54:00:5e:00:01");
+    // The ROM is iPXE already: no TFTP.
+    let m = lab.metrics();
+    assert_eq!(
+        metric(&m, "shardboot_tftp_transfers_started_total "),
+        0,
+        "{m}"
+    );
+}
+
+#[test]
+fn uefi_pxe_loads_ipxe_over_tftp_and_boots_to_the_per_node_config() {
+    require_root!();
+    let lab = boot(Firmware::UefiPxe, "52:54:00:5e:00:02");
+    let m = lab.metrics();
+    assert!(
+        metric(&m, "shardboot_tftp_transfers_completed_total ") >= 1,
+        "OVMF loaded nothing over TFTP:\n{m}"
+    );
+}
+
+#[test]
+fn uefi_http_boot_loads_ipxe_over_http_and_boots_to_the_per_node_config() {
+    require_root!();
+    let lab = boot(Firmware::UefiHttp, "52:54:00:5e:00:03");
+    let m = lab.metrics();
+    assert!(
+        metric(
+            &m,
+            "shardboot_http_requests_total{route=\"/ipxe/{*file}\",status=\"200\"} "
+        ) >= 1,
+        "OVMF loaded nothing over HTTP:\n{m}"
+    );
+    assert_eq!(
+        metric(&m, "shardboot_tftp_transfers_started_total "),
+        0,
+        "{m}"
+    );
+}
+
+/// shardboot is killed (SIGKILL) and started again on the same store just after the
+/// firmware has loaded iPXE over TFTP; iPXE's own DHCP and script requests then reach
+/// the new process, which gives the machine the address it had, and the boot completes.
+#[test]
+fn the_machine_completes_its_boot_across_a_restart_of_shardboot() {
+    require_root!();
+    let mac = "52:54:00:5e:00:04";
+    let mut lab = OneMember::start(mac);
+    let mut vm = lab.vm(Firmware::UefiPxe, mac);
+    common::members::wait_until("OVMF loaded iPXE over TFTP", BOOT_LIMIT, || {
+        assert!(!vm.stopped(), "the VM stopped:\n{}", vm.console_text());
+        metric(&lab.metrics(), "shardboot_tftp_transfers_completed_total ") >= 1
+    });
+    let before = lab.lease(mac);
+    assert_eq!(before["state"], "bound", "{before}");
+    lab.server.restart();
+    let secs = lab.wait_booted(&mut vm, mac);
+    eprintln!("restart mid-boot: VM start to per-node config in {secs:.1} s");
+    let after = lab.lease(mac);
+    assert_eq!(after["ip"], before["ip"], "{before} then {after}");
+    // The script and iPXE's DHCP were answered by the new process.
+    let m = lab.metrics();
+    assert!(
+        metric(
+            &m,
+            "shardboot_http_requests_total{route=\"/v1/boot/{mac}/boot.ipxe\",status=\"200\"} "
+        ) >= 1,
+        "{m}"
+    );
 }

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod members;
+pub mod qemu;
 pub mod relay_client;
 pub mod segment;
 

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Launches one QEMU machine that network-boots from tap device TAP, with its serial
+# console written to CONSOLE. Run it inside the lab namespace (qemu/lab.sh):
+#
+#   ip netns exec NS qemu/vm.sh FIRMWARE TAP MAC CONSOLE
+#
+# FIRMWARE is one of
+#   bios-ipxe   SeaBIOS, then the iPXE option ROM of the virtio NIC (Debian's ipxe-qemu);
+#               sgabios copies the screen to the serial console
+#   uefi-pxe    OVMF's own PXE (empty NIC romfile): DHCP PXEClient:Arch:00007, TFTP
+#               snponly.efi, then iPXE
+#   uefi-http   OVMF's UEFI HTTP Boot: IPv4 PXE and IPv6 switched off through fw_cfg
+#               (OvmfPkg's runtime options), so the first DHCP is HTTPClient:Arch:00016
+#               and the boot file is a URL
+#
+# Software emulation (TCG: KVM is not dependable on the lab machines), 256 MiB, no
+# reboot: the machine stops when the guest resets or powers off. The process is
+# replaced by QEMU (exec), so the caller's PID is QEMU's and killing it stops the VM;
+# `qemu/lab.sh down` kills whatever is left in the namespace.
+set -euo pipefail
+[ $# -eq 4 ] || { sed -n '2,18p' "$0" >&2; exit 2; }
+firmware=$1 tap=$2 mac=$3 console=$4
+
+common=(-accel tcg -m 256 -display none -no-reboot -monitor none
+  -serial "file:$console"
+  -netdev "tap,id=n0,ifname=$tap,script=no,downscript=no")
+
+ovmf() {
+  # Each machine gets its own writable copy of the UEFI variable store.
+  local vars="${console%.log}.vars.fd"
+  cp /usr/share/OVMF/OVMF_VARS_4M.fd "$vars"
+  echo -machine q35 \
+    -drive if=pflash,format=raw,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd \
+    -drive "if=pflash,format=raw,file=$vars"
+}
+
+case "$firmware" in
+  bios-ipxe)
+    args=(-boot n -device sga -device "virtio-net-pci,netdev=n0,mac=$mac") ;;
+  uefi-pxe)
+    # shellcheck disable=SC2207
+    args=($(ovmf) -device "virtio-net-pci,netdev=n0,mac=$mac,romfile=") ;;
+  uefi-http)
+    # shellcheck disable=SC2207
+    args=($(ovmf) -device "virtio-net-pci,netdev=n0,mac=$mac,romfile="
+      -fw_cfg name=opt/org.tianocore/IPv4PXESupport,string=no
+      -fw_cfg name=opt/org.tianocore/IPv6Support,string=no) ;;
+  *) echo "vm.sh: unknown firmware '$firmware' (bios-ipxe, uefi-pxe, uefi-http)" >&2; exit 2 ;;
+esac
+
+exec qemu-system-x86_64 "${common[@]}" "${args[@]}"

@@ -1,0 +1,266 @@
+//! Real firmware in the tests: the `qemu/` harness (lab.sh makes the namespace, bridge,
+//! member interfaces and taps; vm.sh launches a machine per firmware path) driven from
+//! Rust, and a stand-in for a conductor's per-node iPXE config that records what the
+//! machines ask for. The namespace, and every VM in it, is removed on drop.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use super::{unique, Netns};
+
+/// What the conductor stand-in answers: proof on the console, then power off.
+pub const BOOTED_LINE: &str = "booted via shardboot";
+
+fn harness(script: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("qemu")
+        .join(script)
+}
+
+/// Fails the test early, with the fix, when QEMU is not installed.
+pub fn require_qemu() {
+    if Command::new("qemu-system-x86_64")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        panic!("qemu-system-x86_64 missing: tests/install-deps.sh installs it");
+    }
+}
+
+/// `qemu/lab.sh up`: a namespace with bridge `br0`, member interfaces `m0`, `m1`, … with
+/// `member_addrs`, and taps `tap0`, `tap1`, …
+pub fn lab(taps: usize, member_addrs: &[&str]) -> Netns {
+    let name = unique("sbq");
+    let status = Command::new("bash")
+        .arg(harness("lab.sh"))
+        .args(["up", &name, &taps.to_string()])
+        .args(member_addrs)
+        .status()
+        .expect("qemu/lab.sh");
+    // Netns's drop does what `lab.sh down` does, also when `up` failed half-way.
+    let ns = Netns { name };
+    assert!(status.success(), "qemu/lab.sh up failed");
+    ns
+}
+
+/// The firmware paths of `qemu/vm.sh`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Firmware {
+    /// SeaBIOS, then the iPXE option ROM of the NIC (user class iPXE from the start).
+    BiosIpxe,
+    /// OVMF's own PXE: TFTP snponly.efi, then iPXE.
+    UefiPxe,
+    /// OVMF's UEFI HTTP Boot: snponly.efi over HTTP, then iPXE.
+    UefiHttp,
+}
+
+impl Firmware {
+    fn arg(self) -> &'static str {
+        match self {
+            Firmware::BiosIpxe => "bios-ipxe",
+            Firmware::UefiPxe => "uefi-pxe",
+            Firmware::UefiHttp => "uefi-http",
+        }
+    }
+}
+
+/// A QEMU machine booting from the network; killed on drop.
+pub struct Vm {
+    child: Child,
+    /// Its serial console.
+    pub console: PathBuf,
+    /// When it was started.
+    pub started: Instant,
+}
+
+impl Vm {
+    /// `qemu/vm.sh` inside `ns`, on `tap`, with NIC `mac`; the console goes into `dir`.
+    pub fn start(ns: &Netns, firmware: Firmware, tap: &str, mac: &str, dir: &Path) -> Self {
+        let console = dir.join(format!("console-{}.log", mac.replace(':', "")));
+        let started = Instant::now();
+        let child = ns
+            .command("bash")
+            .arg(harness("vm.sh"))
+            .args([firmware.arg(), tap, mac])
+            .arg(&console)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("qemu/vm.sh");
+        Self {
+            child,
+            console,
+            started,
+        }
+    }
+
+    /// The console so far, without terminal control sequences (sgabios positions the
+    /// cursor before every character it copies from the screen).
+    pub fn console_text(&self) -> String {
+        let raw = std::fs::read(&self.console).unwrap_or_default();
+        strip_control_sequences(&String::from_utf8_lossy(&raw))
+    }
+
+    /// Whether the machine has stopped (powered off, or QEMU failed).
+    pub fn stopped(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
+    /// Waits until the console shows `line`.
+    pub fn wait_console(&mut self, line: &str, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if self.console_text().contains(line) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        false
+    }
+}
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `text` without ANSI CSI sequences (ESC [ parameters final-byte) and carriage returns.
+pub fn strip_control_sequences(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\u{1b}' if chars.peek() == Some(&'[') => {
+                chars.next();
+                // Parameters and intermediates, up to the final byte (@ to ~).
+                for p in chars.by_ref() {
+                    if ('@'..='~').contains(&p) {
+                        break;
+                    }
+                }
+            }
+            '\u{1b}' | '\r' => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// One request the conductor stand-in saw.
+#[derive(Debug, Clone)]
+pub struct Asked {
+    pub path: String,
+    pub at: Instant,
+}
+
+/// A conductor's HTTP server as far as a booting machine sees it: every path gets a
+/// script that prints [`BOOTED_LINE`] and powers the machine off (the BIOS ROM's iPXE
+/// has no `poweroff`: it then waits until the test stops it).
+pub struct ConductorStub {
+    asked: mpsc::Receiver<Asked>,
+    seen: Vec<Asked>,
+}
+
+impl ConductorStub {
+    /// Listens on `addr` inside `ns`.
+    pub fn start(ns: &Netns, addr: SocketAddr) -> Self {
+        let listener = ns
+            .run(move || TcpListener::bind(addr).expect("bind the conductor stand-in"))
+            .join()
+            .unwrap();
+        let (tx, asked) = mpsc::channel();
+        std::thread::spawn(move || {
+            // Bounded: a boot asks a handful of times.
+            for conn in listener.incoming().take(100) {
+                let Ok(mut conn) = conn else { continue };
+                let at = Instant::now();
+                let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                let mut line = String::new();
+                if reader.read_line(&mut line).is_err() {
+                    continue;
+                }
+                let mut header = String::new();
+                while reader.read_line(&mut header).is_ok_and(|n| n > 2) {
+                    header.clear();
+                }
+                let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
+                let body = format!("#!ipxe\necho {BOOTED_LINE}\npoweroff ||\nsleep 600\n");
+                let _ = write!(
+                    conn,
+                    "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                if tx.send(Asked { path, at }).is_err() {
+                    return;
+                }
+            }
+        });
+        Self {
+            asked,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits until `path` is asked for, or `limit` passes, or the VM stops; returns when
+    /// it was asked for, or every path seen so far.
+    pub fn wait_for(
+        &mut self,
+        path: &str,
+        vm: &mut Vm,
+        limit: Duration,
+    ) -> Result<Instant, Vec<String>> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(a) = self.seen.iter().find(|a| a.path == path) {
+                return Ok(a.at);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || vm.stopped() {
+                return Err(self.seen.iter().map(|a| a.path.clone()).collect());
+            }
+            if let Ok(a) = self.asked.recv_timeout(left.min(Duration::from_secs(1))) {
+                self.seen.push(a);
+            }
+        }
+    }
+
+    /// Every path asked for so far.
+    pub fn paths(&mut self) -> Vec<String> {
+        while let Ok(a) = self.asked.try_recv() {
+            self.seen.push(a);
+        }
+        self.seen.iter().map(|a| a.path.clone()).collect()
+    }
+}
+
+/// The per-node config path a member chains `mac` to.
+pub fn per_node_path(mac: &str) -> String {
+    format!("/pxelinux.cfg/{}", mac.replace(':', "-"))
+}
+
+/// `curl` inside `ns`; returns the body.
+pub fn curl(ns: &Netns, url: &str, token: Option<&str>) -> String {
+    let mut c = ns.command("curl");
+    c.args(["-s", "-m", "5", "--noproxy", "*"]);
+    if let Some(t) = token {
+        c.arg("-H").arg(format!("Authorization: Bearer {t}"));
+    }
+    let out = c.arg(url).output().expect("curl");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The value of the metric line that starts with `prefix` (name and labels), or 0.
+pub fn metric(text: &str, prefix: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(prefix))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
