@@ -519,3 +519,172 @@ ranges = ["198.18.1.0 - 198.18.4.255"]
     }
     assert!(per_member.iter().all(|&n| n > 0), "{per_member:?}");
 }
+
+/// Real firmware beside a real Ironic: two members on one bridge, and two QEMU machines
+/// (OVMF UEFI PXE) whose MACs Ironic gave to different conductors. Each machine's DHCP
+/// reply, its TFTP load of iPXE and its boot script come from the member beside its
+/// owner, and it ends at that conductor's per-node config.
+#[test]
+fn two_machines_boot_from_the_members_beside_their_conductors() {
+    use common::qemu::{self, curl, metric, ConductorStub, Firmware, Vm, BOOTED_LINE};
+    use common::Server;
+
+    if !common::is_root() {
+        eprintln!("skipped: needs root (namespaces, PostgreSQL as user postgres)");
+        return;
+    }
+    qemu::require_qemu();
+    let _turn = ONE_LAB_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    const TOKEN: &str = "qemu-ironic-token-0123456789";
+    let ips = ["198.18.0.11", "198.18.0.12"];
+    let ns = qemu::lab(2, &["198.18.0.11/16", "198.18.0.12/16"]);
+    let lab = IronicLab::start_in(Some(&ns.name), &[]);
+    lab.run(&["enroll"], &["8"]);
+    let owners = lab.owners();
+    // The first machine Ironic gave to each conductor.
+    let macs: Vec<String> = [CONDUCTOR_1, CONDUCTOR_2]
+        .iter()
+        .map(|c| {
+            owners
+                .iter()
+                .find(|(_, owner)| owner.as_deref() == Some(c))
+                .unwrap_or_else(|| panic!("Ironic gave no machine to {c}: {owners:?}"))
+                .0
+                .clone()
+        })
+        .collect();
+    let mut conductors: Vec<ConductorStub> = ips
+        .iter()
+        .map(|ip| ConductorStub::start(&ns, format!("{ip}:8088").parse().unwrap()))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, format!("{TOKEN}\n")).unwrap();
+    let config = |i: usize| {
+        format!(
+            r#"
+[dhcp]
+interfaces = ["m{i}"]
+takeover_secs = 60
+[tftp]
+listen = "{ip}:69"
+[http]
+listen = "{ip}:8080"
+token_file = "{tokens}"
+[health]
+interval_ms = 300
+timeout_ms = 250
+[owner]
+self = "{name}"
+[owner.ironic]
+url = "{api}"
+[[member]]
+name = "a"
+http_url = "http://{ip_a}:8080"
+conductor = "{CONDUCTOR_1}"
+conductor_url = "http://{ip_a}:8088"
+[[member]]
+name = "b"
+http_url = "http://{ip_b}:8080"
+conductor = "{CONDUCTOR_2}"
+conductor_url = "http://{ip_b}:8088"
+[[subnet]]
+network = "198.18.0.0/16"
+ranges = ["198.18.1.0 - 198.18.4.255"]
+"#,
+            ip = ips[i],
+            name = ["a", "b"][i],
+            tokens = tokens.display(),
+            api = lab.api_url(),
+            ip_a = ips[0],
+            ip_b = ips[1],
+        )
+    };
+    let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let _servers: Vec<Server> = (0..2)
+        .map(|i| Server::start(&ns, dirs[i].path(), &config(i)))
+        .collect();
+    let metrics = |i: usize| curl(&ns, &format!("http://{}:8080/metrics", ips[i]), None);
+    wait_until(
+        "both members loaded Ironic's ports",
+        Duration::from_secs(30),
+        || (0..2).all(|i| metrics(i).contains("shardboot_owner_ironic_snapshot_macs 8\n")),
+    );
+
+    let mut vms: Vec<Vm> = (0..2)
+        .map(|i| {
+            Vm::start(
+                &ns,
+                Firmware::UefiPxe,
+                &format!("tap{i}"),
+                &macs[i],
+                dir.path(),
+            )
+        })
+        .collect();
+    for i in 0..2 {
+        let want = qemu::per_node_path(&macs[i]);
+        if let Err(asked) = conductors[i].wait_for(&want, &mut vms[i], Duration::from_secs(300)) {
+            panic!(
+                "{}: conductor {i} never asked for {want} (asked: {asked:?})\nconsole:\n{}\nmember log:\n{}",
+                macs[i],
+                vms[i].console_text(),
+                _servers[i].log_text()
+            );
+        }
+        assert!(
+            vms[i].wait_console(BOOTED_LINE, Duration::from_secs(30)),
+            "{}",
+            vms[i].console_text()
+        );
+        eprintln!(
+            "{} (conductor {}): booted in {:.1} s",
+            macs[i],
+            i + 1,
+            vms[i].started.elapsed().as_secs_f64()
+        );
+    }
+    for i in 0..2 {
+        let other = 1 - i;
+        // The per-node config came from this machine's own conductor only.
+        let asked = conductors[other].paths();
+        assert!(
+            !asked.contains(&qemu::per_node_path(&macs[i])),
+            "{}: conductor {other} was asked too: {asked:?}",
+            macs[i]
+        );
+        // Its lease is held by the member beside its conductor, and not by the other.
+        let lease = curl(
+            &ns,
+            &format!("http://{}:8080/v1/leases/{}", ips[i], macs[i]),
+            Some(TOKEN),
+        );
+        let lease: serde_json::Value = serde_json::from_str(&lease).unwrap();
+        assert_eq!(lease["state"], "bound", "{lease}");
+        let elsewhere = curl(
+            &ns,
+            &format!("http://{}:8080/v1/leases?mac={}", ips[other], macs[i]),
+            Some(TOKEN),
+        );
+        let elsewhere: serde_json::Value = serde_json::from_str(&elsewhere).unwrap();
+        assert_eq!(
+            elsewhere["leases"].as_array().map(Vec::len),
+            Some(0),
+            "{}: member {other} holds a lease too: {elsewhere}",
+            macs[i]
+        );
+        // iPXE came over TFTP from this member, and the boot script from it too.
+        let m = metrics(i);
+        assert!(
+            metric(&m, "shardboot_tftp_transfers_completed_total ") >= 1,
+            "member {i} served no TFTP:\n{m}"
+        );
+        assert!(
+            metric(
+                &m,
+                "shardboot_http_requests_total{route=\"/v1/boot/{mac}/boot.ipxe\",status=\"200\"} "
+            ) >= 1,
+            "member {i} served no boot script:\n{m}"
+        );
+    }
+}
