@@ -14,6 +14,7 @@ packages=(
   ipxe              # undionly.kpxe, snponly.efi, ipxe.efi
   qemu-system-x86   # real firmware: SeaBIOS and the iPXE option ROM (tests/qemu_boot.rs)
   ipxe-qemu         # the iPXE option ROMs of QEMU's NICs
+  ovmf              # UEFI firmware for the UEFI PXE and HTTP Boot paths (qemu/vm.sh)
   postgresql        # the database of the real Ironic (tests/ironic/lab.sh)
   python3-venv      # the venv Ironic is pip-installed into (inside target/)
   wrk               # HTTP load for benches/http_bench.sh
