@@ -51,6 +51,9 @@ pub enum AppError {
     /// A TLS certificate, key or CA file cannot be used.
     #[error(transparent)]
     Tls(#[from] crate::http::tls::TlsError),
+    /// The router-solicitation responder cannot listen.
+    #[error(transparent)]
+    Ra(#[from] crate::ra::server::RaError),
     /// The TFTP socket cannot be bound.
     #[error("cannot bind TFTP socket on {addr}: {source}")]
     TftpBind {
@@ -96,6 +99,8 @@ pub struct Handles {
     pub tftp: Arc<TftpMetrics>,
     /// HTTP metrics.
     pub http: Arc<crate::http::HttpMetrics>,
+    /// Router-solicitation responder metrics.
+    pub ra: Arc<crate::ra::server::RaMetrics>,
 }
 
 /// Runs every enabled listener until `shutdown` is cancelled. If one stops with an
@@ -237,6 +242,20 @@ pub async fn run(
         parts.responsibility = responsibility_fn(&config, resolver.clone(), handles.dhcp.clone());
         let stop = shutdown.clone();
         tasks.spawn(async move { Ok(server::run(parts, stop).await?) });
+        if config.ra.enabled {
+            // The same segments DHCP serves, and only those.
+            let interfaces = socket::resolve_interfaces(&config, &socket::host_addresses()?)?;
+            let listeners = interfaces
+                .iter()
+                .map(|i| crate::ra::server::bind(&i.name))
+                .collect::<Result<Vec<_>, _>>()?;
+            let (metrics, stop) = (handles.ra.clone(), shutdown.clone());
+            let stand_down = config.ra.stand_down_secs;
+            tasks.spawn(async move {
+                crate::ra::server::run(listeners, stand_down, metrics, stop).await;
+                Ok(())
+            });
+        }
     } else {
         info!("DHCP disabled");
     }

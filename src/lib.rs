@@ -11,5 +11,6 @@ pub mod lease;
 pub mod mac;
 pub mod metrics;
 pub mod owner;
+pub mod ra;
 pub mod sockopt;
 pub mod tftp;

@@ -15,6 +15,7 @@ packages=(
   qemu-system-x86   # real firmware: SeaBIOS and the iPXE option ROM (tests/qemu_boot.rs)
   ipxe-qemu         # the iPXE option ROMs of QEMU's NICs
   ovmf              # UEFI firmware for the UEFI PXE and HTTP Boot paths (qemu/vm.sh)
+  ndisc6 radvd      # IPv6 router discovery client and a real IPv6 router (tests/ra_responder.rs)
   postgresql        # the database of the real Ironic (tests/ironic/lab.sh)
   python3-venv      # the venv Ironic is pip-installed into (inside target/)
   wrk               # HTTP load for benches/http_bench.sh
@@ -31,8 +32,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-# kea-dhcp4-server, tftpd-hpa, postgresql and nginx start system services on install; the tests run their
+# kea-dhcp4-server, tftpd-hpa, postgresql, nginx and radvd start system services on install; the tests run their
 # own instances in namespaces and need nothing listening on the host.
-for svc in kea-dhcp4-server tftpd-hpa postgresql nginx; do
+for svc in kea-dhcp4-server tftpd-hpa postgresql nginx radvd; do
   systemctl stop "$svc" 2>/dev/null || service "$svc" stop 2>/dev/null || true
 done

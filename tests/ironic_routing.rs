@@ -574,6 +574,8 @@ token_file = "{tokens}"
 [health]
 interval_ms = 300
 timeout_ms = 250
+[ra]
+enabled = true
 [owner]
 self = "{name}"
 [owner.ironic]

@@ -46,6 +46,8 @@ listen = "192.0.2.1:69"
 [http]
 listen = "192.0.2.1:8080"
 token_file = "{tokens}"
+[ra]
+enabled = true
 [owner]
 self = "a"
 inventory = "{inventory}"
@@ -143,6 +145,8 @@ fn bios_ipxe_rom_boots_through_shardboot_to_the_per_node_config() {
         0,
         "{m}"
     );
+    // iPXE solicited IPv6 routers and was told there are none (instead of waiting).
+    assert!(metric(&m, "shardboot_ra_answered_total ") >= 1, "{m}");
 }
 
 #[test]

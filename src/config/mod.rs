@@ -91,6 +91,8 @@ pub struct Config {
     pub owner: OwnerSettings,
     /// How members probe each other.
     pub health: crate::owner::health::HealthSettings,
+    /// IPv6 router solicitations answered with "no router here".
+    pub ra: crate::ra::RaSettings,
     /// The shardboot members (one per conductor); empty for a single instance.
     pub members: Vec<Member>,
     /// Served subnets.

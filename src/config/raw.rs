@@ -22,6 +22,8 @@ pub struct RawConfig {
     pub owner: RawOwner,
     #[serde(default)]
     pub health: RawHealth,
+    #[serde(default)]
+    pub ra: RawRa,
     #[serde(default, rename = "member")]
     pub members: Vec<RawMember>,
     #[serde(default, rename = "subnet")]
@@ -151,6 +153,14 @@ pub struct RawHealth {
     pub interval_ms: Option<u64>,
     pub timeout_ms: Option<u64>,
     pub dead_after: Option<u32>,
+}
+
+/// `[ra]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRa {
+    pub enabled: Option<bool>,
+    pub stand_down_secs: Option<u64>,
 }
 
 /// One `[[member]]`: a shardboot instance beside one Ironic conductor.

@@ -1,10 +1,10 @@
-//! `[owner.ironic]` and `[health]`: where owners come from besides the inventory file,
-//! and how members watch each other.
+//! `[owner.ironic]`, `[health]` and `[ra]`: where owners come from besides the
+//! inventory file, how members watch each other, and the IPv6 no-router responder.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::raw::{RawHealth, RawIronic};
+use super::raw::{RawHealth, RawIronic, RawRa};
 use crate::owner::health::HealthSettings;
 use crate::owner::ironic::IronicSettings;
 use crate::owner::ironic_wire::MIN_API_VERSION;
@@ -143,6 +143,21 @@ pub(super) fn ironic(raw: RawIronic, add: Add<'_>) -> IronicSettings {
     }
 }
 
+/// Validates `[ra]`.
+pub(super) fn ra(raw: RawRa, add: Add<'_>) -> crate::ra::RaSettings {
+    let default = crate::ra::RaSettings::default();
+    crate::ra::RaSettings {
+        enabled: raw.enabled.unwrap_or(default.enabled),
+        stand_down_secs: in_range(
+            "ra.stand_down_secs",
+            raw.stand_down_secs.unwrap_or(default.stand_down_secs),
+            1,
+            86_400,
+            add,
+        ),
+    }
+}
+
 /// Validates `[health]`.
 pub(super) fn health(raw: RawHealth, add: Add<'_>) -> HealthSettings {
     let interval = in_range(
@@ -257,5 +272,21 @@ mod tests {
             &mut |k, _| issues.push(k),
         );
         assert_eq!(issues, ["health.timeout_ms", "health.dead_after"]);
+    }
+
+    #[test]
+    fn ra_is_off_unless_a_config_turns_it_on() {
+        let mut issues = Vec::new();
+        let off = ra(RawRa::default(), &mut |k, _| issues.push(k));
+        assert!(!off.enabled);
+        let on = ra(
+            RawRa {
+                enabled: Some(true),
+                stand_down_secs: Some(0),
+            },
+            &mut |k, _| issues.push(k),
+        );
+        assert!(on.enabled);
+        assert_eq!(issues, ["ra.stand_down_secs"]);
     }
 }

@@ -73,6 +73,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, Vec<ConfigIssue>> {
     let members = super::routing::members(raw.members, &mut add);
     let owner = super::routing::owner(raw.owner, &members, &mut add);
     let health = super::sources::health(raw.health, &mut add);
+    let ra = super::sources::ra(raw.ra, &mut add);
     let subnets: Vec<Subnet> = raw
         .subnets
         .into_iter()
@@ -92,6 +93,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, Vec<ConfigIssue>> {
             http,
             owner,
             health,
+            ra,
             members,
             subnets,
             hosts,

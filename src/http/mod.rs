@@ -334,6 +334,9 @@ async fn metrics(State(s): State<Arc<HttpState>>) -> Response {
     s.handles.dhcp.render_prometheus(&mut out);
     s.handles.tftp.render_prometheus(&mut out);
     s.handles.http.render_prometheus(&mut out);
+    if s.config.ra.enabled {
+        s.handles.ra.render_prometheus(&mut out);
+    }
     if let Some(ironic) = s.resolver.ironic() {
         ironic.metrics.render_prometheus(&mut out);
     }

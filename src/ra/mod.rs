@@ -1,0 +1,33 @@
+//! "No router here": answers IPv6 Router Solicitations on the DHCP interfaces.
+//!
+//! iPXE configures IPv6 alongside DHCPv4 and does not boot until router discovery has
+//! finished. On an IPv4-only provisioning network no Router Advertisement ever comes,
+//! so every iPXE boot waits out its solicitations: 12 s in the QEMU lab, for each of
+//! Ironic's boots (inspection, cleaning, deployment). A unicast Router Advertisement
+//! with router lifetime 0, no prefixes and the M/O flags clear (RFC 4861 §4.2, §6.2.6)
+//! ends that wait without configuring anything. Off unless `[ra] enabled = true`; it
+//! stands down while a real IPv6 router speaks on the segment.
+
+pub mod responder;
+pub mod server;
+pub mod wire;
+
+/// `[ra]` after validation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RaSettings {
+    /// Whether to answer Router Solicitations at all.
+    pub enabled: bool,
+    /// How long to stay silent after a real router's advertisement, in seconds.
+    pub stand_down_secs: u64,
+}
+
+impl Default for RaSettings {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            // Three times RFC 4861's default MaxRtrAdvInterval (600 s): a router that
+            // is still there has advertised again by then.
+            stand_down_secs: 1800,
+        }
+    }
+}

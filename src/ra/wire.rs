@@ -1,0 +1,234 @@
+//! The two Neighbor Discovery messages the responder reads and the one it writes
+//! (RFC 4861 §4.1 Router Solicitation, §4.2 Router Advertisement), as the ICMPv6 payload a
+//! raw socket delivers (no IPv6 header). Pure: no I/O.
+
+/// ICMPv6 type of a Router Solicitation (RFC 4861 §4.1).
+pub const ROUTER_SOLICITATION: u8 = 133;
+/// ICMPv6 type of a Router Advertisement (RFC 4861 §4.2).
+pub const ROUTER_ADVERTISEMENT: u8 = 134;
+/// Option type: Source Link-Layer Address (RFC 4861 §4.6.1).
+const SOURCE_LINK_LAYER_ADDRESS: u8 = 1;
+/// Option type: Prefix Information (RFC 4861 §4.6.2).
+const PREFIX_INFORMATION: u8 = 3;
+/// Fixed part of a Router Solicitation: type, code, checksum, reserved.
+const SOLICITATION_LEN: usize = 8;
+/// Fixed part of a Router Advertisement: type, code, checksum, hop limit, flags,
+/// router lifetime, reachable time, retrans timer.
+const ADVERTISEMENT_LEN: usize = 16;
+/// The "Managed address configuration" flag (RFC 4861 §4.2).
+const FLAG_MANAGED: u8 = 0x80;
+/// The "Other configuration" flag (RFC 4861 §4.2).
+const FLAG_OTHER: u8 = 0x40;
+
+/// A Neighbor Discovery message the responder cares about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NdMessage {
+    /// A host asks for routers.
+    Solicitation {
+        /// It carries a Source Link-Layer Address option.
+        has_source_link_layer: bool,
+    },
+    /// A router (or another responder) advertises.
+    Advertisement(Advertised),
+}
+
+/// What a Router Advertisement announces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Advertised {
+    /// Seconds the sender is a default router for; 0: not a default router.
+    pub router_lifetime: u16,
+    /// M flag: addresses from DHCPv6.
+    pub managed: bool,
+    /// O flag: other configuration from DHCPv6.
+    pub other: bool,
+    /// Prefix Information options carried.
+    pub prefixes: usize,
+}
+
+impl Advertised {
+    /// Whether the segment has real IPv6 service: the sender routes, hands out
+    /// prefixes, or points at DHCPv6. A "no router here" advertisement (another
+    /// shardboot member's) is none of these.
+    pub fn offers_ipv6_service(&self) -> bool {
+        self.router_lifetime > 0 || self.managed || self.other || self.prefixes > 0
+    }
+}
+
+/// Why an ICMPv6 message was not taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// Not a Router Solicitation or Advertisement (raw sockets see all ICMPv6 when the
+    /// kernel filter is unavailable).
+    #[error("ICMPv6 type {0} is not router discovery")]
+    OtherType(u8),
+    /// Shorter than the message's fixed part (RFC 4861 §6.1.1, §6.1.2).
+    #[error("ICMPv6 type {kind}: {len} bytes is too short")]
+    Short {
+        /// ICMPv6 type.
+        kind: u8,
+        /// Bytes received.
+        len: usize,
+    },
+    /// ICMP code is not 0 (RFC 4861 §6.1.1, §6.1.2).
+    #[error("ICMP code {0} (must be 0)")]
+    Code(u8),
+    /// An option with length 0 or running past the end (RFC 4861 §4.6).
+    #[error("malformed option at byte {0}")]
+    Option(usize),
+}
+
+/// Parses an ICMPv6 message as delivered by a raw socket.
+pub fn parse(icmp: &[u8]) -> Result<NdMessage, WireError> {
+    let kind = *icmp.first().ok_or(WireError::Short { kind: 0, len: 0 })?;
+    let fixed = match kind {
+        ROUTER_SOLICITATION => SOLICITATION_LEN,
+        ROUTER_ADVERTISEMENT => ADVERTISEMENT_LEN,
+        other => return Err(WireError::OtherType(other)),
+    };
+    if icmp.len() < fixed {
+        return Err(WireError::Short {
+            kind,
+            len: icmp.len(),
+        });
+    }
+    if icmp[1] != 0 {
+        return Err(WireError::Code(icmp[1]));
+    }
+    let options = option_types(icmp, fixed)?;
+    Ok(if kind == ROUTER_SOLICITATION {
+        NdMessage::Solicitation {
+            has_source_link_layer: options.contains(&SOURCE_LINK_LAYER_ADDRESS),
+        }
+    } else {
+        NdMessage::Advertisement(Advertised {
+            router_lifetime: u16::from_be_bytes([icmp[6], icmp[7]]),
+            managed: icmp[5] & FLAG_MANAGED != 0,
+            other: icmp[5] & FLAG_OTHER != 0,
+            prefixes: options.iter().filter(|&&t| t == PREFIX_INFORMATION).count(),
+        })
+    })
+}
+
+/// The type of every option after `start`; each must have a non-zero length in units
+/// of 8 bytes that stays inside the message (RFC 4861 §4.6).
+fn option_types(icmp: &[u8], start: usize) -> Result<Vec<u8>, WireError> {
+    let mut types = Vec::new();
+    let mut at = start;
+    while at < icmp.len() {
+        let len = icmp.get(at + 1).map_or(0, |&l| usize::from(l) * 8);
+        if len == 0 || at + len > icmp.len() {
+            return Err(WireError::Option(at));
+        }
+        types.push(icmp[at]);
+        at += len;
+    }
+    Ok(types)
+}
+
+/// A Router Advertisement that says "no router here" (RFC 4861 §4.2): router lifetime
+/// 0 (not a default router, §6.3.4), M and O clear, no prefixes, hop limit, reachable
+/// time and retrans timer unspecified (0). A host that gets it has finished router
+/// discovery with nothing to configure but its link-local address. The checksum is left
+/// 0: the kernel computes it for ICMPv6 raw sockets (RFC 3542 §3.1).
+pub fn no_router_advertisement() -> [u8; ADVERTISEMENT_LEN] {
+    let mut ra = [0u8; ADVERTISEMENT_LEN];
+    ra[0] = ROUTER_ADVERTISEMENT;
+    ra
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Router Solicitation shaped like the one iPXE sends: type 133, code 0,
+    /// reserved, a Source Link-Layer Address option for 52:54:00:de:00:01.
+    const IPXE_SOLICITATION: [u8; 16] = [
+        133, 0, 0x3a, 0x4c, 0, 0, 0, 0, 1, 1, 0x52, 0x54, 0x00, 0xde, 0x00, 0x01,
+    ];
+
+    fn advertisement(flags: u8, lifetime: u16, options: &[u8]) -> Vec<u8> {
+        let mut ra = vec![134, 0, 0, 0, 64, flags];
+        ra.extend_from_slice(&lifetime.to_be_bytes());
+        ra.extend_from_slice(&[0; 8]);
+        ra.extend_from_slice(options);
+        ra
+    }
+
+    #[test]
+    fn reads_a_solicitation_and_its_source_link_layer_option() {
+        assert_eq!(
+            parse(&IPXE_SOLICITATION),
+            Ok(NdMessage::Solicitation {
+                has_source_link_layer: true
+            })
+        );
+        assert_eq!(
+            parse(&IPXE_SOLICITATION[..8]),
+            Ok(NdMessage::Solicitation {
+                has_source_link_layer: false
+            })
+        );
+    }
+
+    #[test]
+    fn tells_a_real_router_from_a_no_router_advertisement() {
+        let prefix = {
+            let mut p = vec![3, 4];
+            p.extend_from_slice(&[0; 30]);
+            p
+        };
+        let cases: [(Vec<u8>, bool); 5] = [
+            (advertisement(0, 1800, &[]), true),
+            (advertisement(FLAG_MANAGED, 0, &[]), true),
+            (advertisement(FLAG_OTHER, 0, &[]), true),
+            (advertisement(0, 0, &prefix), true),
+            (no_router_advertisement().to_vec(), false),
+        ];
+        for (bytes, service) in cases {
+            let Ok(NdMessage::Advertisement(a)) = parse(&bytes) else {
+                panic!("{bytes:?} did not parse as an advertisement");
+            };
+            assert_eq!(a.offers_ipv6_service(), service, "{a:?}");
+        }
+    }
+
+    #[test]
+    fn rejects_what_rfc_4861_says_to_discard() {
+        assert_eq!(parse(&[]), Err(WireError::Short { kind: 0, len: 0 }));
+        assert_eq!(parse(&[128, 0, 0, 0]), Err(WireError::OtherType(128)));
+        assert_eq!(
+            parse(&IPXE_SOLICITATION[..7]),
+            Err(WireError::Short { kind: 133, len: 7 })
+        );
+        assert_eq!(
+            parse(&advertisement(0, 0, &[])[..15]),
+            Err(WireError::Short { kind: 134, len: 15 })
+        );
+        let mut coded = IPXE_SOLICITATION;
+        coded[1] = 1;
+        assert_eq!(parse(&coded), Err(WireError::Code(1)));
+        // An option of length 0 would loop forever; one past the end reads past it.
+        let mut zero = IPXE_SOLICITATION;
+        zero[9] = 0;
+        assert_eq!(parse(&zero), Err(WireError::Option(8)));
+        let mut long = IPXE_SOLICITATION;
+        long[9] = 2;
+        assert_eq!(parse(&long), Err(WireError::Option(8)));
+        assert_eq!(parse(&IPXE_SOLICITATION[..9]), Err(WireError::Option(8)));
+    }
+
+    #[test]
+    fn the_answer_is_a_bare_advertisement_that_parses_as_no_service() {
+        let ra = no_router_advertisement();
+        assert_eq!(ra.len(), 16);
+        assert_eq!(
+            parse(&ra),
+            Ok(NdMessage::Advertisement(Advertised {
+                router_lifetime: 0,
+                managed: false,
+                other: false,
+                prefixes: 0
+            }))
+        );
+    }
+}
