@@ -90,8 +90,8 @@ pub fn print_leases(
     }
     writeln!(
         out,
-        "{:<15}  {:<17}  {:<8}  {:>10}  HOSTNAME",
-        "IP", "MAC", "STATE", "EXPIRES"
+        "{:<15}  {:<17}  {:<8}  {:<20}  HOSTNAME",
+        "IP", "MAC", "STATE", "EXPIRES (UTC)"
     )?;
     let field = |v: &serde_json::Value, k: &str| match &v[k] {
         serde_json::Value::String(s) => s.escape_default().to_string(),
@@ -102,15 +102,26 @@ pub fn print_leases(
         // The host name comes from the client: printed escaped.
         writeln!(
             out,
-            "{:<15}  {:<17}  {:<8}  {:>10}  {}",
+            "{:<15}  {:<17}  {:<8}  {:<20}  {}",
             field(l, "ip"),
             field(l, "mac"),
             field(l, "state"),
-            field(l, "expires"),
+            expiry(&l["expires"]),
             field(l, "hostname"),
         )?;
     }
     Ok(())
+}
+
+/// A lease's expiry (Unix seconds in the JSON) as an RFC 3339 UTC time.
+fn expiry(v: &serde_json::Value) -> String {
+    match v.as_u64() {
+        Some(secs) => humantime::format_rfc3339_seconds(
+            std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs),
+        )
+        .to_string(),
+        None => v.to_string(),
+    }
 }
 
 /// Sets a MAC's run-time policy on the running server.
