@@ -9,7 +9,7 @@ use dhcproto::v4::{DhcpOption, DhcpOptions, OptionCode};
 use crate::config::BootSettings;
 
 /// iPXE's encapsulated option space (iPXE sends it in every request).
-const IPXE_ENCAP_OPTION: u8 = 175;
+pub(crate) const IPXE_ENCAP_OPTION: u8 = 175;
 
 /// Which firmware is asking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +42,9 @@ pub struct BootDirective {
     pub file: String,
     /// Option 60 to echo: PXE and HTTP Boot firmware ignore offers without it.
     pub vendor_class: Option<&'static str>,
+    /// The client is iPXE: tell it this offer is complete, so it need not wait for
+    /// ProxyDHCP offers.
+    pub ipxe: bool,
 }
 
 /// Classifies a request from its options.
@@ -98,6 +101,7 @@ pub fn select(
             next_server,
             file: format!("{}/{}", http_base(settings, server), settings.ipxe_script),
             vendor_class: None,
+            ipxe: true,
         });
     }
     match class.firmware {
@@ -118,6 +122,7 @@ pub fn select(
                 next_server,
                 file,
                 vendor_class: Some("PXEClient"),
+                ipxe: false,
             })
         }
         Firmware::Http => {
@@ -138,6 +143,7 @@ pub fn select(
                 next_server,
                 file: url,
                 vendor_class: Some("HTTPClient"),
+                ipxe: false,
             })
         }
     }

@@ -396,6 +396,15 @@ fn pxe_and_ipxe_clients_get_boot_files() {
     let r = e.handle_message(&ipxe, &ctx(&i, T0)).reply.unwrap().message;
     assert_eq!(r.fname_str(), Some(Ok("http://192.0.2.1:8080/boot.ipxe")));
     assert!(r.opts().get(OptionCode::VendorExtensions).is_none());
+    // iPXE is told not to wait for ProxyDHCP offers (175.176 "no-pxedhcp" = 1); PXE
+    // firmware, which knows nothing of iPXE's options, is not.
+    let no_pxedhcp = |m: &dhcproto::v4::Message| match m.opts().get(OptionCode::Unknown(175)) {
+        Some(DhcpOption::Unknown(u)) => u.data() == [176, 1, 1],
+        _ => false,
+    };
+    assert!(no_pxedhcp(&r));
+    let r = e.handle_message(&pxe, &ctx(&i, T0)).reply.unwrap().message;
+    assert!(!no_pxedhcp(&r));
     // The broadcast flag is echoed.
     let mut b = msg(MessageType::Discover, mac(5));
     b.set_flags(Flags::default().set_broadcast());

@@ -2,10 +2,13 @@
 
 use std::net::Ipv4Addr;
 
-use dhcproto::v4::{DhcpOption, Message, MessageType, Opcode, OptionCode};
+use dhcproto::v4::{DhcpOption, Message, MessageType, Opcode, OptionCode, UnknownOption};
 
-use super::boot::BootDirective;
+use super::boot::{BootDirective, IPXE_ENCAP_OPTION};
 use crate::config::{Host, Subnet};
+
+/// iPXE's "no-pxedhcp" setting in its option space 175: ignore ProxyDHCP.
+const IPXE_NO_PXEDHCP: u8 = 176;
 
 /// Where a reply is sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,6 +150,15 @@ pub fn build(req: &Message, parts: &ReplyParts<'_>) -> Message {
                 // answer and falls back to HTTP Boot a minute later.
                 o.insert(DhcpOption::VendorExtensions(vec![6, 1, 8, 255]));
             }
+        }
+        if b.ipxe {
+            // iPXE's encapsulated option 175, setting 176 "no-pxedhcp" = 1: this server
+            // hands out the boot file itself, so iPXE need not keep discovering for
+            // ProxyDHCP offers before it requests (2 s on every iPXE start otherwise).
+            o.insert(DhcpOption::Unknown(UnknownOption::new(
+                IPXE_ENCAP_OPTION.into(),
+                vec![IPXE_NO_PXEDHCP, 1, 1],
+            )));
         }
         o.insert(DhcpOption::TFTPServerName(
             b.next_server.to_string().into_bytes(),
