@@ -51,9 +51,6 @@ pub enum AppError {
     /// A TLS certificate, key or CA file cannot be used.
     #[error(transparent)]
     Tls(#[from] crate::http::tls::TlsError),
-    /// The router-solicitation responder cannot listen.
-    #[error(transparent)]
-    Ra(#[from] crate::ra::server::RaError),
     /// The TFTP socket cannot be bound.
     #[error("cannot bind TFTP socket on {addr}: {source}")]
     TftpBind {
@@ -243,12 +240,17 @@ pub async fn run(
         let stop = shutdown.clone();
         tasks.spawn(async move { Ok(server::run(parts, stop).await?) });
         if config.ra.enabled {
-            // The same segments DHCP serves, and only those.
+            // The same segments DHCP serves, and only those. The responder only saves
+            // boot time: an interface without IPv6 is logged and DHCP goes on.
             let interfaces = socket::resolve_interfaces(&config, &socket::host_addresses()?)?;
-            let listeners = interfaces
+            let listeners: Vec<_> = interfaces
                 .iter()
-                .map(|i| crate::ra::server::bind(&i.name))
-                .collect::<Result<Vec<_>, _>>()?;
+                .filter_map(|i| {
+                    crate::ra::server::bind(&i.name)
+                        .inspect_err(|e| warn!(error = %e, "ra.enabled: not answering router solicitations there"))
+                        .ok()
+                })
+                .collect();
             let (metrics, stop) = (handles.ra.clone(), shutdown.clone());
             let stand_down = config.ra.stand_down_secs;
             tasks.spawn(async move {

@@ -196,3 +196,21 @@ impl Drop for KillOnDrop {
         let _ = self.0.wait();
     }
 }
+
+/// The responder only saves boot time: an interface with IPv6 switched off does not
+/// keep shardboot from serving DHCP there.
+#[test]
+fn an_interface_with_ipv6_disabled_still_serves_dhcp() {
+    require_root!();
+    let ns = lab();
+    ns.command("sysctl")
+        .args(["-qw", "net.ipv6.conf.m0.disable_ipv6=1"])
+        .status()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // Server::start returns once DHCP listens, and fails if shardboot exits.
+    let _server = start(&ns, dir.path(), "[ra]\nenabled = true");
+    assert!(solicit(&ns).is_empty());
+    let m = metrics(&ns);
+    assert_eq!(metric(&m, "shardboot_ra_answered_total "), 0, "{m}");
+}
