@@ -116,6 +116,17 @@ pub async fn run(
             source,
         },
     )?);
+    if let Some(dir) = config.dhcp.hostsdir.clone() {
+        let (policies, poll, stop) = (
+            policies.clone(),
+            config.dhcp.hostsdir_poll,
+            shutdown.clone(),
+        );
+        tasks.spawn(async move {
+            crate::dhcp::hostsdir_watch::run(dir, poll, policies, stop).await;
+            Ok(())
+        });
+    }
     let (control_tx, control_rx) = tokio::sync::mpsc::channel(64);
     let mut control_rx = Some(control_rx);
     let (prefetch_tx, mut prefetch_rx) = tokio::sync::mpsc::channel(1024);

@@ -53,6 +53,19 @@ pub fn check_config(config: &Config) -> anyhow::Result<()> {
     for w in config.boot_file_warnings() {
         writeln!(out, "warning: {w}")?;
     }
+    // Likewise a hosts directory Ironic has not created yet: it is followed once it
+    // appears.
+    if let Some(dir) = &config.dhcp.hostsdir {
+        if !dir.is_dir() {
+            writeln!(
+                out,
+                "warning: dhcp.hostsdir {}: not a directory (yet); until it is, only the API's host policies apply",
+                dir.display()
+            )?;
+        } else {
+            writeln!(out, "dhcp.hostsdir: following {}", dir.display())?;
+        }
+    }
     Ok(())
 }
 

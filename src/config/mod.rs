@@ -141,6 +141,10 @@ pub struct DhcpSettings {
     /// With several members: a client whose `secs` reaches this is answered by any
     /// member, not only its responsible one.
     pub takeover_secs: u16,
+    /// A dnsmasq `dhcp-hostsdir` to follow (Ironic's PXE filter writes it).
+    pub hostsdir: Option<PathBuf>,
+    /// How often the hosts directory is read for changes.
+    pub hostsdir_poll: std::time::Duration,
 }
 
 /// `[tftp]` after validation: where the listener runs and what it serves.

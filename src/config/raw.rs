@@ -46,6 +46,8 @@ pub struct RawDhcp {
     pub decline_hold_secs: Option<u32>,
     pub reclaim_interval_secs: Option<u32>,
     pub takeover_secs: Option<u16>,
+    pub hostsdir: Option<String>,
+    pub hostsdir_poll_ms: Option<u64>,
 }
 
 /// `[boot]`

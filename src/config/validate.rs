@@ -132,6 +132,14 @@ fn dhcp_settings(raw: RawDhcp, issues: &mut Issues) -> DhcpSettings {
             "must be at least 1 (0 would make every member answer every client)",
         );
     }
+    let hostsdir = raw.hostsdir.as_deref().map(PathBuf::from);
+    if hostsdir.as_ref().is_some_and(|d| !d.is_absolute()) {
+        issues.add("dhcp.hostsdir", "must be an absolute path");
+    }
+    let hostsdir_poll_ms = raw.hostsdir_poll_ms.unwrap_or(1_000);
+    if !(100..=60_000).contains(&hostsdir_poll_ms) {
+        issues.add("dhcp.hostsdir_poll_ms", "must be between 100 and 60000");
+    }
     DhcpSettings {
         enabled: raw.enabled.unwrap_or(true),
         interfaces,
@@ -143,6 +151,8 @@ fn dhcp_settings(raw: RawDhcp, issues: &mut Issues) -> DhcpSettings {
         decline_hold_secs: raw.decline_hold_secs.unwrap_or(600),
         reclaim_interval_secs,
         takeover_secs: raw.takeover_secs.unwrap_or(5),
+        hostsdir,
+        hostsdir_poll: std::time::Duration::from_millis(hostsdir_poll_ms),
     }
 }
 

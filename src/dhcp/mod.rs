@@ -6,6 +6,8 @@ pub mod arp;
 pub mod boot;
 pub mod decision;
 pub mod engine;
+pub mod hostsdir;
+pub mod hostsdir_watch;
 pub mod metrics;
 pub mod policy;
 pub mod pool;

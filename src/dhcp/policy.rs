@@ -1,13 +1,15 @@
 //! Per-MAC allow/deny set at run time through the operator API: the replacement for
 //! Ironic's dnsmasq `dhcp-hostsdir` PXE filter, which can add entries but not remove
 //! them without a restart. A decision takes effect on the very next packet; every
-//! change is durable (sled) before the API answers.
+//! change is durable (sled) before the API answers. Below it sits what a watched
+//! hosts directory says (`dhcp.hostsdir`, see `hostsdir.rs`): the operator's word wins.
 
 use std::collections::HashMap;
 use std::sync::RwLock;
 
 use serde::{Deserialize, Serialize};
 
+use super::hostsdir::HostsDirPolicy;
 use crate::lease::StoreError;
 use crate::mac::MacAddr;
 
@@ -27,6 +29,29 @@ const TREE: &str = "host_policy";
 pub struct HostPolicies {
     map: RwLock<HashMap<MacAddr, HostPolicy>>,
     tree: Option<sled::Tree>,
+    hostsdir: RwLock<HostsDirPolicy>,
+}
+
+/// Where an effective policy comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicySource {
+    /// The operator API (or `shardboot hosts`).
+    Api,
+    /// The MAC's own file in the hosts directory.
+    HostsDir,
+    /// The hosts directory's `*:*:*:*:*:*` entry.
+    HostsDirUnknown,
+}
+
+impl PolicySource {
+    /// Its name in the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PolicySource::Api => "api",
+            PolicySource::HostsDir => "hostsdir",
+            PolicySource::HostsDirUnknown => "hostsdir-unknown",
+        }
+    }
 }
 
 impl HostPolicies {
@@ -35,6 +60,7 @@ impl HostPolicies {
         Self {
             map: RwLock::new(HashMap::new()),
             tree: None,
+            hostsdir: RwLock::default(),
         }
     }
 
@@ -54,16 +80,49 @@ impl HostPolicies {
         Ok(Self {
             map: RwLock::new(map),
             tree: Some(tree),
+            hostsdir: RwLock::default(),
         })
     }
 
-    /// The policy for `mac`, if any.
+    /// The effective policy for `mac`, if any.
     pub fn get(&self, mac: &MacAddr) -> Option<HostPolicy> {
-        self.map
+        self.lookup(mac).map(|(p, _)| p)
+    }
+
+    /// The effective policy for `mac` and where it comes from: the operator's own
+    /// entry, else the hosts directory's entry for the MAC, else its wildcard.
+    pub fn lookup(&self, mac: &MacAddr) -> Option<(HostPolicy, PolicySource)> {
+        let own = self
+            .map
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .get(mac)
-            .copied()
+            .copied();
+        if let Some(p) = own {
+            return Some((p, PolicySource::Api));
+        }
+        let dir = self.hostsdir.read().unwrap_or_else(|p| p.into_inner());
+        dir.lookup(mac).map(|(p, wildcard)| {
+            let source = if wildcard {
+                PolicySource::HostsDirUnknown
+            } else {
+                PolicySource::HostsDir
+            };
+            (p, source)
+        })
+    }
+
+    /// Replaces what the hosts directory says (it is re-read whole on every change).
+    pub fn set_hostsdir(&self, policy: HostsDirPolicy) {
+        *self.hostsdir.write().unwrap_or_else(|p| p.into_inner()) = policy;
+    }
+
+    /// The hosts directory's per-MAC entries, sorted, and its wildcard entry.
+    pub fn hostsdir(&self) -> (Vec<(MacAddr, HostPolicy)>, Option<HostPolicy>) {
+        let dir = self.hostsdir.read().unwrap_or_else(|p| p.into_inner());
+        let mut v: Vec<_> = dir.macs.iter().map(|(m, p)| (*m, *p)).collect();
+        v.sort_by_key(|(m, _)| m.0);
+        (v, dir.unknown)
     }
 
     /// Every policy, sorted by MAC.
@@ -134,5 +193,32 @@ mod tests {
         let db = sled::open(dir.path()).unwrap();
         let p = HostPolicies::open(&db).unwrap();
         assert_eq!(p.list(), vec![(m1, HostPolicy::Deny)]);
+    }
+
+    #[test]
+    fn the_operator_wins_over_the_hosts_directory() {
+        let p = HostPolicies::in_memory();
+        let (m1, m2, m3) = (
+            MacAddr([0x52, 0x54, 0, 0, 0, 1]),
+            MacAddr([0x52, 0x54, 0, 0, 0, 2]),
+            MacAddr([0x52, 0x54, 0, 0, 0, 3]),
+        );
+        let (dir, _) = crate::dhcp::hostsdir::build([
+            ("a", "52:54:00:00:00:01,ignore\n52:54:00:00:00:02,ignore\n"),
+            ("unknown_hosts_filter", "*:*:*:*:*:*\n"),
+        ]);
+        p.set_hostsdir(dir);
+        p.set(m1, Some(HostPolicy::Allow)).unwrap();
+        assert_eq!(p.lookup(&m1), Some((HostPolicy::Allow, PolicySource::Api)));
+        assert_eq!(
+            p.lookup(&m2),
+            Some((HostPolicy::Deny, PolicySource::HostsDir))
+        );
+        assert_eq!(
+            p.lookup(&m3),
+            Some((HostPolicy::Allow, PolicySource::HostsDirUnknown))
+        );
+        p.set_hostsdir(Default::default());
+        assert_eq!(p.get(&m2), None);
     }
 }

@@ -19,7 +19,7 @@ use serde_json::json;
 use super::auth::Refusal;
 use super::HttpState;
 use crate::config::Config;
-use crate::dhcp::policy::HostPolicy;
+use crate::dhcp::policy::{HostPolicy, PolicySource};
 use crate::dhcp::pool::Pool;
 use crate::lease::{Lease, LeaseStore, LeaseView};
 use crate::mac::MacAddr;
@@ -368,26 +368,46 @@ async fn delete_reservation(State(s): State<Arc<HttpState>>, Path(raw): Path<Str
     }
 }
 
-fn policy_json(mac: &MacAddr, p: Option<HostPolicy>) -> serde_json::Value {
-    json!({ "mac": mac.to_string(), "policy": p.map_or("default", |p| match p {
+fn policy_name(p: Option<HostPolicy>) -> &'static str {
+    p.map_or("default", |p| match p {
         HostPolicy::Allow => "allow",
         HostPolicy::Deny => "deny",
-    }) })
+    })
 }
 
+fn policy_json(mac: &MacAddr, p: Option<(HostPolicy, PolicySource)>) -> serde_json::Value {
+    json!({
+        "mac": mac.to_string(),
+        "policy": policy_name(p.map(|(p, _)| p)),
+        "source": p.map(|(_, s)| s.as_str()),
+    })
+}
+
+/// The operator's entries, then the hosts directory's (`dhcp.hostsdir`) with its
+/// wildcard entry for unknown MACs.
 async fn list_hosts(State(s): State<Arc<HttpState>>) -> Response {
     let hosts: Vec<_> = s
         .policies
         .list()
         .into_iter()
-        .map(|(m, p)| policy_json(&m, Some(p)))
+        .map(|(m, p)| policy_json(&m, Some((p, PolicySource::Api))))
         .collect();
-    Json(json!({ "hosts": hosts })).into_response()
+    let (dir, unknown) = s.policies.hostsdir();
+    let hostsdir: Vec<_> = dir
+        .into_iter()
+        .map(|(m, p)| policy_json(&m, Some((p, PolicySource::HostsDir))))
+        .collect();
+    Json(json!({
+        "hosts": hosts,
+        "hostsdir": hostsdir,
+        "hostsdir_unknown": unknown.map(|p| policy_name(Some(p))),
+    }))
+    .into_response()
 }
 
 async fn get_host(State(s): State<Arc<HttpState>>, Path(raw): Path<String>) -> Response {
     match parse_mac(&raw) {
-        Ok(mac) => Json(policy_json(&mac, s.policies.get(&mac))).into_response(),
+        Ok(mac) => Json(policy_json(&mac, s.policies.lookup(&mac))).into_response(),
         Err(r) => r.into_response(),
     }
 }
@@ -402,7 +422,7 @@ fn set_policy(s: &HttpState, mac: MacAddr, policy: Option<HostPolicy>) -> Respon
     match s.policies.set(mac, policy) {
         Ok(()) => {
             tracing::info!(%mac, policy = ?policy, "host policy set");
-            Json(policy_json(&mac, policy)).into_response()
+            Json(policy_json(&mac, s.policies.lookup(&mac))).into_response()
         }
         Err(e) => {
             tracing::error!(error = %e, "host policy not stored");

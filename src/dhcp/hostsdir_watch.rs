@@ -1,0 +1,143 @@
+//! Keeps [`HostPolicies`] in step with `dhcp.hostsdir`. The directory is polled (every
+//! `dhcp.hostsdir_poll_ms`) rather than watched with inotify: a poll also sees files
+//! removed, truncated or replaced by rename, and Ironic's PXE filter only rewrites it
+//! once per sync period anyway. Only files whose length or modification time changed
+//! are read again; the policy is rebuilt whole whenever anything changed.
+
+use std::collections::HashMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::hostsdir;
+use super::policy::{HostPolicies, HostPolicy};
+
+/// Files larger than this are not hosts files (Ironic's are one line); skipped.
+const MAX_FILE_BYTES: u64 = 64 * 1024;
+
+/// What was read of one file, and the stamp that tells whether to read it again.
+#[derive(Clone, PartialEq, Eq)]
+struct Read {
+    len: u64,
+    modified: Option<SystemTime>,
+    content: String,
+}
+
+/// Polls `dir` until `stop`, applying every change to `policies`.
+pub async fn run(
+    dir: PathBuf,
+    poll: Duration,
+    policies: Arc<HostPolicies>,
+    stop: CancellationToken,
+) {
+    info!(dir = %dir.display(), "following the dnsmasq hosts directory");
+    let mut files: HashMap<String, Read> = HashMap::new();
+    let mut first = true;
+    let mut last_error: Option<String> = None;
+    loop {
+        let (d, previous) = (dir.clone(), files.clone());
+        match tokio::task::spawn_blocking(move || rescan(&d, previous)).await {
+            Ok(Ok((now, skipped))) => {
+                last_error = None;
+                if first || now != files {
+                    first = false;
+                    for s in skipped {
+                        warn!(dir = %dir.display(), "{s}");
+                    }
+                    apply(&now, &policies);
+                    files = now;
+                }
+            }
+            Ok(Err(e)) => {
+                // Said once per distinct failure, not once per poll. What was read
+                // before stays in force: a directory briefly missing (being replaced)
+                // must not let every machine through or shut every one out.
+                let text = e.to_string();
+                if last_error.as_ref() != Some(&text) {
+                    warn!(dir = %dir.display(), error = %text, "cannot read the hosts directory; keeping what was read before");
+                    last_error = Some(text);
+                }
+            }
+            Err(e) => warn!(error = %e, "hosts directory scan failed"),
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(poll) => {}
+        }
+    }
+}
+
+fn apply(files: &HashMap<String, Read>, policies: &HostPolicies) {
+    let (policy, problems) = hostsdir::build(
+        files
+            .iter()
+            .map(|(name, r)| (name.as_str(), r.content.as_str())),
+    );
+    for (file, line, error) in problems {
+        warn!(file, line, %error, "hosts directory: line skipped");
+    }
+    let denied = policy
+        .macs
+        .values()
+        .filter(|p| **p == HostPolicy::Deny)
+        .count();
+    info!(
+        allowed = policy.macs.len() - denied,
+        denied,
+        unknown = ?policy.unknown,
+        "hosts directory applied"
+    );
+    policies.set_hostsdir(policy);
+}
+
+/// Lists `dir` and reads the files that are new or changed since `previous`; returns
+/// the new state and a note for every file skipped. Like dnsmasq, dot files and
+/// editor backups (`~`) are not hosts files.
+fn rescan(
+    dir: &Path,
+    mut previous: HashMap<String, Read>,
+) -> io::Result<(HashMap<String, Read>, Vec<String>)> {
+    let mut now = HashMap::new();
+    let mut skipped = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') || name.ends_with('~') {
+            continue;
+        }
+        // Follows symlinks, as dnsmasq does.
+        let Ok(meta) = std::fs::metadata(entry.path()) else {
+            continue;
+        };
+        if !meta.is_file() {
+            continue;
+        }
+        if meta.len() > MAX_FILE_BYTES {
+            skipped.push(format!(
+                "{}: {} bytes is too large for a hosts file; skipped",
+                name.escape_default(),
+                meta.len()
+            ));
+            continue;
+        }
+        let modified = meta.modified().ok();
+        let read = match previous.remove(&name) {
+            Some(r) if r.len == meta.len() && r.modified == modified => r,
+            _ => match std::fs::read(entry.path()) {
+                Ok(bytes) => Read {
+                    len: meta.len(),
+                    modified,
+                    content: String::from_utf8_lossy(&bytes).into_owned(),
+                },
+                // Removed between listing and reading: the next poll sees it gone.
+                Err(_) => continue,
+            },
+        };
+        now.insert(name, read);
+    }
+    Ok((now, skipped))
+}

@@ -1,0 +1,159 @@
+//! Drop-in for Ironic's dnsmasq PXE filter: shardboot follows a `dhcp-hostsdir` that
+//! Ironic's own filter code (`ironic.pxe_filter.dnsmasq`, from the venv that
+//! tests/ironic/lab.sh installs) writes. Allow, deny and the unknown-hosts wildcard act
+//! on the next DISCOVERs of a real broadcast client in a namespace; a removed file counts
+//! (dnsmasq misses removals); the operator API overrides the directory.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::members::wait_until;
+use common::segment::BroadcastClient;
+use common::{Lab, Server};
+use dhcproto::v4::MessageType;
+
+const TOKEN: &str = "hostsdir-test-token-0123456789";
+
+fn ironic_python() -> PathBuf {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/ironic-venv/bin/python");
+    assert!(
+        p.exists(),
+        "{} missing: run tests/ironic/lab.sh setup (tests/run.sh does)",
+        p.display()
+    );
+    p
+}
+
+/// Runs Ironic's PXE filter sync against `dir`, as its PXE filter service does.
+fn ironic_sync(dir: &Path, allow: &[&str], deny: &[&str], allow_unknown: bool) {
+    let script = r#"
+import json, sys
+from ironic.conf import CONF
+CONF([], project='ironic', default_config_files=[])
+CONF.set_override('dhcp_hostsdir', sys.argv[1], group='pxe_filter')
+from ironic.pxe_filter import dnsmasq
+dnsmasq.sync(json.loads(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4] == 'yes')
+"#;
+    let status = Command::new(ironic_python())
+        .arg("-c")
+        .arg(script)
+        .arg(dir)
+        .arg(serde_json::to_string(allow).unwrap())
+        .arg(serde_json::to_string(deny).unwrap())
+        .arg(if allow_unknown { "yes" } else { "no" })
+        .status()
+        .unwrap();
+    assert!(status.success(), "Ironic's pxe_filter sync failed");
+}
+
+fn mac_bytes(s: &str) -> [u8; 6] {
+    s.parse::<shardboot::mac::MacAddr>().unwrap().0
+}
+
+#[test]
+fn shardboot_follows_the_hosts_directory_ironic_writes() {
+    require_root!();
+    ironic_python();
+    let lab = Lab::new(&["192.0.2.1/24"], &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let hostsdir = dir.path().join("dhcp-hostsdir");
+    std::fs::create_dir(&hostsdir).unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, format!("{TOKEN}\n")).unwrap();
+    let cfg = common::config(
+        &lab.server_if,
+        "192.0.2.0/24",
+        "192.0.2.100 - 192.0.2.199",
+        &format!(
+            "hostsdir = \"{}\"\nhostsdir_poll_ms = 200\n[tftp]\nenabled = false\n\
+             [http]\nlisten = \"192.0.2.1:8080\"\ntoken_file = \"{}\"",
+            hostsdir.display(),
+            tokens.display()
+        ),
+    );
+    let _server = Server::start(&lab.server, dir.path(), &cfg);
+    let client_if = lab.client_if.clone();
+    let mut client = lab
+        .client
+        .run(move || BroadcastClient::new(&client_if))
+        .join()
+        .unwrap();
+    let (m1, m2, m3) = (
+        "52:54:00:bb:00:01",
+        "52:54:00:bb:00:02",
+        "52:54:00:bb:00:03",
+    );
+    let api = |method: &str, path: &str, body: Option<&str>| -> serde_json::Value {
+        let mut c = lab.server.command("curl");
+        c.args(["-s", "-m", "5", "--noproxy", "*", "-X", method, "-H"])
+            .arg(format!("Authorization: Bearer {TOKEN}"));
+        if let Some(b) = body {
+            c.args(["-H", "Content-Type: application/json", "--data-binary", b]);
+        }
+        let out = c
+            .arg(format!("http://192.0.2.1:8080{path}"))
+            .output()
+            .unwrap();
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let policy = |mac: &str| api("GET", &format!("/v1/hosts/{mac}"), None);
+    let mut offered = |macs: &[&str]| -> Vec<bool> {
+        let macs: Vec<[u8; 6]> = macs.iter().map(|m| mac_bytes(m)).collect();
+        client
+            .discover(&macs, 0, Duration::from_millis(600))
+            .iter()
+            .map(|seen| seen.iter().any(|s| s.kind == MessageType::Offer))
+            .collect()
+    };
+
+    // Inspection of m1 only: Ironic allows m1, denies m2 and every unknown MAC.
+    ironic_sync(&hostsdir, &[m1], &[m2], false);
+    wait_until("the directory applied", Duration::from_secs(10), || {
+        policy(m3)["source"] == "hostsdir-unknown"
+    });
+    assert_eq!(policy(m2)["policy"], "deny");
+    assert_eq!(policy(m2)["source"], "hostsdir");
+    assert_eq!(offered(&[m1, m2, m3]), [true, false, false]);
+
+    // Inspection opens up: everything allowed, unknown MACs too.
+    ironic_sync(&hostsdir, &[m1, m2], &[], true);
+    wait_until("the directory applied", Duration::from_secs(10), || {
+        policy(m2)["policy"] == "allow" && policy(m3)["policy"] == "allow"
+    });
+    assert_eq!(offered(&[m1, m2, m3]), [true, true, true]);
+
+    // Closed again, and m1's file removed (dnsmasq would miss the removal): m1 falls
+    // to the unknown-hosts entry.
+    ironic_sync(&hostsdir, &[m1], &[m2], false);
+    std::fs::remove_file(hostsdir.join(m1)).unwrap();
+    wait_until("the directory applied", Duration::from_secs(10), || {
+        policy(m1)["source"] == "hostsdir-unknown" && policy(m2)["policy"] == "deny"
+    });
+    assert_eq!(offered(&[m1, m2, m3]), [false, false, false]);
+
+    // The operator's word wins over the directory, and the listing shows both.
+    let set = api(
+        "PUT",
+        &format!("/v1/hosts/{m2}"),
+        Some(r#"{"policy": "allow"}"#),
+    );
+    assert_eq!(
+        (set["policy"].as_str(), set["source"].as_str()),
+        (Some("allow"), Some("api"))
+    );
+    assert_eq!(offered(&[m2]), [true]);
+    let list = api("GET", "/v1/hosts", None);
+    assert_eq!(list["hostsdir_unknown"], "deny", "{list}");
+    assert!(
+        list["hostsdir"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h["mac"] == m2 && h["policy"] == "deny"),
+        "{list}"
+    );
+    assert_eq!(list["hosts"][0]["mac"], m2, "{list}");
+}
