@@ -6,6 +6,7 @@ pub mod auth;
 pub mod boot;
 pub mod files;
 pub mod tls;
+pub mod ui;
 
 use std::sync::Arc;
 
@@ -190,7 +191,11 @@ pub fn router_for(state: Arc<HttpState>, serves: Serves) -> Router {
                 api::require_token,
             ))
             .layer(axum::extract::DefaultBodyLimit::max(api::MAX_BODY));
-        app = app.merge(operator).route("/v1/openapi.json", get(openapi));
+        app = app
+            .merge(operator)
+            .route("/v1/openapi.json", get(openapi))
+            .route("/ui", get(ui::page))
+            .route("/ui/app.js", get(ui::script));
     }
     if serves != Serves::Operator {
         app = app

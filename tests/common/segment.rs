@@ -70,6 +70,8 @@ pub struct Seen {
 pub struct BroadcastClient {
     socket: UdpSocket,
     next_xid: u32,
+    /// Option 12 sent in every message, when set.
+    pub hostname: Option<String>,
 }
 
 impl BroadcastClient {
@@ -93,6 +95,7 @@ impl BroadcastClient {
         Self {
             socket,
             next_xid: 0x5000,
+            hostname: None,
         }
     }
 
@@ -103,6 +106,9 @@ impl BroadcastClient {
         m.set_flags(Flags::default().set_broadcast());
         m.set_secs(secs);
         m.opts_mut().insert(DhcpOption::MessageType(kind));
+        if let Some(h) = &self.hostname {
+            m.opts_mut().insert(DhcpOption::Hostname(h.clone()));
+        }
         m
     }
 

@@ -1,0 +1,82 @@
+// shardboot /ui: a read-only view of the operator API. The token comes from the form or
+// the page fragment (#token=..., which browsers never send to the server) and is kept
+// in sessionStorage only. Everything shown is set with textContent: host names come
+// from DHCP clients and must never become markup.
+"use strict";
+(function () {
+  const $ = (id) => document.getElementById(id);
+  const MAX_ROWS = 10000;
+
+  function currentToken() {
+    const m = /(?:^#|&)token=([^&]*)/.exec(location.hash);
+    if (m) {
+      const t = decodeURIComponent(m[1]);
+      sessionStorage.setItem("shardboot-token", t);
+      history.replaceState(null, "", location.pathname);
+      return t;
+    }
+    return sessionStorage.getItem("shardboot-token");
+  }
+
+  async function api(path, token) {
+    const r = await fetch(path, { headers: { Authorization: "Bearer " + token } });
+    if (!r.ok) {
+      throw new Error(path.split("?")[0] + ": HTTP " + r.status);
+    }
+    return r.json();
+  }
+
+  function row(body, values) {
+    const tr = document.createElement("tr");
+    for (const v of values) {
+      const td = document.createElement("td");
+      td.textContent = v === null || v === undefined ? "" : String(v);
+      tr.appendChild(td);
+    }
+    body.appendChild(tr);
+  }
+
+  function expiry(secs) {
+    return new Date(secs * 1000).toISOString().replace(".000Z", "Z");
+  }
+
+  async function load() {
+    const token = currentToken();
+    if (!token) {
+      $("status").textContent = "Enter an operator token.";
+      return;
+    }
+    try {
+      const stats = await api("/v1/stats", token);
+      const pools = $("pools");
+      pools.replaceChildren();
+      for (const s of stats.subnets) {
+        row(pools, [s.subnet, s.in_use, s.free_in_slice]);
+      }
+      const leases = $("leases");
+      leases.replaceChildren();
+      let cursor = null;
+      let shown = 0;
+      do {
+        const q = "/v1/leases?limit=1000" + (cursor ? "&cursor=" + encodeURIComponent(cursor) : "");
+        const page = await api(q, token);
+        for (const l of page.leases) {
+          row(leases, [l.ip, l.mac, l.state, expiry(l.expires), l.hostname]);
+          shown += 1;
+        }
+        cursor = page.next_cursor;
+      } while (cursor && shown < MAX_ROWS);
+      $("status").textContent = shown + " leases" + (cursor ? " (first " + MAX_ROWS + " shown)" : "");
+    } catch (e) {
+      $("status").textContent = e.message;
+    }
+  }
+
+  $("form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    sessionStorage.setItem("shardboot-token", $("token").value);
+    $("token").value = "";
+    load();
+  });
+  load();
+})();
