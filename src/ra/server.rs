@@ -170,7 +170,9 @@ async fn serve(
         let (len, source, hop_limit) = match received {
             Ok(r) => r,
             Err(e) => {
+                // A persistent error (interface gone) must not become a busy loop.
                 warn!(interface = %listener.interface, error = %e, "ra receive failed");
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
                 continue;
             }
         };
