@@ -110,6 +110,13 @@ fn link_local(ns: &Netns, interface: &str) -> String {
     addr.split('/').next().unwrap().to_string()
 }
 
+/// A new responder listens before it answers (a router would reveal itself first).
+fn past_learning() {
+    std::thread::sleep(
+        Duration::from_secs(shardboot::ra::responder::LEARNING_SECS) + Duration::from_millis(500),
+    );
+}
+
 fn metrics(ns: &Netns) -> String {
     curl(ns, "http://192.0.2.1:8080/metrics", None)
 }
@@ -120,6 +127,7 @@ fn a_host_that_solicits_hears_no_router_here_from_shardboot() {
     let ns = lab();
     let dir = tempfile::tempdir().unwrap();
     let _server = start(&ns, dir.path(), "[ra]\nenabled = true");
+    past_learning();
     let heard = solicit(&ns);
     assert_eq!(heard.len(), 1, "{heard:?}");
     let ra = &heard[0];

@@ -6,6 +6,10 @@
 //! stays silent while the segment has real IPv6 service: once any advertisement with a
 //! router lifetime, a prefix or the M/O flags is seen, it stands down for
 //! `stand_down_secs` after the last one, leaving router discovery to that router.
+//! iPXE takes the first advertisement it gets, so answering while a real router exists
+//! would cost that host its IPv6 (and DHCPv6): the responder therefore starts silent,
+//! solicits once itself, and answers only after `LEARNING_SECS` without a router.
+//! Time is monotonic seconds, never the wall clock.
 
 use std::net::Ipv6Addr;
 
@@ -27,24 +31,35 @@ pub enum Verdict {
     Invalid(&'static str),
 }
 
-/// The responder's memory: when a real router was last heard.
+/// The responder's memory: until when it stays silent.
 #[derive(Debug, Clone)]
 pub struct Responder {
     stand_down_secs: u64,
-    router_seen_at: Option<u64>,
+    quiet_until: u64,
 }
+
+/// How long a new responder listens (after soliciting itself) before it answers.
+/// Routers answer a solicitation within MAX_RA_DELAY_TIME (0.5 s, RFC 4861 §10).
+pub const LEARNING_SECS: u64 = 3;
 
 /// The hop limit every Neighbor Discovery message must arrive with: proof it was not
 /// forwarded from another link (RFC 4861 §6.1.1, §6.1.2).
 const ON_LINK_HOP_LIMIT: u8 = 255;
 
 impl Responder {
-    /// A responder that stays silent for `stand_down_secs` after a real router speaks.
-    pub fn new(stand_down_secs: u64) -> Self {
+    /// A responder started at `now`: silent for [`LEARNING_SECS`], and for
+    /// `stand_down_secs` after a real router speaks.
+    pub fn new(stand_down_secs: u64, now: u64) -> Self {
         Self {
             stand_down_secs,
-            router_seen_at: None,
+            quiet_until: now.saturating_add(LEARNING_SECS),
         }
+    }
+
+    /// Whether an answer due now may still go out (a router may have spoken while it
+    /// waited out its random delay).
+    pub fn answering(&self, now: u64) -> bool {
+        now >= self.quiet_until
     }
 
     /// Decides about `message` from `source`, received with `hop_limit`, at `now`
@@ -63,24 +78,21 @@ impl Responder {
             NdMessage::Solicitation {
                 has_source_link_layer,
             } => {
-                if source.is_unspecified() {
-                    // §6.1.1: no link-layer option from the unspecified address. A valid
-                    // one may only be answered by multicast (§6.2.6), which everyone
-                    // would hear: leave it, the host solicits again once it has an
-                    // address.
-                    return if has_source_link_layer {
-                        Verdict::Invalid("link-layer option from the unspecified address")
-                    } else {
-                        Verdict::Ignore
-                    };
+                if source.is_unspecified() && has_source_link_layer {
+                    // §6.1.1: no link-layer option from the unspecified address.
+                    return Verdict::Invalid("link-layer option from the unspecified address");
                 }
-                let quiet_until = self
-                    .router_seen_at
-                    .map(|t| t.saturating_add(self.stand_down_secs));
-                if quiet_until.is_some_and(|until| now < until) {
-                    Verdict::StandingDown
-                } else {
+                if !source.is_unicast_link_local() {
+                    // From the unspecified address an answer would have to be multicast
+                    // (§6.2.6), which everyone would hear; to any other address it would
+                    // leave from a non-link-local source, which hosts drop (§6.1.2).
+                    // The host solicits again from its link-local address.
+                    return Verdict::Ignore;
+                }
+                if self.answering(now) {
                     Verdict::Answer
+                } else {
+                    Verdict::StandingDown
                 }
             }
             NdMessage::Advertisement(advertised) => {
@@ -89,7 +101,9 @@ impl Responder {
                     return Verdict::Invalid("advertisement from a non-link-local address");
                 }
                 if advertised.offers_ipv6_service() {
-                    self.router_seen_at = Some(now);
+                    self.quiet_until = self
+                        .quiet_until
+                        .max(now.saturating_add(self.stand_down_secs));
                     Verdict::RouterSeen
                 } else {
                     Verdict::Ignore
@@ -121,7 +135,12 @@ mod tests {
 
     #[test]
     fn answers_solicitations_on_a_segment_without_routers() {
-        let mut r = Responder::new(1800);
+        let mut r = Responder::new(1800, 97);
+        // Listening first: a router would have answered its own solicitation by now.
+        assert_eq!(
+            r.decide(&SOLICIT, HOST, Some(255), 99),
+            Verdict::StandingDown
+        );
         assert_eq!(r.decide(&SOLICIT, HOST, Some(255), 100), Verdict::Answer);
         // Another member's "no router" advertisement changes nothing.
         assert_eq!(
@@ -133,7 +152,7 @@ mod tests {
 
     #[test]
     fn stands_down_while_a_real_router_speaks() {
-        let mut r = Responder::new(1800);
+        let mut r = Responder::new(1800, 0);
         assert_eq!(
             r.decide(&advert(1800, 1), ROUTER, Some(255), 1000),
             Verdict::RouterSeen
@@ -161,7 +180,7 @@ mod tests {
 
     #[test]
     fn discards_what_rfc_4861_section_6_1_discards() {
-        let mut r = Responder::new(1800);
+        let mut r = Responder::new(1800, 0);
         for hop_limit in [None, Some(64), Some(254)] {
             assert!(matches!(
                 r.decide(&SOLICIT, HOST, hop_limit, 1),
@@ -179,12 +198,19 @@ mod tests {
             r.decide(&bare, Ipv6Addr::UNSPECIFIED, Some(255), 1),
             Verdict::Ignore
         );
+        // A solicitation from a global address is not answered (the answer's source
+        // would not be link-local).
+        let global_host = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2);
+        assert_eq!(
+            r.decide(&SOLICIT, global_host, Some(255), 5),
+            Verdict::Ignore
+        );
         // A router advertisement from a global address does not silence the responder.
         let global = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1);
         assert!(matches!(
             r.decide(&advert(1800, 1), global, Some(255), 1),
             Verdict::Invalid(_)
         ));
-        assert_eq!(r.decide(&SOLICIT, HOST, Some(255), 2), Verdict::Answer);
+        assert_eq!(r.decide(&SOLICIT, HOST, Some(255), 5), Verdict::Answer);
     }
 }

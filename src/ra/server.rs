@@ -7,6 +7,7 @@ use std::mem;
 use std::net::{Ipv6Addr, SocketAddrV6};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::unix::AsyncFd;
@@ -111,6 +112,8 @@ pub fn bind(interface: &str) -> Result<RaListener, RaError> {
     socket.set_unicast_hops_v6(255).map_err(err)?;
     socket.set_multicast_hops_v6(255).map_err(err)?;
     socket.join_multicast_v6(&ALL_ROUTERS, index).map_err(err)?;
+    // Its own solicitations are for routers, not for itself.
+    socket.set_multicast_loop_v6(false).map_err(err)?;
     set_int_option(&socket, libc::IPPROTO_IPV6, libc::IPV6_RECVHOPLIMIT, 1).map_err(err)?;
     pass_only_router_discovery(&socket).map_err(err)?;
     socket.set_nonblocking(true).map_err(err)?;
@@ -133,29 +136,70 @@ pub async fn run(
     stop: CancellationToken,
 ) {
     let mut tasks = JoinSet::new();
+    let started = Instant::now();
     for listener in listeners {
         info!(interface = %listener.interface, "answering IPv6 router solicitations");
         let (metrics, stop) = (metrics.clone(), stop.clone());
-        tasks.spawn(serve(
-            listener,
-            Responder::new(stand_down_secs),
-            metrics,
-            stop,
-        ));
+        let responder = Responder::new(stand_down_secs, 0);
+        tasks.spawn(serve(listener, responder, started, metrics, stop));
     }
     while tasks.join_next().await.is_some() {}
+}
+
+/// RFC 4861 §6.2.6: a solicited advertisement waits a random 0 to MAX_RA_DELAY_TIME.
+const MAX_RA_DELAY: Duration = Duration::from_millis(500);
+/// Answers waiting out their delay, at most (an RS flood must not grow memory).
+const MAX_PENDING: usize = 256;
+/// The responder's own solicitations while it learns (the first may leave before the
+/// interface's link-local address has passed duplicate address detection).
+const PROBES: u32 = 3;
+
+/// A random delay in [0, MAX_RA_DELAY): std's per-instance random hash keys are enough
+/// to spread answers, which is all the delay is for.
+fn random_delay() -> Duration {
+    use std::hash::BuildHasher;
+    let r = std::collections::hash_map::RandomState::new().hash_one(Instant::now());
+    Duration::from_millis(r % MAX_RA_DELAY.as_millis() as u64)
 }
 
 async fn serve(
     listener: RaListener,
     mut responder: Responder,
+    started: Instant,
     metrics: Arc<RaMetrics>,
     stop: CancellationToken,
 ) {
     let mut buf = [0u8; 1500];
+    let now = || started.elapsed().as_secs();
+    let mut pending: Vec<(Instant, SocketAddrV6)> = Vec::new();
+    let (mut probes_left, mut next_probe) = (PROBES, Instant::now());
     loop {
+        let next_answer = pending.iter().map(|(due, _)| *due).min();
         let received = tokio::select! {
             _ = stop.cancelled() => return,
+            _ = tokio::time::sleep_until(next_probe.into()), if probes_left > 0 => {
+                probes_left -= 1;
+                next_probe = Instant::now() + Duration::from_secs(1);
+                let all_routers = SocketAddrV6::new(ALL_ROUTERS, 0, 0, listener.index);
+                if let Err(e) = listener.socket.get_ref().send_to(&wire::router_solicitation(), &all_routers.into()) {
+                    debug!(interface = %listener.interface, error = %e, "ra: own solicitation not sent");
+                }
+                continue;
+            }
+            _ = tokio::time::sleep_until(next_answer.unwrap_or_else(Instant::now).into()), if next_answer.is_some() => {
+                let at = Instant::now();
+                let (due, later): (Vec<_>, Vec<_>) = pending.drain(..).partition(|(d, _)| *d <= at);
+                pending = later;
+                for (_, to) in due {
+                    // A router may have spoken while this answer waited.
+                    if responder.answering(now()) {
+                        send_answer(&listener, to, &metrics);
+                    } else {
+                        metrics.standing_down.inc();
+                    }
+                }
+                continue;
+            }
             r = listener.socket.readable() => match r {
                 Ok(mut guard) => match guard.try_io(|s| recv_with_hop_limit(s.as_raw_fd(), &mut buf)) {
                     Ok(r) => r,
@@ -189,28 +233,12 @@ async fn serve(
         if matches!(message, wire::NdMessage::Solicitation { .. }) {
             metrics.solicitations.inc();
         }
-        match responder.decide(&message, source, hop_limit, crate::dhcp::server::unix_now()) {
-            Verdict::Answer => {
+        match responder.decide(&message, source, hop_limit, now()) {
+            Verdict::Answer if pending.len() < MAX_PENDING => {
                 let to = SocketAddrV6::new(source, 0, 0, listener.index);
-                match listener
-                    .socket
-                    .get_ref()
-                    .send_to(&wire::no_router_advertisement(), &to.into())
-                {
-                    Ok(_) => {
-                        metrics.answered.inc();
-                        debug!(interface = %listener.interface, %source, "ra: told a host there is no router");
-                    }
-                    // The interface's own link-local address is still in duplicate
-                    // address detection (interfaces solicit as they come up).
-                    Err(e) if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) => {
-                        debug!(interface = %listener.interface, %source, "ra: no usable link-local address yet")
-                    }
-                    Err(e) => {
-                        warn!(interface = %listener.interface, %source, error = %e, "ra: send failed")
-                    }
-                }
+                pending.push((Instant::now() + random_delay(), to));
             }
+            Verdict::Answer => metrics.standing_down.inc(),
             Verdict::StandingDown => metrics.standing_down.inc(),
             Verdict::RouterSeen => {
                 metrics.routers_seen.inc();
@@ -221,6 +249,27 @@ async fn serve(
                 metrics.invalid.inc();
                 debug!(interface = %listener.interface, %source, why, "ra: discarded");
             }
+        }
+    }
+}
+
+fn send_answer(listener: &RaListener, to: SocketAddrV6, metrics: &RaMetrics) {
+    match listener
+        .socket
+        .get_ref()
+        .send_to(&wire::no_router_advertisement(), &to.into())
+    {
+        Ok(_) => {
+            metrics.answered.inc();
+            debug!(interface = %listener.interface, source = %to.ip(), "ra: told a host there is no router");
+        }
+        // The interface's own link-local address is still in duplicate address
+        // detection (interfaces solicit as they come up).
+        Err(e) if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) => {
+            debug!(interface = %listener.interface, source = %to.ip(), "ra: no usable link-local address yet")
+        }
+        Err(e) => {
+            warn!(interface = %listener.interface, source = %to.ip(), error = %e, "ra: send failed")
         }
     }
 }

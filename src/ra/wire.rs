@@ -136,6 +136,14 @@ pub fn no_router_advertisement() -> [u8; ADVERTISEMENT_LEN] {
     ra
 }
 
+/// A bare Router Solicitation (RFC 4861 §4.1): the responder's own question on start,
+/// so that routers on the segment reveal themselves before it answers anyone.
+pub fn router_solicitation() -> [u8; SOLICITATION_LEN] {
+    let mut rs = [0u8; SOLICITATION_LEN];
+    rs[0] = ROUTER_SOLICITATION;
+    rs
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -215,6 +223,16 @@ mod tests {
         long[9] = 2;
         assert_eq!(parse(&long), Err(WireError::Option(8)));
         assert_eq!(parse(&IPXE_SOLICITATION[..9]), Err(WireError::Option(8)));
+    }
+
+    #[test]
+    fn its_own_solicitation_parses() {
+        assert_eq!(
+            parse(&router_solicitation()),
+            Ok(NdMessage::Solicitation {
+                has_source_link_layer: false
+            })
+        );
     }
 
     #[test]
