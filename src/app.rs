@@ -51,6 +51,14 @@ pub enum AppError {
     /// A TLS certificate, key or CA file cannot be used.
     #[error(transparent)]
     Tls(#[from] crate::http::tls::TlsError),
+    /// The hosts directory cannot be read at start.
+    #[error("dhcp.hostsdir: cannot read {}: {source}", dir.display())]
+    HostsDir {
+        /// The configured directory.
+        dir: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
     /// The TFTP socket cannot be bound.
     #[error("cannot bind TFTP socket on {addr}: {source}")]
     TftpBind {
@@ -117,13 +125,21 @@ pub async fn run(
         },
     )?);
     if let Some(dir) = config.dhcp.hostsdir.clone() {
+        // Read before DHCP starts: an unfiltered first poll would let every machine
+        // through.
+        let files = crate::dhcp::hostsdir_watch::first_scan(&dir, &policies).map_err(|source| {
+            AppError::HostsDir {
+                dir: dir.clone(),
+                source,
+            }
+        })?;
         let (policies, poll, stop) = (
             policies.clone(),
             config.dhcp.hostsdir_poll,
             shutdown.clone(),
         );
         tasks.spawn(async move {
-            crate::dhcp::hostsdir_watch::run(dir, poll, policies, stop).await;
+            crate::dhcp::hostsdir_watch::run(dir, poll, policies, files, stop).await;
             Ok(())
         });
     }

@@ -53,13 +53,13 @@ pub fn check_config(config: &Config) -> anyhow::Result<()> {
     for w in config.boot_file_warnings() {
         writeln!(out, "warning: {w}")?;
     }
-    // Likewise a hosts directory Ironic has not created yet: it is followed once it
-    // appears.
+    // Likewise a hosts directory Ironic has not created yet (serve waits for nobody:
+    // it refuses to start unfiltered).
     if let Some(dir) = &config.dhcp.hostsdir {
         if !dir.is_dir() {
             writeln!(
                 out,
-                "warning: dhcp.hostsdir {}: not a directory (yet); until it is, only the API's host policies apply",
+                "warning: dhcp.hostsdir {}: not a directory (yet); serve refuses to start until it is",
                 dir.display()
             )?;
         } else {

@@ -49,6 +49,26 @@ dnsmasq.sync(json.loads(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4] == 'y
     assert!(status.success(), "Ironic's pxe_filter sync failed");
 }
 
+/// Unfiltered DHCP would let every machine through: a hosts directory that cannot be
+/// read stops the start, naming the key.
+#[test]
+fn a_hosts_directory_that_cannot_be_read_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("not-there");
+    let out = Command::new(common::shardboot_bin())
+        .args(["serve", "--state-dir"])
+        .arg(dir.path().join("state"))
+        .arg("--set")
+        .arg(format!("dhcp.hostsdir={}", missing.display()))
+        .args(["--set", "tftp.enabled=false", "--set", "http.enabled=false"])
+        .args(["--set", "dhcp.port=6767"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("dhcp.hostsdir: cannot read"), "{err}");
+}
+
 fn mac_bytes(s: &str) -> [u8; 6] {
     s.parse::<shardboot::mac::MacAddr>().unwrap().0
 }

@@ -35,8 +35,8 @@ pub struct PacketContext<'a> {
     pub interface: &'a Interface,
     /// Ownership decision for the client.
     pub responsibility: Responsibility,
-    /// The operator's allow/deny for the client's MAC, if any.
-    pub policy: Option<super::policy::HostPolicy>,
+    /// The run-time allow/deny for the client's MAC, if any, and where it comes from.
+    pub policy: Option<(super::policy::HostPolicy, super::policy::PolicySource)>,
     /// Unix seconds.
     pub now: u64,
 }

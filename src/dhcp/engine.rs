@@ -12,7 +12,7 @@ use super::boot::{self, BootDirective};
 pub use super::decision::{
     Decision, IgnoreReason, Interface, Outcome, PacketContext, PoolUsage, Reply, Responsibility,
 };
-use super::policy::HostPolicy;
+use super::policy::{HostPolicy, PolicySource};
 use super::pool::Pool;
 use super::reply::{self, ReplyParts, Timers};
 use super::table::LeaseTable;
@@ -143,11 +143,14 @@ impl Engine {
         let Some(mac) = MacAddr::from_chaddr(msg.chaddr()) else {
             return Decision::ignore(IgnoreReason::Unsupported);
         };
-        // The operator's run-time allow/deny wins over the configuration.
+        // The operator's run-time allow/deny wins over the configuration. A hosts
+        // directory's allow (Ironic's PXE filter) makes a MAC known, like a dnsmasq
+        // dhcp-host line, but does not lift a `[[host]]` deny.
         match (ctx.policy, self.hosts.get(&mac)) {
-            (Some(HostPolicy::Deny), _) => return Decision::ignore(IgnoreReason::Denied),
-            (Some(HostPolicy::Allow), _) => {}
-            (None, Some(h)) if h.deny => return Decision::ignore(IgnoreReason::Denied),
+            (Some((HostPolicy::Deny, _)), _) => return Decision::ignore(IgnoreReason::Denied),
+            (Some((HostPolicy::Allow, PolicySource::Api)), _) => {}
+            (_, Some(h)) if h.deny => return Decision::ignore(IgnoreReason::Denied),
+            (Some((HostPolicy::Allow, _)), _) => {}
             (None, None) if self.settings.known_only => {
                 return Decision::ignore(IgnoreReason::UnknownClient)
             }

@@ -358,6 +358,34 @@ fn reservations_known_only_and_deny() {
             .outcome,
         Outcome::Ignored(IgnoreReason::UnknownClient)
     );
+    // Run-time policies: the API's allow lifts a [[host]] deny; a hosts directory's
+    // allow (Ironic's PXE filter) makes a MAC known but does not lift a deny.
+    use crate::dhcp::policy::{HostPolicy, PolicySource};
+    let with_policy = |e: &mut Engine, m: MacAddr, p: (HostPolicy, PolicySource)| {
+        let c = PacketContext {
+            policy: Some(p),
+            ..ctx(&i, T0)
+        };
+        e.handle_message(&msg(MessageType::Discover, m), &c).outcome
+    };
+    let allow_dir = (HostPolicy::Allow, PolicySource::HostsDir);
+    let allow_api = (HostPolicy::Allow, PolicySource::Api);
+    assert_eq!(
+        with_policy(&mut e, mac(2), allow_dir),
+        Outcome::Ignored(IgnoreReason::Denied)
+    );
+    assert!(matches!(
+        with_policy(&mut e, mac(2), allow_api),
+        Outcome::Offer(_)
+    ));
+    assert!(matches!(
+        with_policy(
+            &mut e,
+            mac(3),
+            (HostPolicy::Allow, PolicySource::HostsDirUnknown)
+        ),
+        Outcome::Offer(_)
+    ));
     // The reserved address is never handed to anyone else.
     let mut e = Engine::new(&config(hosts), vec![], T0);
     for n in 3..100 {

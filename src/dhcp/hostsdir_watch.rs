@@ -21,30 +21,48 @@ const MAX_FILE_BYTES: u64 = 64 * 1024;
 
 /// What was read of one file, and the stamp that tells whether to read it again.
 #[derive(Clone, PartialEq, Eq)]
-struct Read {
+pub struct Read {
     len: u64,
     modified: Option<SystemTime>,
     content: String,
 }
 
-/// Polls `dir` until `stop`, applying every change to `policies`.
+/// What was read of the whole directory.
+pub type Files = HashMap<String, Read>;
+
+/// Reads and applies the directory once, before DHCP answers anything: until then
+/// the filter would let every machine through. A directory that cannot be read is an
+/// error (the caller refuses to start).
+pub fn first_scan(dir: &Path, policies: &HostPolicies) -> io::Result<Files> {
+    let (files, skipped) = rescan(dir, HashMap::new())?;
+    for s in skipped {
+        warn!(dir = %dir.display(), "{s}");
+    }
+    apply(&files, policies);
+    Ok(files)
+}
+
+/// Polls `dir` until `stop`, applying every change to `policies`; `files` is what
+/// [`first_scan`] read.
 pub async fn run(
     dir: PathBuf,
     poll: Duration,
     policies: Arc<HostPolicies>,
+    mut files: Files,
     stop: CancellationToken,
 ) {
     info!(dir = %dir.display(), "following the dnsmasq hosts directory");
-    let mut files: HashMap<String, Read> = HashMap::new();
-    let mut first = true;
     let mut last_error: Option<String> = None;
     loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(poll) => {}
+        }
         let (d, previous) = (dir.clone(), files.clone());
         match tokio::task::spawn_blocking(move || rescan(&d, previous)).await {
             Ok(Ok((now, skipped))) => {
                 last_error = None;
-                if first || now != files {
-                    first = false;
+                if now != files {
                     for s in skipped {
                         warn!(dir = %dir.display(), "{s}");
                     }
@@ -63,10 +81,6 @@ pub async fn run(
                 }
             }
             Err(e) => warn!(error = %e, "hosts directory scan failed"),
-        }
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(poll) => {}
         }
     }
 }
@@ -96,11 +110,9 @@ fn apply(files: &HashMap<String, Read>, policies: &HostPolicies) {
 
 /// Lists `dir` and reads the files that are new or changed since `previous`; returns
 /// the new state and a note for every file skipped. Like dnsmasq, dot files and
-/// editor backups (`~`) are not hosts files.
-fn rescan(
-    dir: &Path,
-    mut previous: HashMap<String, Read>,
-) -> io::Result<(HashMap<String, Read>, Vec<String>)> {
+/// editor backups (`~`) are not hosts files. A file that exists but cannot be read
+/// keeps what was read of it before (an unreadable deny must not turn into an allow).
+fn rescan(dir: &Path, mut previous: Files) -> io::Result<(Files, Vec<String>)> {
     let mut now = HashMap::new();
     let mut skipped = Vec::new();
     for entry in std::fs::read_dir(dir)? {
@@ -109,9 +121,24 @@ fn rescan(
         if name.starts_with('.') || name.ends_with('~') {
             continue;
         }
+        let mut unreadable = |name: String, e: io::Error, previous: &mut Files, now: &mut Files| {
+            skipped.push(format!(
+                "{}: cannot read ({e}); keeping what was read before",
+                name.escape_default()
+            ));
+            if let Some(r) = previous.remove(&name) {
+                now.insert(name, r);
+            }
+        };
         // Follows symlinks, as dnsmasq does.
-        let Ok(meta) = std::fs::metadata(entry.path()) else {
-            continue;
+        let meta = match std::fs::metadata(entry.path()) {
+            Ok(m) => m,
+            // Removed since the listing: the file is gone.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                unreadable(name, e, &mut previous, &mut now);
+                continue;
+            }
         };
         if !meta.is_file() {
             continue;
@@ -133,8 +160,11 @@ fn rescan(
                     modified,
                     content: String::from_utf8_lossy(&bytes).into_owned(),
                 },
-                // Removed between listing and reading: the next poll sees it gone.
-                Err(_) => continue,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    unreadable(name, e, &mut previous, &mut now);
+                    continue;
+                }
             },
         };
         now.insert(name, read);

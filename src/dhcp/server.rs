@@ -430,7 +430,7 @@ impl LoopState<'_> {
         let responsibility = self
             .responsibility
             .map_or(Responsibility::Mine, |f| f(&msg, now));
-        let policy = MacAddr::from_chaddr(msg.chaddr()).and_then(|m| self.policies.get(&m));
+        let policy = MacAddr::from_chaddr(msg.chaddr()).and_then(|m| self.policies.lookup(&m));
         let ctx = PacketContext {
             interface: &self.interfaces[listener],
             responsibility,

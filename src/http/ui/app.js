@@ -10,9 +10,15 @@
   function currentToken() {
     const m = /(?:^#|&)token=([^&]*)/.exec(location.hash);
     if (m) {
-      const t = decodeURIComponent(m[1]);
-      sessionStorage.setItem("shardboot-token", t);
+      // Out of the address bar first, whatever the fragment holds.
       history.replaceState(null, "", location.pathname);
+      let t = m[1];
+      try {
+        t = decodeURIComponent(t);
+      } catch (e) {
+        // Not percent-encoded: use it as it is.
+      }
+      sessionStorage.setItem("shardboot-token", t);
       return t;
     }
     return sessionStorage.getItem("shardboot-token");
