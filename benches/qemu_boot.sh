@@ -192,6 +192,9 @@ boot() {
   "${nsx[@]}" "$python" -u "$work/conductor.py" "$www" 192.0.2.1 8088 > "$d/conductor.log" 2>&1 &
   conductor_pid=$!
   wait_line "$d/conductor.log" "^ready" 10 || fail "the conductor stand-in did not start" "$d"
+  # Machines meet a server that has been up a while: shardboot's IPv6 responder listens
+  # for routers for 3 s after start before it answers. The same pause for every server.
+  sleep 3.5
 
   local t0 at deadline
   t0=$(uptime_now)
