@@ -33,7 +33,9 @@ pub fn parse_flag(flag: &str) -> Result<(String, String), OverrideError> {
 }
 
 /// Variables that are not config keys: the config file path and the log filter.
-const NOT_KEYS: [&str; 2] = ["CONFIG", "LOG"];
+/// Variables the CLI reads itself: `SHARDBOOT_CONFIG`, `SHARDBOOT_LOG`, and the
+/// `leases`/`hosts` client's `SHARDBOOT_SERVER` and `SHARDBOOT_TOKEN_FILE`.
+const NOT_KEYS: [&str; 4] = ["CONFIG", "LOG", "SERVER", "TOKEN_FILE"];
 
 /// Collects `SHARDBOOT_*` variables (except [`NOT_KEYS`])
 /// as dotted overrides, sorted so the result does not depend on environment order.
@@ -129,6 +131,8 @@ mod tests {
             ("SHARDBOOT_DHCP__PORT".to_string(), "6767".to_string()),
             ("SHARDBOOT_CONFIG".to_string(), "/x".to_string()),
             ("SHARDBOOT_LOG".to_string(), "debug".to_string()),
+            ("SHARDBOOT_SERVER".to_string(), "http://x".to_string()),
+            ("SHARDBOOT_TOKEN_FILE".to_string(), "/t".to_string()),
             ("SHARDBOOT_STATE_DIR".to_string(), "/s".to_string()),
             ("HOME".to_string(), "/root".to_string()),
         ];

@@ -28,7 +28,11 @@ impl Engine {
     /// RFC 3527 link selection, RFC 3011 subnet selection, then giaddr (RFC 2131 §4.3.1),
     /// then the receiving interface.
     pub(super) fn select_subnet(&self, msg: &Message, ctx: &PacketContext<'_>) -> Option<usize> {
+        let giaddr = Some(msg.giaddr()).filter(|g| !g.is_unspecified());
+        // Link selection is a relay agent's statement (RFC 3527 §2); in a packet that
+        // came through no relay it is the client's own claim, and is not trusted.
         let link = match msg.opts().get(OptionCode::RelayAgentInformation) {
+            _ if giaddr.is_none() => None,
             Some(DhcpOption::RelayAgentInformation(info)) => {
                 match info.get(RelayCode::LinkSelection) {
                     Some(RelayInfo::LinkSelection(ip)) => Some(*ip),
@@ -41,7 +45,6 @@ impl Engine {
             Some(DhcpOption::SubnetSelection(ip)) => Some(*ip),
             _ => None,
         };
-        let giaddr = Some(msg.giaddr()).filter(|g| !g.is_unspecified());
         if let Some(addr) = link.or(selection).or(giaddr) {
             return self
                 .subnets
@@ -138,12 +141,14 @@ impl Engine {
                 return Some(ip);
             }
         }
-        let total: usize = self.subnets[si]
+        // Each pass marks one stale bitmap bit used, so the slices' size bounds the
+        // loop (counting the free bits instead would scan every bitmap per request).
+        let bound: usize = self.subnets[si]
             .pools
             .iter()
-            .map(|p| p.free() as usize)
+            .map(|p| p.slice_len() as usize)
             .sum();
-        for _ in 0..=total {
+        for _ in 0..=bound {
             let ip = self.subnets[si]
                 .pools
                 .iter_mut()

@@ -272,6 +272,19 @@ impl Engine {
             Some(l) if l.is_active(ctx.now) && ctx.responsibility == Responsibility::Mine => {
                 self.nak(msg, ours)
             }
+            // RFC 2131 §4.3.2: a client in INIT-REBOOT whose notion of its address
+            // differs from this server's live record of it gets a NAK, and DISCOVERs
+            // again. Only the responsible member says so: another member's stale record
+            // must not contradict the holder's ACK.
+            _ if ciaddr.is_none()
+                && ctx.responsibility == Responsibility::Mine
+                && self
+                    .table
+                    .by_mac(mac)
+                    .is_some_and(|l| l.ip != ip && l.is_active(ctx.now)) =>
+            {
+                self.nak(msg, ours)
+            }
             _ if ctx.responsibility == Responsibility::NotMine => {
                 Decision::ignore(IgnoreReason::NotResponsible)
             }

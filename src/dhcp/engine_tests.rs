@@ -2,6 +2,9 @@
 //! `handle_message` and checks the reply, its destination and the lease effects.
 
 use std::net::Ipv4Addr;
+use std::str::FromStr;
+
+use ipnet::Ipv4Net;
 
 use dhcproto::v4::{Architecture, DhcpOption, Flags, Message, MessageType, OptionCode};
 
@@ -187,6 +190,156 @@ fn relayed_requests_choose_the_subnet_by_giaddr_and_reply_to_the_relay() {
 }
 
 #[test]
+fn a_relay_agents_link_selection_picks_the_subnet_and_option_82_is_echoed() {
+    use dhcproto::v4::relay::{RelayAgentInformation, RelayInfo};
+    let (i, mut e) = (iface(), Engine::new(&config(""), vec![], T0));
+    let mut info = RelayAgentInformation::default();
+    info.insert(RelayInfo::AgentCircuitId(b"rack4-port7".to_vec()));
+    info.insert(RelayInfo::LinkSelection(Ipv4Addr::new(198, 51, 100, 0)));
+    // The relay sits on a network no subnet covers; link selection names the client's.
+    let mut d = with(
+        msg(MessageType::Discover, mac(1)),
+        DhcpOption::RelayAgentInformation(info.clone()),
+    );
+    d.set_giaddr(Ipv4Addr::new(203, 0, 113, 1));
+    let reply = e.handle_message(&d, &ctx(&i, T0)).reply.unwrap();
+    assert_eq!(reply.message.yiaddr(), Ipv4Addr::new(198, 51, 100, 10));
+    assert_eq!(
+        reply.destination,
+        Destination::Relay(Ipv4Addr::new(203, 0, 113, 1))
+    );
+    // RFC 3046 §2.2: the server echoes the relay agent information unchanged.
+    assert_eq!(
+        reply.message.opts().get(OptionCode::RelayAgentInformation),
+        Some(&DhcpOption::RelayAgentInformation(info.clone()))
+    );
+    // The same option from a client that came through no relay is not trusted: it is
+    // served from the receiving interface's subnet.
+    let direct = with(
+        msg(MessageType::Discover, mac(2)),
+        DhcpOption::RelayAgentInformation(info),
+    );
+    let yiaddr = offered(&e.handle_message(&direct, &ctx(&i, T0)));
+    assert!(Ipv4Net::from_str("192.0.2.0/24").unwrap().contains(&yiaddr));
+}
+
+#[test]
+fn an_ack_carries_the_subnets_options_and_a_hosts_overrides() {
+    let extra = r#"
+[[host]]
+mac = "52:54:00:00:00:02"
+router = "192.0.2.254"
+dns = ["192.0.2.53"]
+lease_time = 600
+"#;
+    let text = format!(
+        "{DEFAULT_CONFIG_TOML}\n{extra}\n[[subnet]]\nnetwork = \"198.51.100.0/24\"\nranges = [\"198.51.100.10 - 198.51.100.12\"]\n"
+    );
+    let set = |k: &str, v: &str| (k.to_string(), v.to_string());
+    let cfg = Config::from_toml_with_overrides(
+        &text,
+        &[
+            set("subnet.0.mtu", "1400"),
+            set("subnet.0.ntp", r#"["192.0.2.123"]"#),
+            set("subnet.0.renewal_time", "1000"),
+            set("subnet.0.rebinding_time", "3000"),
+        ],
+    )
+    .unwrap();
+    let (i, mut e) = (iface(), Engine::new(&cfg, vec![], T0));
+    let uuid = vec![
+        0, 0x44, 0x45, 0x4c, 0x4c, 0x10, 0, 0x10, 0x4c, 0x80, 0x31, 0, 0, 0, 0, 0, 1,
+    ];
+    let pxe = |m: MacAddr, kind: MessageType| {
+        with(
+            with(
+                with(
+                    msg(kind, m),
+                    DhcpOption::ClientMachineIdentifier(uuid.clone()),
+                ),
+                DhcpOption::ClassIdentifier(b"PXEClient:Arch:00000:UNDI:002001".to_vec()),
+            ),
+            DhcpOption::ClientSystemArchitecture(Architecture(0)),
+        )
+    };
+    let ip = offered(&e.handle_message(&pxe(mac(1), MessageType::Discover), &ctx(&i, T0)));
+    let req = with(
+        with(
+            pxe(mac(1), MessageType::Request),
+            DhcpOption::ServerIdentifier(SERVER),
+        ),
+        DhcpOption::RequestedIpAddress(ip),
+    );
+    let d = e.handle_message(&req, &ctx(&i, T0));
+    let opts = d.reply.as_ref().unwrap().message.opts().clone();
+    let want = [
+        DhcpOption::AddressLeaseTime(3600),
+        DhcpOption::Renewal(1000),
+        DhcpOption::Rebinding(3000),
+        DhcpOption::SubnetMask(Ipv4Addr::new(255, 255, 255, 0)),
+        DhcpOption::Router(vec![SERVER]),
+        DhcpOption::DomainNameServer(vec![SERVER]),
+        DhcpOption::DomainName("shardboot.test".into()),
+        DhcpOption::InterfaceMtu(1400),
+        DhcpOption::NtpServers(vec![Ipv4Addr::new(192, 0, 2, 123)]),
+        DhcpOption::ServerIdentifier(SERVER),
+        DhcpOption::TFTPServerName(b"192.0.2.1".to_vec()),
+        DhcpOption::BootfileName(b"undionly.kpxe".to_vec()),
+    ];
+    for o in want {
+        assert_eq!(opts.get(OptionCode::from(&o)), Some(&o));
+    }
+    // Option 97 is kept with the lease (Ironic matches machines by it).
+    let LeaseEffect::Put(l) = &d.effects[0] else {
+        panic!()
+    };
+    assert_eq!(l.machine_id.as_deref(), Some(&uuid[..]));
+    // A [[host]] entry's router, DNS and lease time replace the subnet's.
+    let ip = offered(&e.handle_message(&msg(MessageType::Discover, mac(2)), &ctx(&i, T0)));
+    let d = e.handle_message(&request_selecting(mac(2), ip), &ctx(&i, T0));
+    let opts = d.reply.unwrap().message.opts().clone();
+    for o in [
+        DhcpOption::AddressLeaseTime(600),
+        DhcpOption::Router(vec![Ipv4Addr::new(192, 0, 2, 254)]),
+        DhcpOption::DomainNameServer(vec![Ipv4Addr::new(192, 0, 2, 53)]),
+    ] {
+        assert_eq!(opts.get(OptionCode::from(&o)), Some(&o));
+    }
+}
+
+#[test]
+fn a_boot_url_too_long_for_the_file_field_goes_in_option_67_alone() {
+    // 120 characters: valid for boot.http_url (at most 127), too long once the script
+    // name is added.
+    let base = format!(
+        "http://{}.{}.example.org:8080",
+        "a".repeat(60),
+        "b".repeat(35)
+    );
+    assert_eq!(base.len(), 120);
+    let cfg = Config::from_toml_with_overrides(
+        DEFAULT_CONFIG_TOML,
+        &[("boot.http_url".to_string(), base.clone())],
+    )
+    .unwrap();
+    let (i, mut e) = (iface(), Engine::new(&cfg, vec![], T0));
+    let ipxe = with(
+        msg(MessageType::Discover, mac(1)),
+        DhcpOption::UserClass(b"iPXE".to_vec()),
+    );
+    let r = e.handle_message(&ipxe, &ctx(&i, T0)).reply.unwrap().message;
+    let url = format!("{base}/boot.ipxe");
+    assert!(url.len() > 128);
+    assert_eq!(
+        r.opts().get(OptionCode::BootfileName),
+        Some(&DhcpOption::BootfileName(url.into_bytes()))
+    );
+    assert_eq!(r.fname(), None);
+    let mut buf = Vec::new();
+    super::wire::encode_reply(&r, &mut buf).unwrap();
+}
+
+#[test]
 fn request_for_another_server_drops_our_offer() {
     let (i, mut e) = (iface(), Engine::new(&config(""), vec![], T0));
     let ip = offered(&e.handle_message(&msg(MessageType::Discover, mac(1)), &ctx(&i, T0)));
@@ -220,6 +373,17 @@ fn init_reboot_renew_and_rebind() {
     let d = e.handle_message(&wrong, &ctx(&i, T0 + 10));
     assert_eq!(kind(&d), Some(MessageType::Nak));
     assert_eq!(d.reply.unwrap().destination, Destination::Broadcast);
+    // INIT-REBOOT for another free address of the range while this server holds the
+    // client's lease elsewhere: the client's notion is wrong, NAK (RFC 2131 §4.3.2).
+    let elsewhere = with(
+        msg(MessageType::Request, mac(1)),
+        DhcpOption::RequestedIpAddress(Ipv4Addr::new(192, 0, 2, 150)),
+    );
+    assert_ne!(ip, Ipv4Addr::new(192, 0, 2, 150));
+    assert_eq!(
+        kind(&e.handle_message(&elsewhere, &ctx(&i, T0 + 10))),
+        Some(MessageType::Nak)
+    );
     // INIT-REBOOT for an address we have no record of: silent (RFC 2131 §4.3.2).
     let unknown = with(
         msg(MessageType::Request, mac(9)),
@@ -242,6 +406,28 @@ fn init_reboot_renew_and_rebind() {
         panic!()
     };
     assert_eq!((l.starts, l.expires), (T0, T0 + 1800 + 3600));
+    // REBINDING (past T2, broadcast, no server identifier): the holder of the record
+    // extends the lease and answers to ciaddr; a server without one stays silent.
+    let mut rebind = msg(MessageType::Request, mac(1));
+    rebind.set_ciaddr(ip);
+    rebind.set_flags(Flags::default().set_broadcast());
+    let d = e.handle_message(&rebind, &ctx(&i, T0 + 5000));
+    assert_eq!(d.outcome, Outcome::Ack(ip));
+    assert_eq!(
+        d.reply.as_ref().unwrap().destination,
+        Destination::Unicast(ip)
+    );
+    let LeaseEffect::Put(l) = &d.effects[0] else {
+        panic!()
+    };
+    assert_eq!(l.expires, T0 + 5000 + 3600);
+    let mut stranger = Engine::new(&config(""), vec![], T0);
+    assert_eq!(
+        stranger
+            .handle_message(&rebind, &ctx(&i, T0 + 5000))
+            .outcome,
+        Outcome::Ignored(IgnoreReason::NoRecord)
+    );
     // Another client claiming that address: NAK.
     let mut thief = msg(MessageType::Request, mac(2));
     thief.set_ciaddr(ip);

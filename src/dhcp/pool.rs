@@ -180,6 +180,11 @@ impl Pool {
             .sum()
     }
 
+    /// How many addresses this member's slice holds, free or not.
+    pub fn slice_len(&self) -> u32 {
+        self.slice.end - self.slice.start
+    }
+
     /// Addresses held by leases or offers (in any slice: a member keeps serving the
     /// leases it holds).
     pub fn in_use(&self) -> u32 {

@@ -9,6 +9,8 @@ use crate::config::{Host, Subnet};
 
 /// iPXE's "no-pxedhcp" setting in its option space 175: ignore ProxyDHCP.
 const IPXE_NO_PXEDHCP: u8 = 176;
+/// Size of the BOOTP `file` field, NUL included (RFC 2131 §2).
+const FILE_FIELD_LEN: usize = 128;
 
 /// Where a reply is sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,7 +166,12 @@ pub fn build(req: &Message, parts: &ReplyParts<'_>) -> Message {
             b.next_server.to_string().into_bytes(),
         ));
         o.insert(DhcpOption::BootfileName(b.file.as_bytes().to_vec()));
-        m.set_fname_str(&b.file);
+        // The `file` header field is 128 octets with its NUL (RFC 2131 §2). A longer
+        // name (an HTTP URL under a long base) travels in option 67 alone, which iPXE
+        // and UEFI HTTP Boot read (RFC 2132 §9.5).
+        if b.file.len() < FILE_FIELD_LEN {
+            m.set_fname_str(&b.file);
+        }
     }
     m
 }

@@ -96,6 +96,8 @@ pub fn resolve_interfaces(
         })
         .map(|(n, _)| n)
         .collect();
+    // One entry per interface however many addresses it has, in any order.
+    names.sort();
     names.dedup();
     if names.is_empty() {
         return Err(SocketError::NothingToServe);

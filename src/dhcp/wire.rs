@@ -126,10 +126,19 @@ fn walk_options(mut opts: &[u8]) -> Result<u8, DropReason> {
     Ok(message_type)
 }
 
-/// Encodes a reply into `buf` (cleared first).
+/// Smallest BOOTP message: RFC 1542 §2.1 lets relay agents and old clients drop
+/// anything shorter, so replies are padded up to it.
+pub const MIN_REPLY_LEN: usize = 300;
+
+/// Encodes a reply into `buf` (cleared first), padded to [`MIN_REPLY_LEN`].
 pub fn encode_reply(msg: &Message, buf: &mut Vec<u8>) -> Result<(), dhcproto::error::EncodeError> {
     buf.clear();
-    msg.encode(&mut Encoder::new(buf))
+    msg.encode(&mut Encoder::new(buf))?;
+    if buf.len() < MIN_REPLY_LEN {
+        // Pad options (code 0) after End (RFC 2132 §3.1).
+        buf.resize(MIN_REPLY_LEN, 0);
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -157,6 +166,28 @@ mod tests {
         let m = decode_request(&discover()).unwrap();
         assert_eq!(m.opts().msg_type(), Some(MessageType::Discover));
         assert_eq!(m.opcode(), Opcode::BootRequest);
+    }
+
+    #[test]
+    fn short_replies_are_padded_to_the_bootp_minimum_and_still_decode() {
+        let mut nak = Message::new_with_id(
+            9,
+            [0, 0, 0, 0].into(),
+            [0, 0, 0, 0].into(),
+            [0, 0, 0, 0].into(),
+            [0, 0, 0, 0].into(),
+            &[0x52, 0x54, 0, 1, 2, 3],
+        );
+        nak.set_opcode(Opcode::BootReply);
+        nak.opts_mut()
+            .insert(DhcpOption::MessageType(MessageType::Nak));
+        assert!(nak.to_vec().unwrap().len() < MIN_REPLY_LEN);
+        let mut buf = Vec::new();
+        encode_reply(&nak, &mut buf).unwrap();
+        assert_eq!(buf.len(), MIN_REPLY_LEN);
+        let back = Message::from_bytes(&buf).unwrap();
+        assert_eq!(back.opts().msg_type(), Some(MessageType::Nak));
+        assert_eq!(back.xid(), 9);
     }
 
     #[test]
