@@ -1,5 +1,5 @@
 //! Real DHCP clients (ISC dhclient, busybox udhcpc) against the shardboot binary, across a
-//! veth pair between two network namespaces: obtain, renew and release.
+//! veth pair between two network namespaces: obtain, renew, reboot and release.
 
 mod common;
 
@@ -55,9 +55,18 @@ fn interface_mac(lab: &Lab) -> String {
 }
 
 #[test]
-fn dhclient_obtains_reboots_and_releases() {
+fn dhclient_obtains_renews_reboots_and_releases() {
     require_root!();
-    let (lab, dir, mut server) = common::small_lab();
+    let lab = Lab::new(&["192.0.2.1/24"], &[]);
+    let dir = tempfile::tempdir().unwrap();
+    // T1 of 3 s, so the running daemon renews within the test.
+    let cfg = common::config(
+        &lab.server_if,
+        "192.0.2.0/24",
+        "192.0.2.100 - 192.0.2.199",
+        "",
+    ) + "renewal_time = 3\n";
+    let mut server = Server::start(&lab.server, dir.path(), &cfg);
     let events = dir.path().join("events");
     // dhclient runs its script with a clean environment, so bake the events path into a
     // wrapper.
@@ -121,6 +130,12 @@ fn dhclient_obtains_reboots_and_releases() {
         neigh.contains(&interface_mac(&lab)),
         "no ARP entry for {ip}: {neigh:?}"
     );
+
+    // The daemon stays in the background (without -1 after the first lease) and
+    // renews at T1: a unicast REQUEST with ciaddr (RENEWING), ACKed for the same address.
+    let renew = wait_event(&events, "RENEW", 1);
+    assert_eq!(renew[1], ip, "renewed the same address");
+    assert_eq!(renew[4], "192.0.2.1");
 
     // Stop the daemon without releasing, then start again: dhclient reuses its recorded
     // lease via INIT-REBOOT (REBOOT event) and must get the same address.
