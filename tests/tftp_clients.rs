@@ -81,29 +81,40 @@ fn leading_slash_and_metal3_alias_map_into_root() {
 #[test]
 fn netascii_round_trips_through_tftp_hpa() {
     let root = Root::new();
-    let text = b"#!ipxe\nchain http://192.0.2.1/boot.ipxe\r\nexit\n".to_vec();
-    std::fs::write(root.path().join("boot.txt"), &text).unwrap();
+    let short = b"#!ipxe\nchain http://192.0.2.1/boot.ipxe\r\nexit\n".to_vec();
+    // On the wire LF becomes CR LF and a bare CR becomes CR NUL (RFC 1350, RFC 764):
+    // here the first pair straddles blocks 1 and 2 (octets 511 and 512), the second
+    // blocks 2 and 3 (octets 1023 and 1024).
+    let mut long = vec![b'a'; 511];
+    long.push(b'\n');
+    long.extend(vec![b'b'; 510]);
+    long.push(b'\r');
+    long.extend(vec![b'c'; 600]);
+    long.push(b'\n');
     let out = tempfile::tempdir().unwrap();
     let server = TestServer::start(settings(root.path()), "127.0.0.1:0".parse().unwrap());
-    let dest = scratch(out.path(), "boot.txt");
     let host = server.addr.ip().to_string();
     let port = server.addr.port().to_string();
-    let (ok, log) = run_cmd(
-        None,
-        &[
-            "tftp",
-            "-m",
-            "netascii",
-            &host,
-            &port,
-            "-c",
-            "get",
-            "boot.txt",
-            dest.to_str().unwrap(),
-        ],
-    );
-    assert!(ok, "{log}");
-    assert_eq!(std::fs::read(&dest).unwrap(), text);
+    for (name, text) in [("boot.txt", short), ("long.txt", long)] {
+        std::fs::write(root.path().join(name), &text).unwrap();
+        let dest = scratch(out.path(), name);
+        let (ok, log) = run_cmd(
+            None,
+            &[
+                "tftp",
+                "-m",
+                "netascii",
+                &host,
+                &port,
+                "-c",
+                "get",
+                name,
+                dest.to_str().unwrap(),
+            ],
+        );
+        assert!(ok, "{name}: {log}");
+        assert!(std::fs::read(&dest).unwrap() == text, "{name} differs");
+    }
 }
 
 #[test]

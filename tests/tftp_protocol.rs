@@ -376,3 +376,22 @@ fn missing_file_is_an_error_packet_not_a_crash() {
     assert_eq!(error_code(&reply), Some(1));
     server.stop().expect("clean shutdown");
 }
+
+#[test]
+fn a_file_over_the_size_limit_is_refused_and_a_smaller_one_served() {
+    let root = Root::new();
+    std::fs::write(root.path().join("big.bin"), random_bytes(4097, 5)).unwrap();
+    std::fs::write(root.path().join("small.bin"), random_bytes(4096, 6)).unwrap();
+    let server = start(&root, |s| s.max_file_size = 4096);
+    let (reply, _) = TestClient::new()
+        .request(server.addr, &TestClient::rrq(b"big.bin", "octet", &[]))
+        .unwrap();
+    // RFC 1350 error 3, "disk full or allocation exceeded": the nearest code for a
+    // file the server will not send.
+    assert_eq!(error_code(&reply), Some(3));
+    assert!(String::from_utf8_lossy(&reply).contains("too large"));
+    let r = TestClient::new()
+        .get(server.addr, "small.bin", &[], &Faults::default())
+        .unwrap();
+    assert_eq!(r.data, random_bytes(4096, 6));
+}
