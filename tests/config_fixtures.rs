@@ -69,6 +69,39 @@ fn check_config_reports_every_problem_at_once() {
 }
 
 #[test]
+fn every_unknown_key_and_wrongly_typed_value_is_reported_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    std::fs::write(
+        &path,
+        "[dhcp]\nportt = 67\nnever_nak = \"yes\"\n[[subnet]]\nnetwork = \"192.0.2.0/24\"\n\
+         ranges = [\"192.0.2.10 - 192.0.2.20\"]\nlease_time = -1\n[tftp]\nblocksize = 1468\n",
+    )
+    .unwrap();
+    // The CLI's own variables are not config keys and must not break the config.
+    let (ok, _, stderr) = check_config(
+        &path,
+        &[
+            ("SHARDBOOT_SERVER", "http://127.0.0.1:8080"),
+            ("SHARDBOOT_TOKEN_FILE", "/nonexistent"),
+        ],
+    );
+    assert!(!ok);
+    for key in [
+        "dhcp.portt: unknown field",
+        "dhcp.never_nak: invalid type",
+        "subnet[0].lease_time: invalid value",
+        "tftp.blocksize: unknown field",
+    ] {
+        assert!(stderr.contains(key), "{key} missing from:\n{stderr}");
+    }
+    assert!(
+        !stderr.contains("SERVER") && !stderr.contains("server:"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn environment_overrides_are_validated_too() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("fixtures/config/production-example.toml");

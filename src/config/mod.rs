@@ -8,6 +8,7 @@ mod overrides;
 mod raw;
 mod routing;
 mod sources;
+mod structure;
 mod validate;
 
 use std::fmt;
@@ -52,13 +53,14 @@ pub enum ConfigError {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// The file is not valid TOML or has an unknown key or a value of the wrong type.
+    /// The file is not valid TOML.
     #[error("{0}")]
     Syntax(String),
     /// An override (environment or flag) could not be applied.
     #[error(transparent)]
     Override(#[from] OverrideError),
-    /// Settings that parse but are not valid; every one is listed.
+    /// Unknown keys, values of the wrong type, and settings that parse but are not
+    /// valid; every one is listed.
     #[error("{}", .0.iter().map(|i| i.to_string()).collect::<Vec<_>>().join("\n"))]
     Invalid(Vec<ConfigIssue>),
 }
@@ -302,9 +304,7 @@ impl Config {
 
 impl RawConfig {
     fn deserialize_table(table: toml::Table) -> Result<Self, ConfigError> {
-        // Round-trip through text so toml's error names the offending key and line.
-        let text = toml::to_string(&table).map_err(|e| ConfigError::Syntax(e.to_string()))?;
-        toml::from_str(&text).map_err(|e| ConfigError::Syntax(e.to_string()))
+        structure::deserialize_all(table).map_err(ConfigError::Invalid)
     }
 }
 
