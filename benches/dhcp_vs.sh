@@ -18,7 +18,13 @@ clients=50000
 
 tests/install-deps.sh
 cargo build --release --locked -q
+cargo build --release --locked -q --example dhcp_load
 bin="$PWD/target/release/shardboot"
+load="$PWD/target/release/examples/dhcp_load"
+window=${WINDOW:-256}
+# perfdhcp has already leased up to $clients addresses of the 65,000 when the closed loop
+# runs, so the closed loop uses its own, smaller set of MACs.
+load_clients=${LOAD_CLIENTS:-10000}
 
 tag="sbvs$$"
 srv="$tag-s"; cli="$tag-c"; sif="${tag}s"; cif="${tag}c"
@@ -61,6 +67,22 @@ measure() { # name → prints "<4-way/s> <server CPU µs per exchange>"
   echo "$(echo "$out" | awk '/^Rate:/ {print $2; exit}') $(awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v n="${acks:-0}" 'BEGIN { if (n > 0) printf "%.1f", t / hz * 1e6 / n; else print "n/a" }')"
 }
 
+# Closed loop: examples/dhcp_load keeps $window exchanges in flight, so the server, not
+# the generator, sets the pace. Prints "<4-way/s> <server CPU µs per exchange> <lost> <duplicates>".
+measure_closed() {
+  local out before after n
+  before=$(cpu_ticks "$server_pid")
+  out=$(ip netns exec "$cli" "$load" --relay 198.18.0.2 --server 198.18.0.1 --seconds "$secs" \
+        --window "$window" --clients "$load_clients" 2>&1 || true)
+  after=$(cpu_ticks "$server_pid")
+  echo "$out" > "$work/load-$1.txt"
+  n=$(echo "$out" | awk '{for (i = 1; i < NF; i++) if ($i == "exchanges") print $(i + 1)}')
+  echo "$(echo "$out" | awk '{for (i = 1; i < NF; i++) if ($i == "rate") print $(i + 1)}' | tr -d /s)" \
+       "$(awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v n="${n:-0}" 'BEGIN { if (n > 0) printf "%.1f", t / hz * 1e6 / n; else print "n/a" }')" \
+       "$(echo "$out" | awk '{for (i = 1; i < NF; i++) if ($i == "lost") print $(i + 1)}')" \
+       "$(echo "$out" | awk '{for (i = 1; i < NF; i++) if ($i == "duplicates") print $(i + 1)}')"
+}
+
 cat > "$work/shardboot.toml" <<TOML
 [dhcp]
 interfaces = ["$sif"]
@@ -71,12 +93,14 @@ lease_time = 3600
 router = "198.18.0.1"
 TOML
 start shardboot "$bin" serve --config "$work/shardboot.toml" --state-dir "$work/shardboot-state"
-read -r r_sb c_sb <<< "$(measure shardboot)"; stop
+read -r r_sb c_sb <<< "$(measure shardboot)"
+read -r l_sb lc_sb lost_sb dup_sb <<< "$(measure_closed shardboot)"; stop
 
 start dnsmasq dnsmasq --no-daemon --port=0 --no-ping --bind-interfaces --interface="$sif" \
   --dhcp-range=198.18.1.0,198.18.255.254,255.255.0.0,1h --dhcp-lease-max=200000 \
   --dhcp-authoritative --dhcp-leasefile="$work/dnsmasq.leases" --pid-file="$work/dnsmasq.pid" --quiet-dhcp
-read -r r_dm c_dm <<< "$(measure dnsmasq)"; stop
+read -r r_dm c_dm <<< "$(measure dnsmasq)"
+read -r l_dm lc_dm lost_dm dup_dm <<< "$(measure_closed dnsmasq)"; stop
 
 cat > "$work/kea.json" <<JSON
 { "Dhcp4": {
@@ -90,7 +114,8 @@ cat > "$work/kea.json" <<JSON
 } }
 JSON
 start kea env KEA_PIDFILE_DIR="$work" KEA_LOCKFILE_DIR=none kea-dhcp4 -c "$work/kea.json"
-read -r r_kea c_kea <<< "$(measure kea)"; stop
+read -r r_kea c_kea <<< "$(measure kea)"
+read -r l_kea lc_kea lost_kea dup_kea <<< "$(measure_closed kea)"; stop
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.1f", a / b; else print "n/a" }'; }
 echo
@@ -101,3 +126,9 @@ printf '%-10s %12s %22s\n' server "4-way/s" "server CPU us/exchange"
 printf '%-10s %12s %22s\n' shardboot "$r_sb" "$c_sb" dnsmasq "$r_dm" "$c_dm" kea "$r_kea" "$c_kea"
 echo "rate      shardboot / Kea: $(ratio "$r_sb" "$r_kea")x   shardboot / dnsmasq: $(ratio "$r_sb" "$r_dm")x"
 echo "CPU cost  Kea / shardboot: $(ratio "$c_kea" "$c_sb")x   dnsmasq / shardboot: $(ratio "$c_dm" "$c_sb")x"
+echo
+echo "closed loop (examples/dhcp_load, $window exchanges in flight, $load_clients clients, ${secs} s each)"
+printf '%-10s %12s %22s %8s %11s\n' server "4-way/s" "server CPU us/exchange" lost duplicates
+printf '%-10s %12s %22s %8s %11s\n' shardboot "$l_sb" "$lc_sb" "$lost_sb" "$dup_sb" \
+  dnsmasq "$l_dm" "$lc_dm" "$lost_dm" "$dup_dm" kea "$l_kea" "$lc_kea" "$lost_kea" "$dup_kea"
+echo "rate      shardboot / Kea: $(ratio "$l_sb" "$l_kea")x   shardboot / dnsmasq: $(ratio "$l_sb" "$l_dm")x"

@@ -395,3 +395,34 @@ fn a_file_over_the_size_limit_is_refused_and_a_smaller_one_served() {
         .unwrap();
     assert_eq!(r.data, random_bytes(4096, 6));
 }
+
+#[test]
+fn a_wildcard_listener_answers_from_the_address_the_client_asked() {
+    // On loopback, 127.0.0.2 is as local as 127.0.0.1, but the route back to a client at
+    // 127.0.0.1 would pick 127.0.0.1 as the source: a PXE ROM that asked 127.0.0.2 (a
+    // VIP, a secondary address) would drop such DATA as coming from a stranger.
+    let root = Root::new();
+    for single_port in [false, true] {
+        let mut s = settings(root.path());
+        s.single_port = single_port;
+        let server = TestServer::start(s, "0.0.0.0:0".parse().unwrap());
+        let asked: SocketAddr = format!("127.0.0.2:{}", server.addr.port()).parse().unwrap();
+        let r = TestClient::new()
+            .get(
+                asked,
+                "b1468.bin",
+                &[("blksize", "1468")],
+                &Faults::default(),
+            )
+            .unwrap();
+        assert_eq!(r.data.len(), 1468, "single_port={single_port}");
+        let tid = r.server_tid.unwrap();
+        assert_eq!(tid.ip(), asked.ip(), "single_port={single_port}");
+        // Error packets come from there too.
+        let (reply, from) = TestClient::new()
+            .request(asked, &TestClient::rrq(b"missing.bin", "octet", &[]))
+            .unwrap();
+        assert_eq!(error_code(&reply), Some(1));
+        assert_eq!(from.ip(), asked.ip(), "single_port={single_port}");
+    }
+}

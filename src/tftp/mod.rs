@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod options;
 pub mod packet;
 pub mod path;
+mod pktinfo;
 mod server;
 pub mod settings;
 mod single_port;

@@ -2,7 +2,7 @@
 //! ephemeral socket (RFC 1350 §4: the server picks a new TID per transfer).
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
@@ -16,6 +16,7 @@ use super::admission::{note_refusal, Accepted, Admission, Shared};
 use super::batch::Batch;
 use super::metrics::{Reason, TftpMetrics};
 use super::packet::{encode_error, ErrorCode};
+use super::pktinfo;
 use super::transfer::{FailReason, Handled, Status, Transfer};
 use super::{TftpError, TftpMetrics as Metrics, TftpSettings};
 
@@ -59,18 +60,20 @@ pub async fn run(
         single_port = settings.single_port,
         "tftp listening"
     );
+    let pktinfo = pktinfo::enable(&socket);
     if settings.single_port {
-        return super::single_port::run(socket, Shared::new(settings, metrics), shutdown).await;
+        let shared = Shared::new(settings, metrics);
+        return super::single_port::run(socket, pktinfo, shared, shutdown).await;
     }
     let shared = Shared::new(settings, metrics);
     let mut tasks = JoinSet::new();
     let mut buf = vec![0u8; RECV_BUF];
     let mut out = Vec::with_capacity(64);
     let result = loop {
-        let (n, peer) = tokio::select! {
+        let (n, peer, to) = tokio::select! {
             _ = shutdown.cancelled() => break Ok(()),
             Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
-            r = socket.recv_from(&mut buf) => match r {
+            r = pktinfo::recv(&socket, &mut buf, pktinfo) => match r {
                 Ok(x) => x,
                 Err(e) if is_transient(&e) => {
                     tracing::debug!(error = %e, "tftp transient receive error");
@@ -84,15 +87,18 @@ pub async fn run(
             Admission::Reject(code, msg) => {
                 encode_error(&mut out, code, msg);
                 // Best effort: the peer may be gone; a failed error reply is not fatal.
-                let _ = socket.send_to(&out, peer).await;
+                let _ = pktinfo::send(&socket, &out, peer, to).await;
             }
             Admission::Start(acc) => {
                 let token = shutdown.child_token();
                 let shared = shared.clone();
                 let span = tracing::info_span!("tftp_transfer", %peer);
                 tasks.spawn(
-                    async move { serve_transfer(shared, acc, local, peer, token).await }
-                        .instrument(span),
+                    async move {
+                        let local = pktinfo::transfer_ip(local, to);
+                        serve_transfer(shared, acc, local, peer, token).await
+                    }
+                    .instrument(span),
                 );
             }
         }
@@ -106,15 +112,15 @@ pub async fn run(
 async fn serve_transfer(
     shared: Arc<Shared>,
     acc: Accepted,
-    local: SocketAddr,
+    local: IpAddr,
     peer: SocketAddr,
     shutdown: CancellationToken,
 ) {
     let metrics = shared.metrics.clone();
     let mut out = Vec::with_capacity(usize::from(shared.settings.max_blksize) + 4);
-    // New TID: same local address as the listener, fresh port, connected so the
+    // New TID: the local address the request came to, fresh port, connected so the
     // kernel drops datagrams from any other source (RFC 1350 §4 TID check).
-    let bind = SocketAddr::new(local.ip(), 0);
+    let bind = SocketAddr::new(local, 0);
     let sock = match UdpSocket::bind(bind).await {
         Ok(s) => s,
         Err(e) => {

@@ -4,7 +4,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
@@ -16,22 +16,32 @@ use tokio_util::sync::CancellationToken;
 use super::admission::{note_refusal, Admission, Prepared, Shared, Slot};
 use super::packet::{encode_error, ErrorCode};
 use super::path::Refusal;
+use super::pktinfo;
 use super::server::{finish, is_transient, Outcome, RECV_BUF};
 use super::transfer::{Handled, Status};
 use super::TftpError;
 
 struct Running {
     p: Prepared,
+    /// The local address the request came to, which every reply comes from.
+    local: Option<Ipv4Addr>,
     _slot: Slot,
     started: Instant,
     /// Deadline last pushed on the timer heap, to avoid pushing duplicates.
     armed: Option<Instant>,
 }
 
-type Loaded = (SocketAddr, Slot, Vec<u8>, Result<Prepared, Refusal>);
+type Loaded = (
+    SocketAddr,
+    Option<Ipv4Addr>,
+    Slot,
+    Vec<u8>,
+    Result<Prepared, Refusal>,
+);
 
 pub(crate) async fn run(
     socket: UdpSocket,
+    pktinfo: bool,
     shared: Arc<Shared>,
     shutdown: CancellationToken,
 ) -> Result<(), TftpError> {
@@ -45,10 +55,10 @@ pub(crate) async fn run(
         let next = timers.peek().map(|Reverse((d, _))| *d);
         let touched: SocketAddr = tokio::select! {
             _ = shutdown.cancelled() => break Ok(()),
-            Some((peer, slot, datagram, res)) = rx.recv() => match res {
+            Some((peer, local, slot, datagram, res)) = rx.recv() => match res {
                 Ok(p) => {
                     metrics.transfers_started.fetch_add(1, Relaxed);
-                    let run = Running { p, _slot: slot, started: Instant::now(), armed: None };
+                    let run = Running { p, local, _slot: slot, started: Instant::now(), armed: None };
                     transfers.insert(peer, run);
                     peer
                 }
@@ -56,7 +66,7 @@ pub(crate) async fn run(
                     note_refusal(&metrics, peer, &datagram, r);
                     let (code, msg) = r.wire();
                     encode_error(&mut out, code, msg);
-                    let _ = socket.send_to(&out, peer).await;
+                    let _ = pktinfo::send(&socket, &out, peer, local).await;
                     continue;
                 }
             },
@@ -73,8 +83,8 @@ pub(crate) async fn run(
                     None => continue,
                 }
             }
-            r = socket.recv_from(&mut buf) => {
-                let (n, peer) = match r {
+            r = pktinfo::recv(&socket, &mut buf, pktinfo) => {
+                let (n, peer, local) = match r {
                     Ok(x) => x,
                     Err(e) if is_transient(&e) => continue,
                     Err(e) => break Err(TftpError::Recv(e)),
@@ -89,13 +99,13 @@ pub(crate) async fn run(
                         Admission::Ignore => {}
                         Admission::Reject(code, msg) => {
                             encode_error(&mut out, code, msg);
-                            let _ = socket.send_to(&out, peer).await;
+                            let _ = pktinfo::send(&socket, &out, peer, local).await;
                         }
                         Admission::Start(acc) => {
                             let (worker, tx) = (shared.clone(), tx.clone());
                             tokio::task::spawn_blocking(move || {
                                 let res = worker.prepare(&acc.datagram, Instant::now());
-                                let _ = tx.send((peer, acc.slot, acc.datagram, res));
+                                let _ = tx.send((peer, local, acc.slot, acc.datagram, res));
                             });
                         }
                     }
@@ -109,7 +119,7 @@ pub(crate) async fn run(
         };
         let mut outcome = Outcome::Finished;
         while run.p.transfer.poll_transmit(&mut out) {
-            if let Err(e) = socket.send_to(&out, touched).await {
+            if let Err(e) = pktinfo::send(&socket, &out, touched, run.local).await {
                 if !is_transient(&e) {
                     outcome = Outcome::Socket(e);
                     break;
@@ -142,7 +152,7 @@ pub(crate) async fn run(
     };
     for (peer, run) in transfers.drain() {
         encode_error(&mut out, ErrorCode::NotDefined, "server shutting down");
-        let _ = socket.send_to(&out, peer).await;
+        let _ = pktinfo::send(&socket, &out, peer, run.local).await;
         finish(
             &metrics,
             &run.p.transfer,
