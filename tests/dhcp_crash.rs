@@ -1,7 +1,8 @@
 //! Crash safety: a relay-mode load client records every DHCPACK while the server is
-//! SIGKILLed mid-storm, several times. After each restart on the same store, every ACKed
-//! client gets its address back by INIT-REBOOT, no address is ever ACKed to two clients,
-//! and at the end the store holds every ACKed lease.
+//! SIGKILLed mid-storm, several times. After each kill the store holds every lease ACKed
+//! so far; after each restart on it, every ACKed client gets its address back by
+//! INIT-REBOOT; no address is ever ACKed to two clients; and at the end the store still
+//! holds every ACKed lease.
 
 mod common;
 
@@ -18,7 +19,8 @@ const BATCH: u32 = 100;
 
 /// Commands for the client thread (it lives in the client namespace).
 enum Cmd {
-    /// Obtain leases for fresh MACs until told to stop; reply with (acked, unanswered).
+    /// Obtain leases for fresh MACs until told to stop; reply with (acked, unanswered)
+    /// and everything ACKed so far.
     Storm(Arc<AtomicBool>),
     /// INIT-REBOOT every ACKed client; reply with the failures.
     Verify,
@@ -27,7 +29,11 @@ enum Cmd {
 }
 
 enum Report {
-    Storm { acked: usize, unanswered: usize },
+    Storm {
+        acked: usize,
+        unanswered: usize,
+        all: HashMap<[u8; 6], Ipv4Addr>,
+    },
     Verify(Vec<(Ipv4Addr, Answer)>),
     Done(HashMap<[u8; 6], Ipv4Addr>),
 }
@@ -69,6 +75,7 @@ fn client_thread(cmds: mpsc::Receiver<Cmd>, reports: mpsc::Sender<Report>) {
                     .send(Report::Storm {
                         acked: ok,
                         unanswered: silent,
+                        all: acked.clone(),
                     })
                     .unwrap();
             }
@@ -131,7 +138,12 @@ fn acked_leases_survive_sigkill_mid_storm() {
         // The storm goes on against the dead server for a moment.
         std::thread::sleep(Duration::from_millis(300));
         stop.store(true, Ordering::Relaxed);
-        let Report::Storm { acked, unanswered } = rep_rx.recv().unwrap() else {
+        let Report::Storm {
+            acked,
+            unanswered,
+            all,
+        } = rep_rx.recv().unwrap()
+        else {
             panic!()
         };
         assert!(acked > 0, "cycle {cycle}: no ACK before the kill");
@@ -139,6 +151,9 @@ fn acked_leases_survive_sigkill_mid_storm() {
             unanswered > 0,
             "cycle {cycle}: the kill did not land mid-storm"
         );
+        // The dead server's store, read before anything restarts on it.
+        server.kill9();
+        assert_store_holds(&server, &all, &format!("after kill {cycle}"));
 
         server.restart();
         cmd_tx.send(Cmd::Verify).unwrap();
@@ -169,6 +184,15 @@ fn acked_leases_survive_sigkill_mid_storm() {
     client.join().unwrap();
 
     server.stop();
+    assert_store_holds(&server, &all, "at the end");
+    eprintln!(
+        "{} ACKed leases checked across {CYCLES} SIGKILL cycles",
+        all.len()
+    );
+}
+
+/// Every lease in `acked` is in the (stopped) server's store, bound to its client.
+fn assert_store_holds(server: &common::Server, acked: &HashMap<[u8; 6], Ipv4Addr>, when: &str) {
     let leases = server.leases_json();
     let stored: HashMap<String, (String, String)> = leases
         .as_array()
@@ -184,7 +208,7 @@ fn acked_leases_survive_sigkill_mid_storm() {
             )
         })
         .collect();
-    for (m, ip) in &all {
+    for (m, ip) in acked {
         let want_mac = m
             .iter()
             .map(|b| format!("{b:02x}"))
@@ -193,11 +217,7 @@ fn acked_leases_survive_sigkill_mid_storm() {
         assert_eq!(
             stored.get(&ip.to_string()),
             Some(&(want_mac, "bound".to_string())),
-            "ACKed lease {ip} missing from the store"
+            "{when}: ACKed lease {ip} missing from the store"
         );
     }
-    eprintln!(
-        "{} ACKed leases checked across {CYCLES} SIGKILL cycles",
-        all.len()
-    );
 }
