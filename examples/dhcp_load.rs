@@ -147,6 +147,8 @@ fn main() -> anyhow::Result<()> {
     );
     let socket = UdpSocket::bind(SocketAddrV4::new(a.relay, 67))?;
     socket.set_nonblocking(true)?;
+    // A window of replies can arrive at once; the default buffer would drop some.
+    shardboot::sockopt::enlarge_recv_buffer(&socket, 8 << 20);
     let server = SocketAddrV4::new(a.server, 67);
     let timeout = Duration::from_millis(a.timeout_ms);
     let start = Instant::now();
