@@ -6,7 +6,9 @@
 //! or rewritten file is picked up on the next request. Memory: entries are evicted
 //! least-recently-used to stay under `max_bytes`; a file larger than that is read for
 //! its transfer and not kept. Transfers hold their own `Arc`, so eviction never pulls
-//! data from under a running transfer.
+//! data from under a running transfer. Concurrent misses on one file read it once: a
+//! rack powering on right after a boot file changed would otherwise hold one copy per
+//! machine.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -65,6 +67,9 @@ pub enum Source {
 pub struct FileCache {
     max_bytes: u64,
     inner: Mutex<Inner>,
+    /// One lock per file being read from disk, so concurrent misses wait for the
+    /// first reader and then hit.
+    loading: Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
 }
 
 impl FileCache {
@@ -73,6 +78,7 @@ impl FileCache {
         FileCache {
             max_bytes,
             inner: Mutex::new(Inner::default()),
+            loading: Mutex::new(HashMap::new()),
         }
     }
 
@@ -87,22 +93,46 @@ impl FileCache {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The cached contents of the file with this identity, if any.
+    fn hit(&self, real: &PathBuf, id: Identity) -> Option<Arc<[u8]>> {
+        let mut inner = self.lock();
+        inner.tick += 1;
+        let tick = inner.tick;
+        let e = inner.map.get_mut(real).filter(|e| e.id == id)?;
+        e.last_used = tick;
+        Some(e.data.clone())
+    }
+
     /// Returns the contents of an opened file, from memory when unchanged. Blocking:
-    /// may read the file.
+    /// may read the file, or wait for another request reading it.
     pub fn load(&self, opened: Opened) -> Result<(Arc<[u8]>, Source), Refusal> {
         let id = Identity::of(&opened.meta);
-        {
-            let mut inner = self.lock();
-            inner.tick += 1;
-            let tick = inner.tick;
-            if let Some(e) = inner.map.get_mut(&opened.real) {
-                if e.id == id {
-                    e.last_used = tick;
-                    return Ok((e.data.clone(), Source::Hit));
-                }
-            }
+        if let Some(data) = self.hit(&opened.real, id) {
+            return Ok((data, Source::Hit));
         }
-        // Read outside the lock so one slow disk read does not stall other requests.
+        let gate = {
+            let mut loading = self.loading.lock().unwrap_or_else(|p| p.into_inner());
+            loading.entry(opened.real.clone()).or_default().clone()
+        };
+        let result = {
+            let _reading = gate.lock().unwrap_or_else(|p| p.into_inner());
+            // Whoever held the gate before may have just cached this very file.
+            match self.hit(&opened.real, id) {
+                Some(data) => Ok((data, Source::Hit)),
+                None => self.read(opened, id),
+            }
+        };
+        let mut loading = self.loading.lock().unwrap_or_else(|p| p.into_inner());
+        // The map's reference and ours: nobody else waits on this gate.
+        if Arc::strong_count(&gate) == 2 {
+            loading.retain(|_, g| !Arc::ptr_eq(g, &gate));
+        }
+        result
+    }
+
+    /// Reads an opened file and caches it when it fits and did not change meanwhile.
+    fn read(&self, opened: Opened, id: Identity) -> Result<(Arc<[u8]>, Source), Refusal> {
+        // Read outside the cache lock so one slow disk read does not stall other files.
         let mut buf = Vec::with_capacity(id.size as usize);
         let mut file = opened.file;
         file.by_ref()
@@ -194,5 +224,31 @@ mod tests {
         assert_eq!(load(&c, dir.path(), "big").0.len(), 200);
         assert_eq!(load(&c, dir.path(), "big").1, Source::Miss);
         assert!(c.bytes() <= 100);
+    }
+
+    #[test]
+    fn concurrent_misses_on_one_file_read_it_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..8u32 << 20).map(|i| (i % 251) as u8).collect();
+        std::fs::write(dir.path().join("snp.efi"), &data).unwrap();
+        let c = FileCache::new(64 << 20);
+        let start = std::sync::Barrier::new(32);
+        let sources: Vec<Source> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..32)
+                .map(|_| {
+                    s.spawn(|| {
+                        let opened = open_confined(dir.path(), "snp.efi", &[]).unwrap();
+                        start.wait();
+                        let (d, src) = c.load(opened).unwrap();
+                        assert!(d[..] == data[..]);
+                        src
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let misses = sources.iter().filter(|s| **s == Source::Miss).count();
+        assert_eq!(misses, 1, "{sources:?}");
+        assert!(c.loading.lock().unwrap().is_empty());
     }
 }
