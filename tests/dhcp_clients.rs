@@ -198,3 +198,88 @@ fn udhcpc_obtains_renews_and_releases() {
     server.stop();
     assert_eq!(lease_state(&server, &ip), "released");
 }
+
+#[test]
+fn one_server_serves_two_interfaces_each_from_its_own_subnet() {
+    require_root!();
+    // The lab's pair plus a second veth from the server namespace to a second client
+    // namespace: two provisioning networks on one host.
+    let lab = Lab::new(&["192.0.2.1/24"], &[]);
+    let second = common::Netns::new("sbc");
+    let (server_if2, client_if2) = (common::unique("vs"), common::unique("vc"));
+    common::sh(&[
+        "ip",
+        "link",
+        "add",
+        &server_if2,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        &client_if2,
+    ]);
+    common::sh(&["ip", "link", "set", &server_if2, "netns", &lab.server.name]);
+    common::sh(&["ip", "link", "set", &client_if2, "netns", &second.name]);
+    lab.server
+        .ip(&["addr", "add", "198.51.100.1/24", "dev", &server_if2]);
+    lab.server.ip(&["link", "set", &server_if2, "up"]);
+    second.ip(&["link", "set", &client_if2, "up"]);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = format!(
+        r#"
+[dhcp]
+interfaces = ["{}", "{server_if2}"]
+
+[[subnet]]
+network = "192.0.2.0/24"
+ranges = ["192.0.2.100 - 192.0.2.199"]
+router = "192.0.2.1"
+
+[[subnet]]
+network = "198.51.100.0/24"
+ranges = ["198.51.100.100 - 198.51.100.199"]
+router = "198.51.100.1"
+"#,
+        lab.server_if
+    );
+    let mut server = Server::start(&lab.server, dir.path(), &cfg);
+    let obtain = |ns: &common::Netns, iface: &str, events: &Path| {
+        // One-shot: obtain a lease and quit (-q), fail rather than background (-n).
+        let status = ns
+            .command("udhcpc")
+            .args(["-q", "-n", "-f", "-t", "5", "-T", "1", "-A", "1", "-s"])
+            .arg(script("udhcpc-script"))
+            .args(["-i", iface])
+            .env("SB_EVENTS", events)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "udhcpc on {iface} got no lease");
+        wait_event(events, "bound", 1)
+    };
+    let first = obtain(&lab.client, &lab.client_if, &dir.path().join("events1"));
+    let other = obtain(&second, &client_if2, &dir.path().join("events2"));
+    assert!(first[1].starts_with("192.0.2.1"), "{first:?}");
+    assert_eq!(
+        first[4], "192.0.2.1",
+        "server identifier on the first network"
+    );
+    assert!(other[1].starts_with("198.51.100.1"), "{other:?}");
+    assert_eq!(
+        other[4], "198.51.100.1",
+        "server identifier on the second network"
+    );
+    server.stop();
+    let leases = server.leases_json();
+    let ips: Vec<&str> = leases
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["ip"].as_str().unwrap())
+        .collect();
+    assert!(
+        ips.contains(&first[1].as_str()) && ips.contains(&other[1].as_str()),
+        "{ips:?}"
+    );
+}
