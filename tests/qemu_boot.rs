@@ -158,6 +158,17 @@ fn uefi_pxe_loads_ipxe_over_tftp_and_boots_to_the_per_node_config() {
         metric(&m, "shardboot_tftp_transfers_completed_total ") >= 1,
         "OVMF loaded nothing over TFTP:\n{m}"
     );
+    // OVMF asks the file's size first and ends that request at the OACK: a size probe,
+    // not a failed transfer an operator should chase.
+    assert!(
+        metric(&m, "shardboot_tftp_transfers_declined_total ") >= 1,
+        "{m}"
+    );
+    assert_eq!(
+        metric(&m, "shardboot_tftp_transfers_failed_total "),
+        0,
+        "{m}"
+    );
 }
 
 #[test]

@@ -94,6 +94,9 @@ pub struct TftpMetrics {
     pub transfers_completed: AtomicU64,
     /// Transfers that ended early (timeout, client error, socket error).
     pub transfers_failed: AtomicU64,
+    /// Transfers the client ended at the OACK: size probes (UEFI PXE asks `tsize`
+    /// first) and declined options. Neither delivered the file nor failed.
+    pub transfers_declined: AtomicU64,
     /// Transfers in progress (a gauge).
     pub transfers_active: AtomicU64,
     /// DATA payload octets sent, retransmissions included; added when each transfer
@@ -133,7 +136,7 @@ impl TftpMetrics {
 
     /// Appends all counters in the Prometheus text exposition format.
     pub fn render_prometheus(&self, out: &mut String) {
-        let simple: [(&str, &str, &str, &AtomicU64); 11] = [
+        let simple: [(&str, &str, &str, &AtomicU64); 12] = [
             (
                 "transfers_started_total",
                 "counter",
@@ -151,6 +154,12 @@ impl TftpMetrics {
                 "counter",
                 "TFTP transfers that ended early.",
                 &self.transfers_failed,
+            ),
+            (
+                "transfers_declined_total",
+                "counter",
+                "TFTP transfers the client ended at the OACK (size probes, declined options).",
+                &self.transfers_declined,
             ),
             (
                 "transfers_active",

@@ -277,6 +277,11 @@ pub(crate) fn finish(
             tracing::info!(file, error = %e, "tftp transfer socket error");
             Some(Reason::SocketError)
         }
+        (Outcome::Finished, Status::Declined(code)) => {
+            metrics.transfers_declined.fetch_add(1, Relaxed);
+            tracing::debug!(file, code, "tftp client ended the transfer at the OACK");
+            return;
+        }
         (Outcome::Shutdown, _) | (Outcome::Finished, Status::Running) => None,
     };
     match failure {

@@ -24,6 +24,10 @@ pub enum Status {
     Done,
     /// The transfer ended without delivering the file.
     Failed(FailReason),
+    /// The client ended the transfer at the OACK with an ERROR (this code): it wanted
+    /// only the negotiated values, as UEFI PXE does to learn `tsize` before its real
+    /// request (RFC 2349 §4), or it declined them (code 8, RFC 2347 §3). Not a failure.
+    Declined(u16),
 }
 
 /// Why a transfer ended early.
@@ -202,7 +206,11 @@ impl Transfer {
         match Packet::decode(buf) {
             Ok(Packet::Ack(block)) => self.handle_ack(block, now),
             Ok(Packet::Error { code, .. }) => {
-                self.phase = Phase::Finished(Status::Failed(FailReason::PeerError(code)));
+                let status = match self.phase {
+                    Phase::Oack { .. } => Status::Declined(code),
+                    _ => Status::Failed(FailReason::PeerError(code)),
+                };
+                self.phase = Phase::Finished(status);
                 Handled::PeerError
             }
             Ok(_) => Handled::Ignored,

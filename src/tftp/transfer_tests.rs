@@ -177,16 +177,23 @@ fn oack_is_retransmitted_on_timeout() {
 }
 
 #[test]
-fn peer_error_fails_transfer() {
+fn an_error_at_the_oack_declines_and_one_mid_transfer_fails() {
     let now = Instant::now();
+    // UEFI PXE's size probe: RRQ with tsize, OACK, then ERROR instead of ACK 0.
     let mut t = Transfer::new(file(100), &neg(8, 1, true), 3, now);
     drain(&mut t);
     assert_eq!(
         t.handle_packet(&[0, 5, 0, 8, b'x', 0], now),
         Handled::PeerError
     );
-    assert_eq!(t.status(), Status::Failed(FailReason::PeerError(8)));
+    assert_eq!(t.status(), Status::Declined(8));
     assert_eq!(t.handle_packet(&ack(0), now), Handled::Ignored);
+    // After ACK 0, the same ERROR aborts a transfer in progress.
+    let mut t = Transfer::new(file(100), &neg(8, 1, true), 3, now);
+    drain(&mut t);
+    assert_eq!(t.handle_packet(&ack(0), now), Handled::Progress);
+    assert_eq!(t.handle_packet(&[0, 5, 0, 0, 0], now), Handled::PeerError);
+    assert_eq!(t.status(), Status::Failed(FailReason::PeerError(0)));
 }
 
 #[test]
