@@ -117,6 +117,7 @@ pub async fn run(
 ) -> Result<(), AppError> {
     let mut tasks: JoinSet<Result<(), AppError>> = JoinSet::new();
     // One store for the DHCP server and the operator API.
+    crate::limits::raise_open_files();
     let store = Arc::new(open_store(&config.state_dir)?);
     let policies = Arc::new(crate::dhcp::policy::HostPolicies::open(store.db()).map_err(
         |source| AppError::Store {

@@ -8,6 +8,7 @@ pub mod dhcp;
 pub mod http;
 pub mod ipxe;
 pub mod lease;
+pub mod limits;
 pub mod mac;
 pub mod metrics;
 pub mod owner;

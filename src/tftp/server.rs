@@ -2,7 +2,7 @@
 //! ephemeral socket (RFC 1350 §4: the server picks a new TID per transfer).
 
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
@@ -66,6 +66,9 @@ pub async fn run(
         return super::single_port::run(socket, pktinfo, shared, shutdown).await;
     }
     let shared = Shared::new(settings, metrics);
+    // Shared with the transfer tasks, which answer from it when they cannot open a
+    // socket of their own.
+    let socket = Arc::new(socket);
     let mut tasks = JoinSet::new();
     let mut buf = vec![0u8; RECV_BUF];
     let mut out = Vec::with_capacity(64);
@@ -94,9 +97,13 @@ pub async fn run(
                 let shared = shared.clone();
                 let span = tracing::info_span!("tftp_transfer", %peer);
                 tasks.spawn(
-                    async move {
-                        let local = pktinfo::transfer_ip(local, to);
-                        serve_transfer(shared, acc, local, peer, token).await
+                    {
+                        let listener = Listener {
+                            socket: socket.clone(),
+                            local,
+                            to,
+                        };
+                        async move { serve_transfer(shared, acc, listener, peer, token).await }
                     }
                     .instrument(span),
                 );
@@ -109,10 +116,19 @@ pub async fn run(
     result
 }
 
+/// The listening socket, and the local addresses a request came to.
+struct Listener {
+    socket: Arc<UdpSocket>,
+    /// The listener's own address.
+    local: SocketAddr,
+    /// The address the request was sent to, when the listener is a wildcard.
+    to: Option<std::net::Ipv4Addr>,
+}
+
 async fn serve_transfer(
     shared: Arc<Shared>,
     acc: Accepted,
-    local: IpAddr,
+    listener: Listener,
     peer: SocketAddr,
     shutdown: CancellationToken,
 ) {
@@ -120,20 +136,28 @@ async fn serve_transfer(
     let mut out = Vec::with_capacity(usize::from(shared.settings.max_blksize) + 4);
     // New TID: the local address the request came to, fresh port, connected so the
     // kernel drops datagrams from any other source (RFC 1350 §4 TID check).
-    let bind = SocketAddr::new(local, 0);
-    let sock = match UdpSocket::bind(bind).await {
+    let bind = SocketAddr::new(pktinfo::transfer_ip(listener.local, listener.to), 0);
+    let opened = match UdpSocket::bind(bind).await {
+        Ok(s) => s.connect(peer).await.map(|()| s),
+        Err(e) => Err(e),
+    };
+    let sock = match opened {
         Ok(s) => s,
         Err(e) => {
+            // Out of sockets or file descriptors: say so now rather than leave the
+            // client to time out.
             metrics.error(Reason::SocketError);
-            tracing::warn!(error = %e, "tftp cannot open transfer socket");
+            tracing::warn!(error = %e, %peer, "tftp cannot open a transfer socket");
+            encode_error(
+                &mut out,
+                ErrorCode::NotDefined,
+                "server cannot start a transfer",
+            );
+            let _ = pktinfo::send(&listener.socket, &out, peer, listener.to).await;
             return;
         }
     };
-    if let Err(e) = sock.connect(peer).await {
-        metrics.error(Reason::SocketError);
-        tracing::warn!(error = %e, "tftp cannot connect transfer socket");
-        return;
-    }
+    drop(listener);
     let worker = shared.clone();
     let datagram = acc.datagram;
     let prepared =
