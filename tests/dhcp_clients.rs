@@ -57,16 +57,8 @@ fn interface_mac(lab: &Lab) -> String {
 #[test]
 fn dhclient_obtains_renews_reboots_and_releases() {
     require_root!();
-    let lab = Lab::new(&["192.0.2.1/24"], &[]);
-    let dir = tempfile::tempdir().unwrap();
     // T1 of 3 s, so the running daemon renews within the test.
-    let cfg = common::config(
-        &lab.server_if,
-        "192.0.2.0/24",
-        "192.0.2.100 - 192.0.2.199",
-        "",
-    ) + "renewal_time = 3\n";
-    let mut server = Server::start(&lab.server, dir.path(), &cfg);
+    let (lab, dir, mut server) = common::small_lab_with("renewal_time = 3\n");
     let events = dir.path().join("events");
     // dhclient runs its script with a clean environment, so bake the events path into a
     // wrapper.

@@ -396,30 +396,14 @@ fn init_reboot_renew_and_rebind() {
     // RENEWING: unicast to ciaddr, lease extended.
     let mut renew = msg(MessageType::Request, mac(1));
     renew.set_ciaddr(ip);
-    let d = e.handle_message(&renew, &ctx(&i, T0 + 1800));
-    assert_eq!(d.outcome, Outcome::Ack(ip));
-    assert_eq!(
-        d.reply.as_ref().unwrap().destination,
-        Destination::Unicast(ip)
-    );
-    let LeaseEffect::Put(l) = &d.effects[0] else {
-        panic!()
-    };
+    let l = acked_to_ciaddr(&e.handle_message(&renew, &ctx(&i, T0 + 1800)), ip);
     assert_eq!((l.starts, l.expires), (T0, T0 + 1800 + 3600));
     // REBINDING (past T2, broadcast, no server identifier): the holder of the record
     // extends the lease and answers to ciaddr; a server without one stays silent.
     let mut rebind = msg(MessageType::Request, mac(1));
     rebind.set_ciaddr(ip);
     rebind.set_flags(Flags::default().set_broadcast());
-    let d = e.handle_message(&rebind, &ctx(&i, T0 + 5000));
-    assert_eq!(d.outcome, Outcome::Ack(ip));
-    assert_eq!(
-        d.reply.as_ref().unwrap().destination,
-        Destination::Unicast(ip)
-    );
-    let LeaseEffect::Put(l) = &d.effects[0] else {
-        panic!()
-    };
+    let l = acked_to_ciaddr(&e.handle_message(&rebind, &ctx(&i, T0 + 5000)), ip);
     assert_eq!(l.expires, T0 + 5000 + 3600);
     let mut stranger = Engine::new(&config(""), vec![], T0);
     assert_eq!(
@@ -435,6 +419,19 @@ fn init_reboot_renew_and_rebind() {
         kind(&e.handle_message(&thief, &ctx(&i, T0 + 1800))),
         Some(MessageType::Nak)
     );
+}
+
+/// The decision ACKed `ip` with the reply unicast to ciaddr; returns the lease written.
+fn acked_to_ciaddr(d: &Decision, ip: Ipv4Addr) -> crate::lease::Lease {
+    assert_eq!(d.outcome, Outcome::Ack(ip));
+    assert_eq!(
+        d.reply.as_ref().unwrap().destination,
+        Destination::Unicast(ip)
+    );
+    let LeaseEffect::Put(l) = &d.effects[0] else {
+        panic!("expected a lease write, got {:?}", d.effects)
+    };
+    l.clone()
 }
 
 #[test]

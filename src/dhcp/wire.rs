@@ -146,17 +146,15 @@ mod tests {
     use super::*;
     use dhcproto::v4::{DhcpOption, Opcode};
 
+    fn message(xid: u32, kind: MessageType) -> Message {
+        let z = [0, 0, 0, 0].into();
+        let mut m = Message::new_with_id(xid, z, z, z, z, &[0x52, 0x54, 0, 1, 2, 3]);
+        m.opts_mut().insert(DhcpOption::MessageType(kind));
+        m
+    }
+
     fn discover() -> Vec<u8> {
-        let mut m = Message::new_with_id(
-            7,
-            [0, 0, 0, 0].into(),
-            [0, 0, 0, 0].into(),
-            [0, 0, 0, 0].into(),
-            [0, 0, 0, 0].into(),
-            &[0x52, 0x54, 0, 1, 2, 3],
-        );
-        m.opts_mut()
-            .insert(DhcpOption::MessageType(MessageType::Discover));
+        let mut m = message(7, MessageType::Discover);
         m.opts_mut().insert(DhcpOption::Hostname("node".into()));
         m.to_vec().unwrap()
     }
@@ -170,17 +168,8 @@ mod tests {
 
     #[test]
     fn short_replies_are_padded_to_the_bootp_minimum_and_still_decode() {
-        let mut nak = Message::new_with_id(
-            9,
-            [0, 0, 0, 0].into(),
-            [0, 0, 0, 0].into(),
-            [0, 0, 0, 0].into(),
-            [0, 0, 0, 0].into(),
-            &[0x52, 0x54, 0, 1, 2, 3],
-        );
+        let mut nak = message(9, MessageType::Nak);
         nak.set_opcode(Opcode::BootReply);
-        nak.opts_mut()
-            .insert(DhcpOption::MessageType(MessageType::Nak));
         assert!(nak.to_vec().unwrap().len() < MIN_REPLY_LEN);
         let mut buf = Vec::new();
         encode_reply(&nak, &mut buf).unwrap();

@@ -329,6 +329,11 @@ dns = ["{router}"]
 /// A lab with shardboot serving 192.0.2.0/24 (.100–.199) on the server side; the client
 /// side has no address (a DHCP client configures it).
 pub fn small_lab() -> (Lab, tempfile::TempDir, Server) {
+    small_lab_with("")
+}
+
+/// [`small_lab`] with `subnet_keys` (TOML lines) added to its one subnet.
+pub fn small_lab_with(subnet_keys: &str) -> (Lab, tempfile::TempDir, Server) {
     let lab = Lab::new(&["192.0.2.1/24"], &[]);
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(
@@ -336,7 +341,7 @@ pub fn small_lab() -> (Lab, tempfile::TempDir, Server) {
         "192.0.2.0/24",
         "192.0.2.100 - 192.0.2.199",
         "",
-    );
+    ) + subnet_keys;
     let server = Server::start(&lab.server, dir.path(), &cfg);
     (lab, dir, server)
 }
