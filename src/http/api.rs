@@ -116,6 +116,19 @@ fn parse_mac(raw: &str) -> Result<MacAddr, ApiError> {
         .map_err(|_| ApiError(StatusCode::BAD_REQUEST, "invalid MAC address"))
 }
 
+/// The MAC from the path and the JSON body of a PUT; `usage` describes the body in the
+/// 400 answer.
+fn mac_and_body<T: serde::de::DeserializeOwned>(
+    raw: &str,
+    body: &[u8],
+    usage: &'static str,
+) -> Result<(MacAddr, T), ApiError> {
+    let mac = parse_mac(raw)?;
+    let parsed =
+        serde_json::from_slice::<T>(body).map_err(|_| ApiError(StatusCode::BAD_REQUEST, usage))?;
+    Ok((mac, parsed))
+}
+
 fn stored(s: &HttpState) -> Result<Vec<Lease>, ApiError> {
     let mut leases = s.store.load().map_err(|e| {
         tracing::error!(error = %e, "lease store read failed");
@@ -322,15 +335,13 @@ async fn put_reservation(
     Path(raw): Path<String>,
     body: Bytes,
 ) -> Response {
-    let mac = match parse_mac(&raw) {
-        Ok(m) => m,
+    let (mac, b) = match mac_and_body::<ReservationBody>(
+        &raw,
+        &body,
+        "body must be {\"ip\": \"a.b.c.d\", \"hostname\": optional}",
+    ) {
+        Ok(x) => x,
         Err(r) => return r.into_response(),
-    };
-    let Ok(b) = serde_json::from_slice::<ReservationBody>(&body) else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "body must be {\"ip\": \"a.b.c.d\", \"hostname\": optional}",
-        );
     };
     let Ok(ip) = b.ip.parse::<Ipv4Addr>() else {
         return error(StatusCode::BAD_REQUEST, "ip must be an IPv4 address");
@@ -439,15 +450,13 @@ async fn put_host(
     Path(raw): Path<String>,
     body: Bytes,
 ) -> Response {
-    let mac = match parse_mac(&raw) {
-        Ok(m) => m,
+    let (mac, b) = match mac_and_body::<HostBody>(
+        &raw,
+        &body,
+        "body must be {\"policy\": \"allow\" | \"deny\" | \"default\"}",
+    ) {
+        Ok(x) => x,
         Err(r) => return r.into_response(),
-    };
-    let Ok(b) = serde_json::from_slice::<HostBody>(&body) else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "body must be {\"policy\": \"allow\" | \"deny\" | \"default\"}",
-        );
     };
     let policy = match b.policy.as_str() {
         "allow" => Some(HostPolicy::Allow),
