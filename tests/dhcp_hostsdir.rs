@@ -10,9 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use common::api_lab::{self, Api};
 use common::members::wait_until;
-use common::segment::BroadcastClient;
-use common::{Lab, Server};
 use dhcproto::v4::MessageType;
 
 const TOKEN: &str = "hostsdir-test-token-0123456789";
@@ -77,47 +76,28 @@ fn mac_bytes(s: &str) -> [u8; 6] {
 fn shardboot_follows_the_hosts_directory_ironic_writes() {
     require_root!();
     ironic_python();
-    let lab = Lab::new(&["192.0.2.1/24"], &[]);
-    let dir = tempfile::tempdir().unwrap();
-    let hostsdir = dir.path().join("dhcp-hostsdir");
+    // Made before shardboot starts: it refuses to start on a directory it cannot read.
+    let hostsdir_parent = tempfile::tempdir().unwrap();
+    let hostsdir = hostsdir_parent.path().join("dhcp-hostsdir");
     std::fs::create_dir(&hostsdir).unwrap();
-    let tokens = dir.path().join("tokens");
-    std::fs::write(&tokens, format!("{TOKEN}\n")).unwrap();
-    let cfg = common::config(
-        &lab.server_if,
-        "192.0.2.0/24",
-        "192.0.2.100 - 192.0.2.199",
+    let (lab, _dir, _server, mut client) = api_lab::start(
+        TOKEN,
         &format!(
-            "hostsdir = \"{}\"\nhostsdir_poll_ms = 200\n[tftp]\nenabled = false\n\
-             [http]\nlisten = \"192.0.2.1:8080\"\ntoken_file = \"{}\"",
-            hostsdir.display(),
-            tokens.display()
+            "hostsdir = \"{}\"\nhostsdir_poll_ms = 200",
+            hostsdir.display()
         ),
     );
-    let _server = Server::start(&lab.server, dir.path(), &cfg);
-    let client_if = lab.client_if.clone();
-    let mut client = lab
-        .client
-        .run(move || BroadcastClient::new(&client_if))
-        .join()
-        .unwrap();
     let (m1, m2, m3) = (
         "52:54:00:bb:00:01",
         "52:54:00:bb:00:02",
         "52:54:00:bb:00:03",
     );
-    let api = |method: &str, path: &str, body: Option<&str>| -> serde_json::Value {
-        let mut c = lab.server.command("curl");
-        c.args(["-s", "-m", "5", "--noproxy", "*", "-X", method, "-H"])
-            .arg(format!("Authorization: Bearer {TOKEN}"));
-        if let Some(b) = body {
-            c.args(["-H", "Content-Type: application/json", "--data-binary", b]);
+    let api = |method: &str, path: &str, body: Option<&str>| {
+        Api {
+            lab: &lab,
+            token: TOKEN,
         }
-        let out = c
-            .arg(format!("http://192.0.2.1:8080{path}"))
-            .output()
-            .unwrap();
-        serde_json::from_slice(&out.stdout).unwrap()
+        .json(method, path, body)
     };
     let policy = |mac: &str| api("GET", &format!("/v1/hosts/{mac}"), None);
     let mut offered = |macs: &[&str]| -> Vec<bool> {

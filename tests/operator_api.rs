@@ -7,61 +7,12 @@ mod common;
 
 use std::time::Duration;
 
-use common::segment::{BroadcastClient, Seen};
-use common::{Lab, Server};
+use common::api_lab::{self, Api};
+use common::segment::Seen;
 use dhcproto::v4::MessageType;
 
 const T1: &str = "operator-token-one-0123456789";
 const T2: &str = "operator-token-two-abcdefghijk";
-
-struct Api<'a> {
-    lab: &'a Lab,
-}
-
-impl Api<'_> {
-    /// curl inside the server namespace; (status, body).
-    fn call(
-        &self,
-        method: &str,
-        path: &str,
-        token: Option<&str>,
-        body: Option<&str>,
-    ) -> (u16, String) {
-        let mut c = self.lab.server.command("curl");
-        c.args([
-            "-s",
-            "-m",
-            "5",
-            "--noproxy",
-            "*",
-            "-X",
-            method,
-            "-o",
-            "-",
-            "-w",
-            "\n%{http_code}",
-        ]);
-        if let Some(t) = token {
-            c.args(["-H", &format!("Authorization: Bearer {t}")]);
-        }
-        if let Some(b) = body {
-            c.args(["-H", "Content-Type: application/json", "--data-binary", b]);
-        }
-        let out = c
-            .arg(format!("http://192.0.2.1:8080{path}"))
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
-        let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-        (code.parse().unwrap_or(0), body.to_string())
-    }
-
-    fn json(&self, method: &str, path: &str, body: Option<&str>) -> serde_json::Value {
-        let (code, text) = self.call(method, path, Some(T1), body);
-        assert_eq!(code, 200, "{method} {path}: {text}");
-        serde_json::from_str(&text).unwrap()
-    }
-}
 
 fn offers(seen: &[Seen]) -> usize {
     seen.iter().filter(|s| s.kind == MessageType::Offer).count()
@@ -70,29 +21,11 @@ fn offers(seen: &[Seen]) -> usize {
 #[test]
 fn operator_api_end_to_end() {
     require_root!();
-    let lab = Lab::new(&["192.0.2.1/24"], &[]);
-    let dir = tempfile::tempdir().unwrap();
-    let tokens = dir.path().join("tokens");
-    std::fs::write(&tokens, format!("{T1}\n")).unwrap();
-    let extra = format!(
-        "[tftp]\nenabled = false\n[http]\nlisten = \"192.0.2.1:8080\"\ntoken_file = \"{}\"\n",
-        tokens.display()
-    );
-    let cfg = common::config(
-        &lab.server_if,
-        "192.0.2.0/24",
-        "192.0.2.100 - 192.0.2.199",
-        "",
-    )
-    .replacen("\n[[subnet]]", &format!("\n{extra}\n[[subnet]]"), 1);
-    let mut server = Server::start(&lab.server, dir.path(), &cfg);
-    let api = Api { lab: &lab };
-    let client_if = lab.client_if.clone();
-    let mut client = lab
-        .client
-        .run(move || BroadcastClient::new(&client_if))
-        .join()
-        .unwrap();
+    let (lab, dir, mut server, mut client) = api_lab::start(T1, "");
+    let api = Api {
+        lab: &lab,
+        token: T1,
+    };
 
     // Tokens: none, wrong, right. Refusals carry no data.
     let (code, body) = api.call("GET", "/v1/leases", None, None);
@@ -406,7 +339,7 @@ fn operator_api_end_to_end() {
     assert_eq!(owner["mac"], m1);
 
     // Rotation: the new token works, the old one stops working, no restart.
-    std::fs::write(&tokens, format!("{T2}\n")).unwrap();
+    std::fs::write(dir.path().join("tokens"), format!("{T2}\n")).unwrap();
     assert_eq!(api.call("GET", "/v1/stats", Some(T2), None).0, 200);
     assert_eq!(api.call("GET", "/v1/stats", Some(T1), None).0, 401);
 }

@@ -7,8 +7,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::segment::BroadcastClient;
-use common::{Lab, Netns, Server};
+use common::api_lab;
+use common::Netns;
 
 const TOKEN: &str = "ui-test-token-0123456789abc";
 const HOSTILE: &str = "<img src=x onerror=alert(1)>";
@@ -41,26 +41,7 @@ fn rendered(ns: &Netns, url: &str) -> String {
 #[test]
 fn the_page_shows_leases_and_pools_and_keeps_host_names_as_text() {
     require_root!();
-    let lab = Lab::new(&["192.0.2.1/24"], &[]);
-    let dir = tempfile::tempdir().unwrap();
-    let tokens = dir.path().join("tokens");
-    std::fs::write(&tokens, format!("{TOKEN}\n")).unwrap();
-    let cfg = common::config(
-        &lab.server_if,
-        "192.0.2.0/24",
-        "192.0.2.100 - 192.0.2.199",
-        &format!(
-            "[tftp]\nenabled = false\n[http]\nlisten = \"192.0.2.1:8080\"\ntoken_file = \"{}\"",
-            tokens.display()
-        ),
-    );
-    let _server = Server::start(&lab.server, dir.path(), &cfg);
-    let client_if = lab.client_if.clone();
-    let mut client = lab
-        .client
-        .run(move || BroadcastClient::new(&client_if))
-        .join()
-        .unwrap();
+    let (lab, _dir, _server, mut client) = api_lab::start(TOKEN, "");
     // Two machines take leases; the first names itself with markup.
     let macs = [[0x52, 0x54, 0, 0xcc, 0, 1], [0x52, 0x54, 0, 0xcc, 0, 2]];
     for (i, mac) in macs.iter().enumerate() {

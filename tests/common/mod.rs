@@ -4,6 +4,7 @@
 //! to addresses inside the namespaces created here.
 #![allow(dead_code)]
 
+pub mod api_lab;
 pub mod members;
 pub mod qemu;
 pub mod relay_client;
