@@ -21,7 +21,10 @@ set -euo pipefail
 [ $# -eq 4 ] || { sed -n '2,18p' "$0" >&2; exit 2; }
 firmware=$1 tap=$2 mac=$3 console=$4
 
+# The SMBIOS UUID (DHCP option 97) is made from the MAC; its first three groups read the
+# same in either byte order, so it shows the same whichever order a tool assumes.
 common=(-accel tcg -m 256 -display none -no-reboot -monitor none
+  -uuid "5b5b5b5b-0000-0000-8000-${mac//:/}"
   -serial "file:$console"
   -netdev "tap,id=n0,ifname=$tap,script=no,downscript=no")
 

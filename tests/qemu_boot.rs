@@ -131,6 +131,9 @@ fn boot(firmware: Firmware, mac: &str) -> OneMember {
     let lease = lab.lease(mac);
     assert_eq!(lease["mac"], mac, "{lease}");
     assert_eq!(lease["state"], "bound", "{lease}");
+    // The machine's SMBIOS UUID (qemu/vm.sh derives it from the MAC), from option 97.
+    let uuid = format!("5b5b5b5b-0000-0000-8000-{}", mac.replace(':', ""));
+    assert_eq!(lease["uuid"], uuid.as_str(), "{lease}");
     lab
 }
 

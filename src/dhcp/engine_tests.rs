@@ -642,6 +642,83 @@ fn not_responsible_stays_silent_except_for_its_own_clients() {
 }
 
 #[test]
+fn expired_bound_leases_go_to_new_clients_live_and_after_a_restart() {
+    let (i, mut e) = (iface(), Engine::new(&config(""), vec![], T0));
+    let relayed = |kind: MessageType, m: MacAddr| {
+        let mut d = msg(kind, m);
+        d.set_giaddr(Ipv4Addr::new(198, 51, 100, 1));
+        d
+    };
+    let mut stored = Vec::new();
+    for n in 1..=3 {
+        let ip = offered(&e.handle_message(&relayed(MessageType::Discover, mac(n)), &ctx(&i, T0)));
+        let req = with(
+            with(
+                relayed(MessageType::Request, mac(n)),
+                DhcpOption::ServerIdentifier(SERVER),
+            ),
+            DhcpOption::RequestedIpAddress(ip),
+        );
+        let d = e.handle_message(&req, &ctx(&i, T0));
+        let LeaseEffect::Put(l) = d.effects[0].clone() else {
+            panic!()
+        };
+        stored.push(l);
+    }
+    let newcomer = relayed(MessageType::Discover, mac(4));
+    assert_eq!(
+        e.handle_message(&newcomer, &ctx(&i, T0 + 3599)).outcome,
+        Outcome::Ignored(IgnoreReason::PoolExhausted)
+    );
+    // An hour on, the three leases have expired: the reclaim tick frees them.
+    e.handle_tick(T0 + 3601);
+    let ip = offered(&e.handle_message(&newcomer, &ctx(&i, T0 + 3601)));
+    assert!(stored.iter().any(|l| l.ip == ip));
+    // A server restarted on the same (expired) records hands them out too.
+    let mut e2 = Engine::new(&config(""), stored.clone(), T0 + 3601);
+    let ip = offered(&e2.handle_message(&newcomer, &ctx(&i, T0 + 3601)));
+    assert!(stored.iter().any(|l| l.ip == ip));
+}
+
+#[test]
+fn excluded_addresses_are_never_offered_and_boot_files_follow_the_config() {
+    let cfg = Config::from_toml_with_overrides(
+        DEFAULT_CONFIG_TOML,
+        &[
+            (
+                "subnet.0.exclude".into(),
+                r#"["192.0.2.100", "192.0.2.101"]"#.into(),
+            ),
+            ("boot.bios".into(), "site-bios.kpxe".into()),
+            ("boot.uefi_x64".into(), "site-x64.efi".into()),
+            ("boot.uefi_arm64".into(), "site-arm64.efi".into()),
+        ],
+    )
+    .unwrap();
+    let (i, mut e) = (iface(), Engine::new(&cfg, vec![], T0));
+    for n in 1..=20 {
+        let ip = bind(&mut e, &i, mac(n), T0);
+        assert!(ip != Ipv4Addr::new(192, 0, 2, 100) && ip != Ipv4Addr::new(192, 0, 2, 101));
+    }
+    for (arch, file) in [
+        (0, "site-bios.kpxe"),
+        (7, "site-x64.efi"),
+        (9, "site-x64.efi"),
+        (11, "site-arm64.efi"),
+    ] {
+        let pxe = with(
+            with(
+                msg(MessageType::Discover, mac(50)),
+                DhcpOption::ClassIdentifier(format!("PXEClient:Arch:{arch:05}").into_bytes()),
+            ),
+            DhcpOption::ClientSystemArchitecture(Architecture(arch)),
+        );
+        let r = e.handle_message(&pxe, &ctx(&i, T0)).reply.unwrap().message;
+        assert_eq!(r.fname_str(), Some(Ok(file)), "arch {arch}");
+    }
+}
+
+#[test]
 fn restart_from_stored_leases_keeps_bindings() {
     let (i, mut e) = (iface(), Engine::new(&config(""), vec![], T0));
     let mut stored = Vec::new();

@@ -21,6 +21,8 @@ pub struct LeaseView<'a> {
     pub hostname: Option<&'a str>,
     /// Option 93, if the client sent one.
     pub arch: Option<u16>,
+    /// Option 97, the machine's UUID (what Ironic and the BMC call it), if sent.
+    pub uuid: Option<String>,
 }
 
 impl<'a> From<&'a Lease> for LeaseView<'a> {
@@ -33,6 +35,37 @@ impl<'a> From<&'a Lease> for LeaseView<'a> {
             expires: l.expires,
             hostname: l.hostname.as_deref(),
             arch: l.arch,
+            uuid: l.machine_id.as_deref().map(uuid_text),
         }
+    }
+}
+
+/// RFC 4578 §2.3: type 0 then 16 octets, shown in the usual 8-4-4-4-12 form in the
+/// order sent; anything else as plain hex.
+fn uuid_text(id: &[u8]) -> String {
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    match id {
+        [0, u @ ..] if u.len() == 16 => format!(
+            "{}-{}-{}-{}-{}",
+            hex(&u[..4]),
+            hex(&u[4..6]),
+            hex(&u[6..8]),
+            hex(&u[8..10]),
+            hex(&u[10..])
+        ),
+        _ => hex(id),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::uuid_text;
+
+    #[test]
+    fn uuids_read_as_uuids_and_anything_else_as_hex() {
+        let mut id = vec![0];
+        id.extend(1..=16u8);
+        assert_eq!(uuid_text(&id), "01020304-0506-0708-090a-0b0c0d0e0f10");
+        assert_eq!(uuid_text(&[1, 2, 0xab]), "0102ab");
     }
 }
