@@ -494,6 +494,47 @@ fn decline_quarantines_and_release_frees() {
 }
 
 #[test]
+fn a_quarantine_survives_a_restart_and_ends_after_decline_hold_secs() {
+    // The relayed subnet has three addresses: quarantine shows as a smaller pool.
+    let relayed = |kind: MessageType, m: MacAddr| {
+        let mut d = msg(kind, m);
+        d.set_giaddr(Ipv4Addr::new(198, 51, 100, 1));
+        d
+    };
+    let (i, mut e) = (iface(), Engine::new(&config(""), vec![], T0));
+    let ip = offered(&e.handle_message(&relayed(MessageType::Discover, mac(1)), &ctx(&i, T0)));
+    let dec = with(
+        with(
+            relayed(MessageType::Decline, mac(1)),
+            DhcpOption::RequestedIpAddress(ip),
+        ),
+        DhcpOption::ServerIdentifier(SERVER),
+    );
+    let d = e.handle_message(&dec, &ctx(&i, T0));
+    let LeaseEffect::Put(quarantine) = d.effects[0].clone() else {
+        panic!("a DECLINE is persisted")
+    };
+    // Restarted on that record: the address stays out of use for 600 s.
+    let mut e = Engine::new(&config(""), vec![quarantine], T0 + 10);
+    let others: Vec<Ipv4Addr> = (2..=3)
+        .map(|n| {
+            offered(&e.handle_message(&relayed(MessageType::Discover, mac(n)), &ctx(&i, T0 + 10)))
+        })
+        .collect();
+    assert!(!others.contains(&ip));
+    assert_eq!(
+        e.handle_message(&relayed(MessageType::Discover, mac(4)), &ctx(&i, T0 + 10))
+            .outcome,
+        Outcome::Ignored(IgnoreReason::PoolExhausted)
+    );
+    e.handle_tick(T0 + 601);
+    assert_eq!(
+        offered(&e.handle_message(&relayed(MessageType::Discover, mac(4)), &ctx(&i, T0 + 601))),
+        ip
+    );
+}
+
+#[test]
 fn inform_gets_options_without_an_address() {
     let (i, mut e) = (iface(), Engine::new(&config(""), vec![], T0));
     let mut inf = msg(MessageType::Inform, mac(1));
@@ -621,6 +662,33 @@ fn pxe_and_ipxe_clients_get_boot_files() {
     b.set_flags(Flags::default().set_broadcast());
     let r = e.handle_message(&b, &ctx(&i, T0)).reply.unwrap().message;
     assert!(r.flags().broadcast());
+}
+
+#[test]
+fn uefi_http_boot_gets_a_url_and_httpclient_echoed() {
+    let (i, mut e) = (iface(), Engine::new(&config(""), vec![], T0));
+    let http = with(
+        with(
+            msg(MessageType::Discover, mac(1)),
+            DhcpOption::ClassIdentifier(b"HTTPClient:Arch:00016:UNDI:003001".to_vec()),
+        ),
+        DhcpOption::ClientSystemArchitecture(Architecture(16)),
+    );
+    let r = e.handle_message(&http, &ctx(&i, T0)).reply.unwrap().message;
+    // UEFI HTTP Boot needs option 60 "HTTPClient" back (UEFI specification, "HTTP Boot"),
+    // and a URL.
+    assert_eq!(
+        r.opts().get(OptionCode::ClassIdentifier),
+        Some(&DhcpOption::ClassIdentifier(b"HTTPClient".to_vec()))
+    );
+    assert_eq!(
+        r.opts().get(OptionCode::BootfileName),
+        Some(&DhcpOption::BootfileName(
+            b"http://192.0.2.1:8080/ipxe/snponly.efi".to_vec()
+        ))
+    );
+    // Not PXE: no option 43 discovery control.
+    assert!(r.opts().get(OptionCode::VendorExtensions).is_none());
 }
 
 #[test]
