@@ -62,6 +62,8 @@ fn bench_fixtures(c: &mut Criterion) {
         "dhclient-discover.bin",
         "udhcpc-discover.bin",
         "perfdhcp-discover.bin",
+        "ipxe-bios-discover.bin",
+        "ovmf-pxe-x64-discover.bin",
     ] {
         let raw = fixture(name);
         let mut e = engine();
