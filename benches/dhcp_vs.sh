@@ -72,7 +72,7 @@ measure() { # name → prints "<4-way/s> <server CPU µs per exchange>"
 measure_closed() {
   local out before after n
   before=$(cpu_ticks "$server_pid")
-  out=$(ip netns exec "$cli" "$load" --relay 198.18.0.2 --server 198.18.0.1 --seconds "$secs" \
+  out=$(timeout $((secs + 30)) ip netns exec "$cli" "$load" --relay 198.18.0.2 --server 198.18.0.1 --seconds "$secs" \
         --window "$window" --clients "$load_clients" 2>&1 || true)
   after=$(cpu_ticks "$server_pid")
   echo "$out" > "$work/load-$1.txt"

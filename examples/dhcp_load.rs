@@ -145,6 +145,7 @@ fn main() -> anyhow::Result<()> {
         a.window > 0 && a.window < 1 << 16,
         "--window must be 1..65535"
     );
+    anyhow::ensure!(a.clients > 0, "--clients must be at least 1");
     let socket = UdpSocket::bind(SocketAddrV4::new(a.relay, 67))?;
     socket.set_nonblocking(true)?;
     // A window of replies can arrive at once; the default buffer would drop some.
@@ -186,11 +187,15 @@ fn main() -> anyhow::Result<()> {
                 Ipv4Addr::UNSPECIFIED,
                 a.server,
             );
-            if socket.send_to(&out, server).is_err() {
+            match socket.send_to(&out, server) {
+                Ok(_) => {}
                 // A full send buffer: try again on the next pass.
-                slots[slot] = None;
-                free.push(slot);
-                break;
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    slots[slot] = None;
+                    free.push(slot);
+                    break;
+                }
+                Err(e) => return Err(e.into()),
             }
         }
         // Read what has arrived; wait briefly when nothing has.

@@ -21,10 +21,9 @@ set -euo pipefail
 [ $# -eq 4 ] || { sed -n '2,18p' "$0" >&2; exit 2; }
 firmware=$1 tap=$2 mac=$3 console=$4
 
-# The SMBIOS UUID (DHCP option 97) is made from the MAC; its first three groups read the
-# same in either byte order, so it shows the same whichever order a tool assumes.
+# The SMBIOS UUID (DHCP option 97) is made from the MAC.
 common=(-accel tcg -m 256 -display none -no-reboot -monitor none
-  -uuid "5b5b5b5b-0000-0000-8000-${mac//:/}"
+  -uuid "5b0e7a11-c0de-4b1d-8000-${mac//:/}"
   -serial "file:$console"
   -netdev "tap,id=n0,ifname=$tap,script=no,downscript=no")
 

@@ -132,7 +132,7 @@ fn boot(firmware: Firmware, mac: &str) -> OneMember {
     assert_eq!(lease["mac"], mac, "{lease}");
     assert_eq!(lease["state"], "bound", "{lease}");
     // The machine's SMBIOS UUID (qemu/vm.sh derives it from the MAC), from option 97.
-    let uuid = format!("5b5b5b5b-0000-0000-8000-{}", mac.replace(':', ""));
+    let uuid = format!("5b0e7a11-c0de-4b1d-8000-{}", mac.replace(':', ""));
     assert_eq!(lease["uuid"], uuid.as_str(), "{lease}");
     lab
 }

@@ -273,15 +273,17 @@ impl Engine {
                 self.nak(msg, ours)
             }
             // RFC 2131 §4.3.2: a client in INIT-REBOOT whose notion of its address
-            // differs from this server's live record of it gets a NAK, and DISCOVERs
-            // again. Only the responsible member says so: another member's stale record
-            // must not contradict the holder's ACK.
+            // differs from this server's record of its binding gets a NAK, and
+            // DISCOVERs again. Only when no other member can hold that binding: the
+            // address is one only this member hands out (its slice, or reserved for the
+            // MAC), this member is responsible for the client, and its record is a live
+            // binding, not an offer.
             _ if ciaddr.is_none()
                 && ctx.responsibility == Responsibility::Mine
-                && self
-                    .table
-                    .by_mac(mac)
-                    .is_some_and(|l| l.ip != ip && l.is_active(ctx.now)) =>
+                && self.fresh_allowed(si, ip, mac)
+                && self.table.by_mac(mac).is_some_and(|l| {
+                    l.ip != ip && l.state == LeaseState::Bound && l.is_active(ctx.now)
+                }) =>
             {
                 self.nak(msg, ours)
             }

@@ -901,6 +901,36 @@ fn a_requested_address_in_another_members_slice_is_not_given() {
     assert_eq!(offered(&d), in_b);
 }
 
+#[test]
+fn init_reboot_into_another_members_slice_is_never_naked_by_a_stale_record() {
+    // Member a still has a live binding of the client at one of its own addresses (from
+    // before a takeover); the client INIT-REBOOTs the address b gave it since. Only b
+    // can judge that binding: a stays silent rather than contradict b's ACK.
+    let i = iface();
+    let cfg = config(&format!("[owner]\nself = \"a\"\n{THREE_MEMBERS}"));
+    let mut e = Engine::new(&cfg, Vec::new(), T0);
+    let mine = bind(&mut e, &i, mac(1), T0);
+    let in_b = Ipv4Addr::new(192, 0, 2, 150);
+    let ir = |ip| {
+        with(
+            msg(MessageType::Request, mac(1)),
+            DhcpOption::RequestedIpAddress(ip),
+        )
+    };
+    assert_eq!(
+        e.handle_message(&ir(in_b), &ctx(&i, T0 + 10)).outcome,
+        Outcome::Ignored(IgnoreReason::NoRecord)
+    );
+    // Another address of a's own slice: a alone could have bound it, so a's record
+    // says the client is wrong.
+    let other_mine = Ipv4Addr::new(192, 0, 2, 120);
+    assert_ne!(other_mine, mine);
+    assert_eq!(
+        kind(&e.handle_message(&ir(other_mine), &ctx(&i, T0 + 10))),
+        Some(MessageType::Nak)
+    );
+}
+
 fn lease_time_of(d: &Decision) -> Option<u32> {
     d.reply.as_ref().and_then(
         |r| match r.message.opts().get(OptionCode::AddressLeaseTime) {

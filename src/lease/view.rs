@@ -21,7 +21,7 @@ pub struct LeaseView<'a> {
     pub hostname: Option<&'a str>,
     /// Option 93, if the client sent one.
     pub arch: Option<u16>,
-    /// Option 97, the machine's UUID (what Ironic and the BMC call it), if sent.
+    /// Option 97, the machine's SMBIOS UUID as dmidecode and the BMC show it, if sent.
     pub uuid: Option<String>,
 }
 
@@ -40,16 +40,23 @@ impl<'a> From<&'a Lease> for LeaseView<'a> {
     }
 }
 
-/// RFC 4578 §2.3: type 0 then 16 octets, shown in the usual 8-4-4-4-12 form in the
-/// order sent; anything else as plain hex.
+/// RFC 4578 §2.3: type 0 then 16 octets. Firmware sends the UUID as an EFI GUID, the
+/// first three fields little-endian (iPXE and EDK2 both do), so those are swapped back
+/// to show the form dmidecode, the BMC and Ironic print. Anything else is plain hex.
 fn uuid_text(id: &[u8]) -> String {
     let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let rev = |b: &[u8]| {
+        b.iter()
+            .rev()
+            .map(|x| format!("{x:02x}"))
+            .collect::<String>()
+    };
     match id {
         [0, u @ ..] if u.len() == 16 => format!(
             "{}-{}-{}-{}-{}",
-            hex(&u[..4]),
-            hex(&u[4..6]),
-            hex(&u[6..8]),
+            rev(&u[..4]),
+            rev(&u[4..6]),
+            rev(&u[6..8]),
             hex(&u[8..10]),
             hex(&u[10..])
         ),
@@ -65,7 +72,7 @@ mod tests {
     fn uuids_read_as_uuids_and_anything_else_as_hex() {
         let mut id = vec![0];
         id.extend(1..=16u8);
-        assert_eq!(uuid_text(&id), "01020304-0506-0708-090a-0b0c0d0e0f10");
+        assert_eq!(uuid_text(&id), "04030201-0605-0807-090a-0b0c0d0e0f10");
         assert_eq!(uuid_text(&[1, 2, 0xab]), "0102ab");
     }
 }

@@ -110,6 +110,11 @@ impl FileCache {
         if let Some(data) = self.hit(&opened.real, id) {
             return Ok((data, Source::Hit));
         }
+        if id.size > self.max_bytes {
+            // Never cached, so waiting for another reader would gain nothing.
+            return self.read(opened, id);
+        }
+        let real = opened.real.clone();
         let gate = {
             let mut loading = self.loading.lock().unwrap_or_else(|p| p.into_inner());
             loading.entry(opened.real.clone()).or_default().clone()
@@ -122,10 +127,15 @@ impl FileCache {
                 None => self.read(opened, id),
             }
         };
+        // Clones of the gate are only made and dropped under this lock, so a count of 1
+        // (the map's own) means nobody else holds or waits on it.
         let mut loading = self.loading.lock().unwrap_or_else(|p| p.into_inner());
-        // The map's reference and ours: nobody else waits on this gate.
-        if Arc::strong_count(&gate) == 2 {
-            loading.retain(|_, g| !Arc::ptr_eq(g, &gate));
+        drop(gate);
+        if loading
+            .get(&real)
+            .is_some_and(|g| Arc::strong_count(g) == 1)
+        {
+            loading.remove(&real);
         }
         result
     }

@@ -49,10 +49,12 @@ pub async fn recv(
                 ControlMessageOwned::Ipv4PacketInfo(info) => reply_source(&info),
                 _ => None,
             });
+            // Linux always reports a UDP source; if not, the datagram cannot be
+            // answered and is dropped like any other stray (EHOSTUNREACH is transient).
             let peer = msg
                 .address
                 .map(|a| SocketAddr::V4(SocketAddrV4::from(a)))
-                .ok_or_else(|| io::Error::other("datagram without a source address"))?;
+                .ok_or_else(|| io::Error::from_raw_os_error(libc::EHOSTUNREACH))?;
             Ok((msg.bytes, peer, local))
         })
         .await

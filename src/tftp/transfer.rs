@@ -15,6 +15,9 @@ use super::packet::{self, Packet};
 /// timeout itself is longer).
 pub const MAX_BACKOFF: Duration = Duration::from_secs(8);
 
+/// RFC 2347 §3: the client ends the request at the OACK.
+const OPTION_NEGOTIATION_ERROR: u16 = 8;
+
 /// Where a transfer stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
@@ -24,9 +27,9 @@ pub enum Status {
     Done,
     /// The transfer ended without delivering the file.
     Failed(FailReason),
-    /// The client ended the transfer at the OACK with an ERROR (this code): it wanted
+    /// The client ended the transfer at the OACK with ERROR 8 (RFC 2347 §3): it wanted
     /// only the negotiated values, as UEFI PXE does to learn `tsize` before its real
-    /// request (RFC 2349 §4), or it declined them (code 8, RFC 2347 §3). Not a failure.
+    /// request (RFC 2349 §4), or it declined them. Not a failure.
     Declined(u16),
 }
 
@@ -207,7 +210,9 @@ impl Transfer {
             Ok(Packet::Ack(block)) => self.handle_ack(block, now),
             Ok(Packet::Error { code, .. }) => {
                 let status = match self.phase {
-                    Phase::Oack { .. } => Status::Declined(code),
+                    Phase::Oack { .. } if code == OPTION_NEGOTIATION_ERROR => {
+                        Status::Declined(code)
+                    }
                     _ => Status::Failed(FailReason::PeerError(code)),
                 };
                 self.phase = Phase::Finished(status);

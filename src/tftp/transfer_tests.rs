@@ -188,6 +188,11 @@ fn an_error_at_the_oack_declines_and_one_mid_transfer_fails() {
     );
     assert_eq!(t.status(), Status::Declined(8));
     assert_eq!(t.handle_packet(&ack(0), now), Handled::Ignored);
+    // Any other ERROR at the OACK is the client failing, not declining.
+    let mut t = Transfer::new(file(100), &neg(8, 1, true), 3, now);
+    drain(&mut t);
+    t.handle_packet(&[0, 5, 0, 2, b'x', 0], now);
+    assert_eq!(t.status(), Status::Failed(FailReason::PeerError(2)));
     // After ACK 0, the same ERROR aborts a transfer in progress.
     let mut t = Transfer::new(file(100), &neg(8, 1, true), 3, now);
     drain(&mut t);
