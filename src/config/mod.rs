@@ -350,6 +350,31 @@ mod tests {
     }
 
     #[test]
+    fn boot_urls_must_fit_one_dhcp_option() {
+        let set = |k: &str, v: String| (k.to_string(), v);
+        let file = format!("{}.efi", "f".repeat(123)); // 127 octets, the most allowed
+        let with_base = |base: String| {
+            Config::from_toml_with_overrides(
+                DEFAULT_CONFIG_TOML,
+                &[
+                    set("boot.http_url", base),
+                    set("boot.http_x64", file.clone()),
+                ],
+            )
+        };
+        // 79 + "/ipxe/" + 127 = 212 octets: fits.
+        assert!(with_base(format!("http://{}.example.org", "a".repeat(60))).is_ok());
+        // 127 + 6 + 127 = 260: each part is valid, the URL is not.
+        let base = format!("http://{}.{}.example.org", "a".repeat(60), "b".repeat(47));
+        assert_eq!(base.len(), 127);
+        let err = with_base(base).unwrap_err().to_string();
+        assert!(
+            err.contains("boot.http_x64: with boot.http_url its URL is 260 octets"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn every_problem_is_reported_with_its_key() {
         let text = r#"
             log_format = "xml"

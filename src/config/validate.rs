@@ -206,7 +206,7 @@ fn boot_settings(raw: RawBoot, issues: &mut Issues) -> BootSettings {
         check_boot_value(&format!("boot.{key}"), &v, issues);
         v
     };
-    BootSettings {
+    let settings = BootSettings {
         ipxe_script: file("ipxe_script", raw.ipxe_script, "boot.ipxe"),
         bios: file("bios", raw.bios, "undionly.kpxe"),
         uefi_ia32: file("uefi_ia32", raw.uefi_ia32, "ipxe-ia32.efi"),
@@ -216,6 +216,47 @@ fn boot_settings(raw: RawBoot, issues: &mut Issues) -> BootSettings {
         http_arm64: file("http_arm64", raw.http_arm64, "snponly-arm64.efi"),
         tftp_server,
         http_url,
+    };
+    check_composed_urls(&settings, issues);
+    settings
+}
+
+/// The URLs iPXE and UEFI HTTP Boot get are composed from `http_url` and a file name;
+/// each must fit one option 67 (255 octets, RFC 2132 §2): a longer one would have to
+/// be split (RFC 3396), which not all firmware reads.
+fn check_composed_urls(b: &BootSettings, issues: &mut Issues) {
+    const MAX_OPTION: usize = 255;
+    // Without http_url the base is http://<interface address>:<port>.
+    let base = b
+        .http_url
+        .as_ref()
+        .map_or("http://255.255.255.255:65535".len(), String::len);
+    let composed = [
+        (
+            "boot.ipxe_script",
+            base + 1 + b.ipxe_script.len(),
+            &b.ipxe_script,
+        ),
+        (
+            "boot.http_x64",
+            base + "/ipxe/".len() + b.http_x64.len(),
+            &b.http_x64,
+        ),
+        (
+            "boot.http_arm64",
+            base + "/ipxe/".len() + b.http_arm64.len(),
+            &b.http_arm64,
+        ),
+    ];
+    for (key, len, file) in composed {
+        if len > MAX_OPTION && !file.contains("://") {
+            issues.add(
+                key,
+                format!(
+                    "with boot.http_url its URL is {len} octets; DHCP option 67 holds {MAX_OPTION}"
+                ),
+            );
+        }
     }
 }
 
