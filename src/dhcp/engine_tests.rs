@@ -56,6 +56,14 @@ fn with(mut m: Message, opt: DhcpOption) -> Message {
     m
 }
 
+/// `msg` as firmware sends it: vendor class (option 60) and architecture (option 93).
+fn firmware(m: Message, class: &str, arch: u16) -> Message {
+    with(
+        with(m, DhcpOption::ClassIdentifier(class.as_bytes().to_vec())),
+        DhcpOption::ClientSystemArchitecture(Architecture(arch)),
+    )
+}
+
 fn request_selecting(m: MacAddr, ip: Ipv4Addr) -> Message {
     let r = with(
         msg(MessageType::Request, m),
@@ -251,15 +259,13 @@ lease_time = 600
         0, 0x44, 0x45, 0x4c, 0x4c, 0x10, 0, 0x10, 0x4c, 0x80, 0x31, 0, 0, 0, 0, 0, 1,
     ];
     let pxe = |m: MacAddr, kind: MessageType| {
-        with(
+        firmware(
             with(
-                with(
-                    msg(kind, m),
-                    DhcpOption::ClientMachineIdentifier(uuid.clone()),
-                ),
-                DhcpOption::ClassIdentifier(b"PXEClient:Arch:00000:UNDI:002001".to_vec()),
+                msg(kind, m),
+                DhcpOption::ClientMachineIdentifier(uuid.clone()),
             ),
-            DhcpOption::ClientSystemArchitecture(Architecture(0)),
+            "PXEClient:Arch:00000:UNDI:002001",
+            0,
         )
     };
     let ip = offered(&e.handle_message(&pxe(mac(1), MessageType::Discover), &ctx(&i, T0)));
@@ -621,12 +627,10 @@ fn reservations_known_only_and_deny() {
 #[test]
 fn pxe_and_ipxe_clients_get_boot_files() {
     let (i, mut e) = (iface(), Engine::new(&config(""), vec![], T0));
-    let pxe = with(
-        with(
-            msg(MessageType::Discover, mac(1)),
-            DhcpOption::ClassIdentifier(b"PXEClient:Arch:00007:UNDI:003016".to_vec()),
-        ),
-        DhcpOption::ClientSystemArchitecture(Architecture(7)),
+    let pxe = firmware(
+        msg(MessageType::Discover, mac(1)),
+        "PXEClient:Arch:00007:UNDI:003016",
+        7,
     );
     let r = e.handle_message(&pxe, &ctx(&i, T0)).reply.unwrap().message;
     assert_eq!(r.fname_str(), Some(Ok("snponly.efi")));
@@ -667,12 +671,10 @@ fn pxe_and_ipxe_clients_get_boot_files() {
 #[test]
 fn uefi_http_boot_gets_a_url_and_httpclient_echoed() {
     let (i, mut e) = (iface(), Engine::new(&config(""), vec![], T0));
-    let http = with(
-        with(
-            msg(MessageType::Discover, mac(1)),
-            DhcpOption::ClassIdentifier(b"HTTPClient:Arch:00016:UNDI:003001".to_vec()),
-        ),
-        DhcpOption::ClientSystemArchitecture(Architecture(16)),
+    let http = firmware(
+        msg(MessageType::Discover, mac(1)),
+        "HTTPClient:Arch:00016:UNDI:003001",
+        16,
     );
     let r = e.handle_message(&http, &ctx(&i, T0)).reply.unwrap().message;
     // UEFI HTTP Boot needs option 60 "HTTPClient" back (UEFI specification, "HTTP Boot"),
@@ -774,13 +776,8 @@ fn excluded_addresses_are_never_offered_and_boot_files_follow_the_config() {
         (9, "site-x64.efi"),
         (11, "site-arm64.efi"),
     ] {
-        let pxe = with(
-            with(
-                msg(MessageType::Discover, mac(50)),
-                DhcpOption::ClassIdentifier(format!("PXEClient:Arch:{arch:05}").into_bytes()),
-            ),
-            DhcpOption::ClientSystemArchitecture(Architecture(arch)),
-        );
+        let class = format!("PXEClient:Arch:{arch:05}");
+        let pxe = firmware(msg(MessageType::Discover, mac(50)), &class, arch);
         let r = e.handle_message(&pxe, &ctx(&i, T0)).reply.unwrap().message;
         assert_eq!(r.fname_str(), Some(Ok(file)), "arch {arch}");
     }
