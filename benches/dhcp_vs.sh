@@ -70,17 +70,18 @@ measure() { # name → prints "<4-way/s> <server CPU µs per exchange>"
 # Closed loop: examples/dhcp_load keeps $window exchanges in flight, so the server, not
 # the generator, sets the pace. Prints "<4-way/s> <server CPU µs per exchange> <lost> <duplicates>".
 measure_closed() {
-  local out before after n
+  local out before after
   before=$(cpu_ticks "$server_pid")
   out=$(timeout $((secs + 30)) ip netns exec "$cli" "$load" --relay 198.18.0.2 --server 198.18.0.1 --seconds "$secs" \
         --window "$window" --clients "$load_clients" 2>&1 || true)
   after=$(cpu_ticks "$server_pid")
   echo "$out" > "$work/load-$1.txt"
-  n=$(echo "$out" | awk '{for (i = 1; i < NF; i++) if ($i == "exchanges") print $(i + 1)}')
-  echo "$(echo "$out" | awk '{for (i = 1; i < NF; i++) if ($i == "rate") print $(i + 1)}' | tr -d /s)" \
+  # dhcp_load prints "exchanges N rate R/s lost L naks K duplicates D ...".
+  local n rate lost dups
+  read -r _ n _ rate _ lost _ _ _ dups _ <<< "$(echo "$out" | grep '^exchanges' || echo "exchanges 0 rate n/a lost n/a naks n/a duplicates n/a")"
+  echo "${rate%/s}" \
        "$(awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v n="${n:-0}" 'BEGIN { if (n > 0) printf "%.1f", t / hz * 1e6 / n; else print "n/a" }')" \
-       "$(echo "$out" | awk '{for (i = 1; i < NF; i++) if ($i == "lost") print $(i + 1)}')" \
-       "$(echo "$out" | awk '{for (i = 1; i < NF; i++) if ($i == "duplicates") print $(i + 1)}')"
+       "$lost" "$dups"
 }
 
 cat > "$work/shardboot.toml" <<TOML

@@ -7,15 +7,13 @@ use tracing::{info, warn};
 /// `tftp.max_transfers` in the hundreds, a default soft limit of 1,024 is reached by
 /// one rack booting at once. Best effort: a failure is logged, not fatal.
 pub fn raise_open_files() {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
+    let mut lim = match open_files() {
+        Ok(l) => l,
+        Err(e) => {
+            warn!(error = %e, "cannot read the open-file limit");
+            return;
+        }
     };
-    // SAFETY: a valid resource and a pointer to a properly sized rlimit.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        warn!(error = %std::io::Error::last_os_error(), "cannot read the open-file limit");
-        return;
-    }
     if lim.rlim_cur >= lim.rlim_max {
         return;
     }
@@ -29,20 +27,24 @@ pub fn raise_open_files() {
     info!(from, to = lim.rlim_max, "raised the open-file limit");
 }
 
+/// The process's open-file limits (soft, hard).
+fn open_files() -> std::io::Result<libc::rlimit> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a valid resource and a pointer to a properly sized rlimit.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(lim)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
     fn a_lowered_soft_limit_is_raised_to_the_hard_limit() {
-        let get = || {
-            let mut lim = libc::rlimit {
-                rlim_cur: 0,
-                rlim_max: 0,
-            };
-            // SAFETY: as in raise_open_files.
-            assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
-            lim
-        };
-        let hard = get().rlim_max;
+        let hard = super::open_files().unwrap().rlim_max;
         // Just below the hard limit: other tests run in this process at the same time.
         let low = libc::rlimit {
             rlim_cur: hard - 1,
@@ -51,6 +53,6 @@ mod tests {
         // SAFETY: lowering the soft limit is always allowed.
         assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &low) }, 0);
         super::raise_open_files();
-        assert_eq!(get().rlim_cur, hard);
+        assert_eq!(super::open_files().unwrap().rlim_cur, hard);
     }
 }
