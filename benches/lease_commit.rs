@@ -4,8 +4,8 @@
 use std::net::Ipv4Addr;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use shardboot::lease::{Lease, LeaseEffect, LeaseState, LeaseStore, SledStore};
 use shardboot::mac::MacAddr;
+use shardboot::store::{Change, Lease, LeaseEffect, LeaseState, SledStore, Store};
 
 fn lease(n: u32) -> Lease {
     Lease {
@@ -38,13 +38,13 @@ fn bench_commit(c: &mut Criterion) {
         group.throughput(Throughput::Elements(batch as u64));
         group.bench_function(format!("batch_{batch}"), |b| {
             b.iter(|| {
-                let effects: Vec<LeaseEffect> = (0..batch)
+                let changes: Vec<Change> = (0..batch)
                     .map(|_| {
                         n = n.wrapping_add(1);
-                        LeaseEffect::Put(lease(n))
+                        Change::Lease(LeaseEffect::Put(lease(n)))
                     })
                     .collect();
-                store.commit(&effects).unwrap();
+                store.commit(&changes).unwrap();
             })
         });
     }

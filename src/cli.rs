@@ -2,9 +2,9 @@
 
 use std::io::Write;
 
-use crate::app;
 use crate::config::Config;
-use crate::lease::{LeaseStore, LeaseView};
+use crate::owner::MemberList;
+use crate::store::LeaseView;
 
 /// Prints a summary of a valid configuration (errors are printed by the loader).
 pub fn check_config(config: &Config) -> anyhow::Result<()> {
@@ -20,18 +20,16 @@ pub fn check_config(config: &Config) -> anyhow::Result<()> {
             s.lease_time
         )?;
     }
-    let (me, count) = config.partition();
+    let members = MemberList::of(&config.members);
+    let (me, count) = members.partition(config.owner.self_name.as_deref());
     if count > 1 {
         // Every member's slice of every range, so operators can check that the members'
         // lists agree (the same list gives the same slices everywhere).
-        let mut names: Vec<&str> = config.members.iter().map(|m| m.name.as_str()).collect();
-        names.sort_unstable();
         for (i, s) in config.subnets.iter().enumerate() {
             for (first, last) in &s.ranges {
-                for (k, name) in names.iter().enumerate() {
-                    let pool = crate::dhcp::pool::Pool::partitioned(*first, *last, k, count);
-                    let slice = pool
-                        .slice_bounds()
+                for (k, name) in members.names().iter().enumerate() {
+                    let slice = members
+                        .slice_bounds(*first, *last, k)
                         .map_or("(empty)".to_string(), |(a, b)| format!("{a} - {b}"));
                     let mark = if k == me { "  <- this member" } else { "" };
                     writeln!(out, "subnet[{i}] slice of {name}: {slice}{mark}")?;
@@ -81,11 +79,11 @@ pub fn print_leases(
     let local = if remote.forced {
         None
     } else {
-        app::open_store(&config.state_dir).ok()
+        crate::store::open(&config.state_dir).ok()
     };
     let rows: Vec<serde_json::Value> = match local {
         Some(store) => {
-            let mut leases = store.load()?;
+            let mut leases = store.load()?.leases;
             leases.sort_by_key(|l| l.ip);
             leases
                 .iter()

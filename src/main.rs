@@ -164,7 +164,7 @@ fn serve(config: Config) -> anyhow::Result<()> {
             wait_for_signal().await;
             stop.cancel();
         });
-        app::run(config, app::Handles::default(), shutdown).await?;
+        app::run(config, shardboot::handles::Handles::default(), shutdown).await?;
         Ok(())
     })
 }

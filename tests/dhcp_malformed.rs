@@ -12,9 +12,10 @@ use common::relay_client::{mac, Answer, RelayClient};
 use common::Lab;
 use dhcproto::v4::{DhcpOption, Message, MessageType};
 use dhcproto::Encodable;
-use shardboot::app::{self, Handles};
+use shardboot::app;
 use shardboot::config::Config;
 use shardboot::dhcp::wire::DropReason;
+use shardboot::handles::Handles;
 use tokio_util::sync::CancellationToken;
 
 fn discover_bytes(n: u32) -> Vec<u8> {

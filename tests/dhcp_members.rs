@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use common::segment::{BroadcastClient, Seen, Segment};
 use common::Server;
 use dhcproto::v4::MessageType;
-use shardboot::dhcp::pool::slice_of;
 use shardboot::mac::MacAddr;
 use shardboot::owner::responsible_member;
+use shardboot::owner::slice_of;
 
 const NAMES: [&str; 3] = ["a", "b", "c"];
 const RANGE_START: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 0);

@@ -7,8 +7,8 @@ use std::net::SocketAddr;
 use std::process::Command;
 use std::sync::Arc;
 
-use shardboot::app::Handles;
 use shardboot::config::Config;
+use shardboot::handles::Handles;
 use shardboot::http::{self, HttpState};
 use shardboot::mac::MacAddr;
 use shardboot::owner::{responsible_member, Resolver};
@@ -70,13 +70,15 @@ fn start(owner: &str) -> TestServer {
         root,
         ..Default::default()
     };
-    let store = Arc::new(shardboot::lease::SledStore::open(&dir.path().join("leases")).unwrap());
+    let store = shardboot::store::open(&dir.path().join("state")).unwrap();
+    let committer = shardboot::store::Committer::start(store.clone(), Default::default()).unwrap();
     let state = Arc::new(HttpState {
         config: Arc::new(config.clone()),
         store,
-        policies: Arc::new(shardboot::dhcp::policy::HostPolicies::in_memory()),
+        committer,
+        policies: Arc::new(shardboot::dhcp::host_policy::HostPolicies::in_memory()),
         auth: http::auth::TokenAuth::new(None),
-        control: None,
+        dhcp: None,
         files: http::FileRoot::new(tftp),
         settings: config.http.clone(),
         resolver: Arc::new(Resolver::new(&config).unwrap()),

@@ -4,7 +4,7 @@ use std::sync::Mutex;
 
 use super::engine::{IgnoreReason, Outcome, PoolUsage};
 use super::wire::DropReason;
-use crate::metrics::{header, sample, Counter, Gauge, Histogram, LabeledCounters};
+use crate::metrics::{header, sample, Counter, Gauge, LabeledCounters};
 
 const IGNORE_REASONS: [IgnoreReason; 9] = [
     IgnoreReason::NotResponsible,
@@ -40,14 +40,6 @@ pub struct DhcpMetrics {
     pub send_errors: Counter,
     /// Datagrams dropped because the engine queue was full.
     pub queue_full: Counter,
-    /// Lease store commits (each one flush).
-    pub commits: Counter,
-    /// Lease changes written.
-    pub committed_effects: Counter,
-    /// Failed commits (their replies were not sent).
-    pub commit_errors: Counter,
-    /// Time from queuing a change to its flush completing.
-    pub commit_latency: Histogram,
     /// Lease records held in memory.
     pub leases: Gauge,
     /// 1 while the DHCP sockets are bound and served.
@@ -73,10 +65,6 @@ impl Default for DhcpMetrics {
             sent: Counter::default(),
             send_errors: Counter::default(),
             queue_full: Counter::default(),
-            commits: Counter::default(),
-            committed_effects: Counter::default(),
-            commit_errors: Counter::default(),
-            commit_latency: Histogram::default(),
             leases: Gauge::default(),
             listening: Gauge::default(),
             transition_until: Gauge::default(),
@@ -179,30 +167,10 @@ impl DhcpMetrics {
                 "Datagrams dropped on a full engine queue",
                 &self.queue_full,
             ),
-            (
-                "shardboot_lease_commits_total",
-                "Lease store flushes",
-                &self.commits,
-            ),
-            (
-                "shardboot_lease_committed_changes_total",
-                "Lease changes made durable",
-                &self.committed_effects,
-            ),
-            (
-                "shardboot_lease_commit_errors_total",
-                "Failed lease store commits",
-                &self.commit_errors,
-            ),
         ] {
             header(out, name, "counter", help);
             out.push_str(&format!("{name} {}\n", c.get()));
         }
-        self.commit_latency.render(
-            out,
-            "shardboot_lease_commit_seconds",
-            "Time from a lease change to its durable flush",
-        );
         header(out, "shardboot_leases", "gauge", "Lease records in memory");
         out.push_str(&format!("shardboot_leases {}\n", self.leases.get()));
         let pools = self.pools.lock().map(|p| p.clone()).unwrap_or_default();

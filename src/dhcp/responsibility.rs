@@ -8,9 +8,14 @@
 //! §2: `secs` counts seconds since the client began acquiring), when any member answers
 //! from its own slice; the client takes the first offer.
 
-use super::decision::Responsibility;
+use std::sync::Arc;
+
+use dhcproto::v4::{Message, MessageType};
+
+use super::engine::Responsibility;
+use super::metrics::DhcpMetrics;
 use crate::mac::MacAddr;
-use crate::owner::responsible_member;
+use crate::owner::{responsible_member, Resolver};
 
 /// Why this member answers or not, for metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,6 +79,64 @@ pub fn decide(
         (Responsibility::Mine, Why::Takeover)
     } else {
         (Responsibility::NotMine, Why::Other)
+    }
+}
+
+/// Who answers each client when several members share a segment: the resolver's owner
+/// from cache (the DHCP thread never waits on Ironic), else the RFC 3074 bucket over the
+/// live members; others take over when the client's `secs` reaches `takeover_secs`.
+pub struct Responder {
+    me: String,
+    takeover_secs: u16,
+    resolver: Arc<Resolver>,
+    metrics: Arc<DhcpMetrics>,
+}
+
+impl std::fmt::Debug for Responder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Responder")
+            .field("me", &self.me)
+            .field("takeover_secs", &self.takeover_secs)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Responder {
+    /// The responder of member `me`, or `None` for a single instance (which answers
+    /// everything) or a member that does not know its own name.
+    pub fn new(
+        config: &crate::config::Config,
+        resolver: Arc<Resolver>,
+        metrics: Arc<DhcpMetrics>,
+    ) -> Option<Self> {
+        if config.members.len() < 2 {
+            return None;
+        }
+        Some(Self {
+            me: config.owner.self_name.clone()?,
+            takeover_secs: config.dhcp.takeover_secs,
+            resolver,
+            metrics,
+        })
+    }
+
+    /// Whether this member answers `msg`. Only DISCOVERs and REQUESTs are weighed; every
+    /// other message is this member's to handle.
+    pub fn decide(&self, msg: &Message) -> Responsibility {
+        let asks = matches!(
+            msg.opts().msg_type(),
+            Some(MessageType::Discover | MessageType::Request)
+        );
+        let Some(mac) = MacAddr::from_chaddr(msg.chaddr()).filter(|_| asks) else {
+            return Responsibility::Mine;
+        };
+        let owner = self.resolver.resolve_cached(&mac);
+        let live = self.resolver.live().alive();
+        let r = responsible(owner.member.as_deref(), &live, &mac);
+        let (decision, why) = decide(&self.me, r, msg.secs(), self.takeover_secs);
+        self.metrics.responsibility.inc(why.as_str());
+        tracing::debug!(%mac, responsible = ?r, source = owner.source, secs = msg.secs(), why = why.as_str(), "DHCP responsibility");
+        decision
     }
 }
 

@@ -1,10 +1,12 @@
-//! The HTTP listener: boot routes (public, unauthenticated by nature), `/healthz` and
-//! `/metrics`. The operator API (leases, hosts) joins it in a later change.
+//! The HTTP listeners: boot routes (public, unauthenticated by nature), `/healthz`,
+//! `/readyz` and `/metrics`, and the operator API behind a token or a client
+//! certificate, on the boot listener or a listener of its own.
 
 pub mod api;
 pub mod auth;
 pub mod boot;
 pub mod files;
+mod metrics;
 pub mod tls;
 pub mod ui;
 
@@ -17,106 +19,17 @@ use axum::routing::get;
 use axum::Router;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error};
+use tracing::{debug, error, info};
 
-use crate::app::Handles;
-use crate::config::HttpSettings;
+use crate::config::{Config, HttpSettings};
+use crate::dhcp::host_policy::HostPolicies;
+use crate::dhcp::shell::DhcpHandle;
+use crate::handles::Handles;
 use crate::mac::MacAddr;
-use crate::metrics::LabeledCounters;
 use crate::owner::Resolver;
+use crate::store::{Committer, Store};
 use boot::{BootAnswer, BootContext};
-
-/// Per route pattern: (status, count) pairs.
-pub type RequestCounts =
-    std::collections::HashMap<String, Vec<(u16, std::sync::atomic::AtomicU64)>>;
-
-/// HTTP counters.
-#[derive(Debug)]
-pub struct HttpMetrics {
-    /// Boot requests by outcome.
-    pub boot: LabeledCounters<6>,
-    /// Requests by route pattern and status; a read lock and an atomic add per request,
-    /// the write lock only the first time a (route, status) pair is seen.
-    pub requests: std::sync::RwLock<RequestCounts>,
-}
-
-impl Default for HttpMetrics {
-    fn default() -> Self {
-        Self {
-            boot: LabeledCounters::new([
-                "first_stage",
-                "local",
-                "remote",
-                "fallback",
-                "not_found",
-                "bad_request",
-            ]),
-            requests: Default::default(),
-        }
-    }
-}
-
-impl HttpMetrics {
-    fn count(&self, outcome: &str) {
-        self.boot.inc(outcome);
-    }
-
-    /// Requests counted with `outcome`.
-    pub fn get(&self, outcome: &str) -> u64 {
-        self.boot.get(outcome)
-    }
-
-    /// Counts one answered request. `route` is the matched pattern (never the raw path,
-    /// which is request data), or `unmatched`.
-    pub fn request(&self, route: &str, status: u16) {
-        use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-        {
-            let map = self.requests.read().unwrap_or_else(|p| p.into_inner());
-            if let Some((_, c)) = map
-                .get(route)
-                .and_then(|v| v.iter().find(|(s, _)| *s == status))
-            {
-                c.fetch_add(1, Relaxed);
-                return;
-            }
-        }
-        let mut map = self.requests.write().unwrap_or_else(|p| p.into_inner());
-        let v = map.entry(route.to_string()).or_default();
-        match v.iter().find(|(s, _)| *s == status) {
-            Some((_, c)) => {
-                c.fetch_add(1, Relaxed);
-            }
-            None => v.push((status, AtomicU64::new(1))),
-        }
-    }
-
-    /// Writes the Prometheus exposition.
-    pub fn render_prometheus(&self, out: &mut String) {
-        crate::metrics::header(
-            out,
-            "shardboot_http_requests_total",
-            "counter",
-            "HTTP requests by route pattern and status",
-        );
-        let map = self.requests.read().unwrap_or_else(|p| p.into_inner());
-        let mut routes: Vec<_> = map.iter().collect();
-        routes.sort_by(|a, b| a.0.cmp(b.0));
-        for (route, counts) in routes {
-            for (status, c) in counts {
-                out.push_str(&format!(
-                    "shardboot_http_requests_total{{route=\"{route}\",status=\"{status}\"}} {}\n",
-                    c.load(std::sync::atomic::Ordering::Relaxed)
-                ));
-            }
-        }
-        self.boot.render(
-            out,
-            "shardboot_http_boot_requests_total",
-            "outcome",
-            "Boot script requests by outcome",
-        );
-    }
-}
+pub use metrics::{HttpMetrics, RequestCounts};
 
 /// The TFTP root as the HTTP file route sees it: settings and its own file cache.
 pub struct FileRoot {
@@ -139,15 +52,17 @@ impl FileRoot {
 /// Shared state of the HTTP handlers.
 pub struct HttpState {
     /// The validated configuration (members and ranges for the operator API).
-    pub config: Arc<crate::config::Config>,
-    /// The lease store.
-    pub store: Arc<crate::lease::SledStore>,
+    pub config: Arc<Config>,
+    /// The store, read by the operator API.
+    pub store: Arc<dyn Store>,
+    /// Where the operator API's own changes (host policies) are made durable.
+    pub committer: Committer,
     /// Run-time allow/deny per MAC, shared with the DHCP server.
-    pub policies: Arc<crate::dhcp::policy::HostPolicies>,
+    pub policies: Arc<HostPolicies>,
     /// Operator API tokens.
     pub auth: auth::TokenAuth,
     /// Changes for the DHCP engine (None: DHCP is off).
-    pub control: Option<crate::dhcp::server::ControlSender>,
+    pub dhcp: Option<DhcpHandle>,
     /// `/ipxe/{file}`: the TFTP root.
     pub files: Arc<FileRoot>,
     /// Listener settings.
@@ -156,6 +71,96 @@ pub struct HttpState {
     pub resolver: Arc<Resolver>,
     /// Metrics of every listener, for `/metrics`.
     pub handles: Handles,
+}
+
+impl HttpState {
+    /// The state of the listeners of `config`: its own token file, TFTP root and
+    /// listener settings, with the shared parts passed in.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        config: Arc<Config>,
+        store: Arc<dyn Store>,
+        committer: Committer,
+        policies: Arc<HostPolicies>,
+        dhcp: Option<DhcpHandle>,
+        resolver: Arc<Resolver>,
+        handles: Handles,
+    ) -> Self {
+        Self {
+            auth: auth::TokenAuth::new(config.http.token_file.clone()),
+            files: FileRoot::new(config.tftp.settings.clone()),
+            settings: config.http.clone(),
+            config,
+            store,
+            committer,
+            policies,
+            dhcp,
+            resolver,
+            handles,
+        }
+    }
+}
+
+/// Why an HTTP listener cannot start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    /// Binding or serving failed.
+    #[error("HTTP listener on {addr}: {source}")]
+    Listener {
+        /// The configured address.
+        addr: std::net::SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A TLS certificate, key or CA file cannot be used.
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+}
+
+/// One listener serving until shutdown.
+pub type Serving =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), HttpError>> + Send>>;
+
+/// Binds the configured listeners (the boot listener, and the operator listener when
+/// `http.operator_listen` is set) and returns them, serving once polled. Binding and
+/// TLS set-up happen here, so a bad address or certificate stops start-up.
+pub async fn start(
+    state: Arc<HttpState>,
+    shutdown: CancellationToken,
+) -> Result<Vec<Serving>, HttpError> {
+    let tls = match &state.settings.tls {
+        Some(files) => Some(tls::acceptor(files)?),
+        None => None,
+    };
+    // With a separate operator listener, TLS (if any) goes there and the boot listener
+    // stays plain HTTP, which every firmware speaks.
+    let mut plan = Vec::new();
+    match state.settings.operator_listen {
+        Some(op) => {
+            plan.push((state.settings.listen, Serves::Boot, None));
+            plan.push((op, Serves::Operator, tls));
+        }
+        None => plan.push((state.settings.listen, Serves::Everything, tls)),
+    }
+    let mut serving: Vec<Serving> = Vec::with_capacity(plan.len());
+    for (addr, serves, tls) in plan {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| HttpError::Listener { addr, source })?;
+        match serves {
+            Serves::Operator => {
+                info!(listen = %addr, tls = tls.is_some(), "operator API listening")
+            }
+            _ => info!(listen = %addr, "HTTP listening"),
+        }
+        let (state, stop) = (state.clone(), shutdown.clone());
+        serving.push(Box::pin(async move {
+            run_with(listener, state, serves, tls, stop)
+                .await
+                .map_err(|source| HttpError::Listener { addr, source })
+        }));
+    }
+    Ok(serving)
 }
 
 /// Which routes a listener serves.
@@ -167,11 +172,6 @@ pub enum Serves {
     Boot,
     /// The operator API, health, metrics and the OpenAPI document.
     Operator,
-}
-
-/// The router of the single listener: everything.
-pub fn router(state: Arc<HttpState>) -> Router {
-    router_for(state, Serves::Everything)
 }
 
 /// The router of one listener.
@@ -337,6 +337,7 @@ async fn healthz(State(s): State<Arc<HttpState>>) -> Response {
 async fn metrics(State(s): State<Arc<HttpState>>) -> Response {
     let mut out = String::with_capacity(8192);
     s.handles.dhcp.render_prometheus(&mut out);
+    s.handles.store.render_prometheus(&mut out);
     s.handles.tftp.render_prometheus(&mut out);
     s.handles.http.render_prometheus(&mut out);
     if s.config.ra.enabled {

@@ -137,22 +137,6 @@ pub const MEMBERS_HEADER: &str = "x-shardboot-members";
 /// it hands out fresh addresses only where its old and new slices agree.
 pub const TRANSITION_HEADER: &str = "x-shardboot-transition-until";
 
-/// A fingerprint of the member names (FNV-1a over the sorted names): members whose
-/// lists differ would compute different range slices and could hand out the same
-/// address, so they compare fingerprints before serving DHCP.
-pub fn members_fingerprint(members: &[Member]) -> String {
-    let mut names: Vec<&str> = members.iter().map(|m| m.name.as_str()).collect();
-    names.sort_unstable();
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for n in names {
-        for b in n.bytes().chain([0]) {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    format!("{h:016x}")
-}
-
 /// A member whose list differs from ours.
 #[derive(Debug, thiserror::Error)]
 #[error(
@@ -215,7 +199,7 @@ pub async fn check_member_lists(
     self_name: Option<&str>,
     timeout: Duration,
 ) -> Result<u64, MemberListMismatch> {
-    let ours = members_fingerprint(members);
+    let ours = super::MemberList::of(members).fingerprint();
     let Ok(client) = probe_client(timeout) else {
         return Ok(0);
     };
@@ -252,7 +236,7 @@ pub async fn run_probes(
     settings: HealthSettings,
     shutdown: CancellationToken,
 ) {
-    let ours = members_fingerprint(&members);
+    let ours = super::MemberList::of(&members).fingerprint();
     let others: Vec<Member> = members
         .into_iter()
         .filter(|m| Some(m.name.as_str()) != live.self_name.as_deref())

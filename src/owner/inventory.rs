@@ -56,6 +56,14 @@ pub struct Inventory {
     loaded: Mutex<Loaded>,
 }
 
+impl std::fmt::Debug for Inventory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inventory")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Inventory {
     /// An inventory read from `path` on first use.
     pub fn new(path: &Path) -> Self {

@@ -213,6 +213,15 @@ pub struct IronicOwners {
     pub metrics: IronicMetrics,
 }
 
+impl std::fmt::Debug for IronicOwners {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The settings' Debug redacts the password.
+        f.debug_struct("IronicOwners")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
 impl IronicOwners {
     /// Builds the client: API version header, basic auth, extra CA, timeouts.
     pub fn new(settings: IronicSettings) -> Result<Self, IronicError> {
@@ -416,6 +425,24 @@ impl IronicOwners {
         }
     }
 
+    /// Looks up, in the background, the MACs the DHCP path found missing from the cache
+    /// (it never waits on the network), so the answer is there before the client's
+    /// next retransmission. Runs until `shutdown` or until every sender is gone.
+    pub async fn run_prefetch(
+        self: Arc<Self>,
+        mut missing: tokio::sync::mpsc::Receiver<MacAddr>,
+        shutdown: CancellationToken,
+    ) {
+        loop {
+            let mac = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                m = missing.recv() => match m { Some(m) => m, None => return },
+            };
+            let me = self.clone();
+            tokio::spawn(async move { me.lookup(mac).await });
+        }
+    }
+
     async fn get(&self, path_and_query: &str) -> Result<Option<Vec<u8>>, IronicError> {
         let path = path_and_query.split('?').next().unwrap_or("").to_string();
         let mut req = self
@@ -548,8 +575,7 @@ mod tests {
             ca_file: Some(ca),
             ..settings()
         })
-        .err()
-        .expect("garbage CA accepted");
+        .expect_err("garbage CA accepted");
         assert!(
             err.to_string().starts_with("owner.ironic.ca_file "),
             "{err}"

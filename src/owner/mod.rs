@@ -8,20 +8,53 @@ pub mod inventory;
 pub mod ironic;
 pub mod ironic_cache;
 pub mod ironic_wire;
+pub mod members;
+pub mod membership;
 
 use std::sync::Arc;
 use std::time::Instant;
 
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 pub use hash::{responsible_member, rfc3074_hash};
 pub use inventory::Inventory;
+pub use members::{slice_of, MemberList};
 
 use crate::config::{Config, Member, OwnerSettings, ResolverKind};
 use crate::mac::MacAddr;
 use health::LiveSet;
 use ironic::{IronicError, IronicOwners};
 use ironic_cache::{Cached, Known};
+
+/// A task that keeps the owner view current, run until shutdown.
+pub type Background = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// Builds the resolver and the tasks that keep it current: the Ironic snapshot refresh,
+/// the background lookups of MACs the DHCP path found missing, and (with several
+/// members) the health probes of the other members.
+pub fn start(
+    config: &Config,
+    shutdown: &CancellationToken,
+) -> Result<(Arc<Resolver>, Vec<Background>), IronicError> {
+    let mut tasks: Vec<Background> = Vec::new();
+    let mut resolver = Resolver::new(config)?;
+    if let Some(ironic) = resolver.ironic().cloned() {
+        let (tx, rx) = tokio::sync::mpsc::channel(1024);
+        resolver = resolver.with_prefetch(tx);
+        tasks.push(Box::pin(ironic.clone().run_refresh(shutdown.clone())));
+        tasks.push(Box::pin(ironic.run_prefetch(rx, shutdown.clone())));
+    }
+    if config.members.len() > 1 {
+        tasks.push(Box::pin(health::run_probes(
+            config.members.clone(),
+            resolver.live().clone(),
+            config.health,
+            shutdown.clone(),
+        )));
+    }
+    Ok((Arc::new(resolver), tasks))
+}
 
 /// The answer for one MAC.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +67,7 @@ pub struct Resolution {
 }
 
 /// Owner lookups for this member.
+#[derive(Debug)]
 pub struct Resolver {
     settings: OwnerSettings,
     members: Vec<Member>,
@@ -62,7 +96,7 @@ impl Resolver {
                 config.owner.self_name.as_deref(),
             )),
             prefetch: None,
-            fingerprint: health::members_fingerprint(&config.members),
+            fingerprint: MemberList::of(&config.members).fingerprint(),
         })
     }
 
@@ -88,7 +122,7 @@ impl Resolver {
         self.members.iter().find(|m| m.name == name)
     }
 
-    /// The fingerprint of the member list (see `health::members_fingerprint`).
+    /// The fingerprint of the member list (see [`MemberList::fingerprint`]).
     pub fn members_fingerprint(&self) -> &str {
         &self.fingerprint
     }

@@ -129,6 +129,29 @@ pub fn bind(interface: &str) -> Result<RaListener, RaError> {
 
 /// Serves every listener until `stop` is cancelled. Each interface (segment) has its
 /// own responder: a router on one segment says nothing about another.
+/// Binds a listener on each of `interfaces` (the segments DHCP serves, and only those)
+/// and returns the responder, answering once polled. The responder only saves boot
+/// time: an interface where the socket cannot be opened is logged and skipped.
+pub fn start(
+    interfaces: &[String],
+    stand_down_secs: u64,
+    metrics: Arc<RaMetrics>,
+    stop: CancellationToken,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let listeners: Vec<_> = interfaces
+        .iter()
+        .filter_map(|name| {
+            bind(name)
+                .inspect_err(
+                    |e| warn!(error = %e, "ra.enabled: not answering router solicitations there"),
+                )
+                .ok()
+        })
+        .collect();
+    run(listeners, stand_down_secs, metrics, stop)
+}
+
+/// Answers router solicitations on `listeners` until `stop`.
 pub async fn run(
     listeners: Vec<RaListener>,
     stand_down_secs: u64,

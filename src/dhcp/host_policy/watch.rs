@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::hostsdir;
-use super::policy::{HostPolicies, HostPolicy};
+use super::{HostPolicies, HostPolicy};
 
 /// Files larger than this are not hosts files (Ironic's are one line); skipped.
 const MAX_FILE_BYTES: u64 = 64 * 1024;
@@ -40,6 +40,19 @@ pub fn first_scan(dir: &Path, policies: &HostPolicies) -> io::Result<Files> {
     }
     apply(&files, policies);
     Ok(files)
+}
+
+/// Reads `dir` once into `policies` (an error stops start-up: an unfiltered first poll
+/// would let every machine through) and returns the watcher that follows it from then
+/// on, polling every `poll` until `stop`.
+pub fn follow(
+    dir: PathBuf,
+    poll: Duration,
+    policies: Arc<HostPolicies>,
+    stop: CancellationToken,
+) -> io::Result<impl std::future::Future<Output = ()> + Send + 'static> {
+    let files = first_scan(&dir, &policies)?;
+    Ok(run(dir, poll, policies, files, stop))
 }
 
 /// Polls `dir` until `stop`, applying every change to `policies`; `files` is what

@@ -4,8 +4,8 @@
 use std::collections::{BTreeSet, HashMap};
 use std::net::Ipv4Addr;
 
-use crate::lease::{Lease, LeaseState};
 use crate::mac::MacAddr;
+use crate::store::{Lease, LeaseState};
 
 /// Leases and offers, indexed three ways.
 #[derive(Debug, Default)]

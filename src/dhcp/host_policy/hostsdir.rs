@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use super::policy::HostPolicy;
+use super::HostPolicy;
 use crate::mac::MacAddr;
 
 /// What a hosts directory says.

@@ -4,109 +4,71 @@
 //!   socket and decides each request in arrival order against one in-memory state: no
 //!   locks, no cross-thread hand-off per packet.
 //! - Replies without lease changes (OFFER, NAK, INFORM) are sent at once.
-//! - Lease changes go to the committer thread, which writes everything queued since its
-//!   last flush as one batch and one flush (group commit), and only then sends the ACKs
-//!   that depended on them. An ACK never leaves before its lease is on disk.
+//! - Lease changes go to the store's committer, which writes everything queued since its
+//!   last flush with one flush (group commit), and only then sends the ACKs that depended
+//!   on them. An ACK never leaves before its lease is durable.
+
+pub mod arp;
+mod control;
+pub mod socket;
+mod start;
 
 use std::io::ErrorKind;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::os::fd::AsFd;
-use std::sync::{mpsc as std_mpsc, Arc};
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use dhcproto::v4::Message;
 use tokio::net::UdpSocket;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use super::arp;
 use super::engine::{Engine, Interface, PacketContext, Reply, Responsibility};
+use super::host_policy::HostPolicies;
 use super::metrics::DhcpMetrics;
-use super::policy::HostPolicies;
-use super::reply::Destination;
+use super::responsibility::Responder;
 use super::wire::{self, MAX_REQUEST_LEN};
-use crate::lease::{LeaseEffect, LeaseStore};
+use crate::dhcp::engine::reply::Destination;
 use crate::mac::MacAddr;
+use crate::store::{Change, Committer};
+pub use control::{ControlError, ControlReceiver, DhcpHandle};
+pub use start::{prepare, Parts, StartError, Stored};
 
-/// Decides, per request, whether this member should answer (ARCHITECTURE.md "DHCP
-/// decisions" 2). A single instance answers everything.
-pub type ResponsibilityFn = Arc<dyn Fn(&Message, u64) -> Responsibility + Send + Sync>;
-
-/// Most queued changes folded into one flush.
-const MAX_BATCH: usize = 16_384;
-/// Under load (the previous flush covered more than one request), the committer waits
-/// this long for more changes before flushing: fewer, larger flushes cost far less CPU in
-/// sled, and a few milliseconds on an ACK are invisible to DHCP clients. An idle server
-/// flushes at once.
-const COMMIT_WINDOW: Duration = Duration::from_millis(3);
 /// Datagrams read from one socket before looking at the others, the clock and shutdown.
 const READ_BURST: usize = 64;
 
 /// One bound socket and the interface it serves.
+#[derive(Debug)]
 pub struct Listener {
     /// The interface.
     pub interface: Interface,
-    /// Its socket, non-blocking (see [`super::socket::bind`]).
+    /// Its socket, non-blocking (see [`socket::bind`]).
     pub socket: std::net::UdpSocket,
 }
 
-/// Everything the server needs.
-pub struct ServerParts {
+/// A DHCP server ready to run: sockets bound, engine loaded.
+#[derive(Debug)]
+pub struct Server {
     /// Bound sockets.
     pub listeners: Vec<Listener>,
-    /// The engine, already loaded with the stored leases.
+    /// The engine, already loaded with the stored leases and reservations.
     pub engine: Engine,
-    /// Durable lease store.
-    pub store: Arc<dyn LeaseStore>,
+    /// Where lease changes are made durable.
+    pub committer: Committer,
     /// Metrics to update.
     pub metrics: Arc<DhcpMetrics>,
     /// Server port; relays are answered on it and clients on `port + 1` (67 → 68).
     pub port: u16,
     /// How often expired leases are reclaimed.
     pub reclaim_interval: Duration,
-    /// Ownership decision; `None` answers everything.
-    pub responsibility: Option<ResponsibilityFn>,
+    /// Who answers with several members; `None` answers everything.
+    pub responder: Option<Responder>,
     /// The operator's run-time allow/deny per MAC.
     pub policies: Arc<HostPolicies>,
     /// Operator changes to apply; `None`: no operator API.
-    pub control: Option<tokio::sync::mpsc::Receiver<Control>>,
-    /// Where run-time reservations are kept; `None`: not persisted (tests).
-    pub operator_store: Option<Arc<crate::lease::SledStore>>,
+    pub control: Option<ControlReceiver>,
 }
-
-/// An operator's change to the engine's state, applied on the engine thread between
-/// packets; `done` answers once the change is durable.
-#[derive(Debug)]
-pub enum Control {
-    /// Forget the lease on an address (`Ok(false)`: there was none).
-    Forget {
-        /// The address.
-        ip: std::net::Ipv4Addr,
-        /// Answered after the flush.
-        done: tokio::sync::oneshot::Sender<Result<bool, String>>,
-    },
-    /// Reserve an address for a MAC (durable before the answer).
-    Reserve {
-        /// The reservation.
-        reservation: super::reserve::Reservation,
-        /// Answered once stored.
-        done: ReserveDone,
-    },
-    /// Remove a MAC's run-time reservation.
-    Unreserve {
-        /// The MAC.
-        mac: crate::mac::MacAddr,
-        /// Answered once stored.
-        done: ReserveDone,
-    },
-}
-
-/// Reply channel of a reservation change.
-pub type ReserveDone = tokio::sync::oneshot::Sender<Result<(), super::reserve::ReserveError>>;
-
-/// Where the operator API sends [`Control`] messages.
-pub type ControlSender = tokio::sync::mpsc::Sender<Control>;
 
 /// Errors that end the server.
 #[derive(Debug, thiserror::Error)]
@@ -131,23 +93,16 @@ pub fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-struct Outgoing {
+/// A reply that waits for its lease change to be durable.
+struct Pending {
+    changes: Vec<Change>,
     listener: usize,
-    bytes: Vec<u8>,
-    to: SocketAddr,
-}
-
-struct CommitJob {
-    effects: Vec<LeaseEffect>,
-    reply: Option<Outgoing>,
-    queued: Instant,
-    /// Told the outcome once the effects are durable (operator changes).
-    done: Option<tokio::sync::oneshot::Sender<Result<bool, String>>>,
+    reply: Option<(Vec<u8>, SocketAddr)>,
 }
 
 /// Runs until `shutdown` is cancelled or a socket fails. On shutdown, changes already
 /// queued are flushed and their replies sent before returning.
-pub async fn run(parts: ServerParts, shutdown: CancellationToken) -> Result<(), ServerError> {
+pub async fn run(server: Server, shutdown: CancellationToken) -> Result<(), ServerError> {
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
         .name("dhcp-engine".into())
@@ -156,7 +111,7 @@ pub async fn run(parts: ServerParts, shutdown: CancellationToken) -> Result<(), 
                 .enable_all()
                 .build()
                 .map_err(ServerError::Thread)
-                .and_then(|rt| rt.block_on(engine_loop(parts, shutdown)));
+                .and_then(|rt| rt.block_on(engine_loop(server, shutdown)));
             let _ = done_tx.send(result);
         })
         .map_err(ServerError::Thread)?;
@@ -168,46 +123,37 @@ pub async fn run(parts: ServerParts, shutdown: CancellationToken) -> Result<(), 
     })
 }
 
-async fn engine_loop(parts: ServerParts, shutdown: CancellationToken) -> Result<(), ServerError> {
-    let ServerParts {
+async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), ServerError> {
+    let Server {
         listeners,
         mut engine,
-        store,
+        committer,
         metrics,
         port,
         reclaim_interval,
-        responsibility,
+        responder,
         policies,
         control,
-        operator_store,
-    } = parts;
-    let mut control = control;
+    } = server;
+    let mut control = control.map(|c| c.0);
     let mut interfaces = Vec::with_capacity(listeners.len());
     let mut sockets = Vec::with_capacity(listeners.len());
-    let mut committer_sockets = Vec::with_capacity(listeners.len());
+    // The committer sends ACKs from its own thread, on clones of the same sockets.
+    let mut reply_sockets = Vec::with_capacity(listeners.len());
     for l in listeners {
         let socket_err = |source| ServerError::Socket {
             interface: l.interface.name.clone(),
             source,
         };
-        committer_sockets.push(l.socket.try_clone().map_err(socket_err)?);
+        reply_sockets.push(Arc::new(l.socket.try_clone().map_err(socket_err)?));
         sockets.push(UdpSocket::from_std(l.socket).map_err(socket_err)?);
         interfaces.push(l.interface);
     }
 
-    let (commit_tx, commit_rx) = std_mpsc::channel::<CommitJob>();
-    let committer = {
-        let metrics = metrics.clone();
-        std::thread::Builder::new()
-            .name("dhcp-commit".into())
-            .spawn(move || commit_loop(store, commit_rx, committer_sockets, metrics))
-            .map_err(ServerError::Thread)?
-    };
-
     let mut ctx = LoopState {
         interfaces: &interfaces,
         metrics: &metrics,
-        responsibility: responsibility.as_ref(),
+        responder: responder.as_ref(),
         policies: &policies,
         port,
         out: Vec::with_capacity(600),
@@ -228,7 +174,7 @@ async fn engine_loop(parts: ServerParts, shutdown: CancellationToken) -> Result<
         // Operator changes are applied between bursts, also under load.
         if let Some(rx) = control.as_mut() {
             while let Ok(cmd) = rx.try_recv() {
-                apply_control(&mut engine, cmd, &commit_tx, operator_store.as_deref());
+                control::apply(&mut engine, cmd, &committer, unix_now());
             }
         }
         // Drain what the sockets hold, a burst per socket at a time.
@@ -245,8 +191,8 @@ async fn engine_loop(parts: ServerParts, shutdown: CancellationToken) -> Result<
                             Action::Send(listener, to) => {
                                 send_now(&sockets[listener], &ctx.out, to, &metrics).await
                             }
-                            Action::Commit(job) => {
-                                let _ = commit_tx.send(job);
+                            Action::Commit(p) => {
+                                submit(&committer, p, &reply_sockets, &metrics);
                             }
                         }
                     }
@@ -288,85 +234,40 @@ async fn engine_loop(parts: ServerParts, shutdown: CancellationToken) -> Result<
             _ = shutdown.cancelled() => break Ok(()),
             _ = tokio::time::sleep_until(next_tick.into()) => {}
             _ = readable => {}
-            Some(cmd) = command => apply_control(&mut engine, cmd, &commit_tx, operator_store.as_deref()),
+            Some(cmd) = command => control::apply(&mut engine, cmd, &committer, unix_now()),
         }
     };
     metrics.listening.set(0);
-    drop(commit_tx);
-    // Let queued commits finish so no durable change loses its reply.
-    let _ = committer.join();
+    // Wait for what is queued, so no durable change loses its reply.
+    let _ = committer.commit_blocking(Vec::new());
     info!(
         received = metrics.received.get(),
         sent = metrics.sent.get(),
-        commits = metrics.commits.get(),
-        committed_changes = metrics.committed_effects.get(),
         "DHCP server stopped"
     );
     result
 }
 
-fn apply_control(
-    engine: &mut Engine,
-    cmd: Control,
-    commit_tx: &std_mpsc::Sender<CommitJob>,
-    store: Option<&crate::lease::SledStore>,
+/// Queues a decision's lease changes; its reply is sent from the committer's thread
+/// once they are durable, and withheld if they fail (the client retries).
+fn submit(
+    committer: &Committer,
+    pending: Pending,
+    sockets: &[Arc<std::net::UdpSocket>],
+    metrics: &Arc<DhcpMetrics>,
 ) {
-    use super::reserve::ReserveError;
-    // Stores a reservation change; on failure the engine change is undone by the caller.
-    let persist = |mac, r: Option<&super::reserve::Reservation>| match store {
-        Some(s) => s.set_reservation(mac, r).map_err(|e| {
-            error!(error = %e, "reservation not stored");
-            e
-        }),
-        None => Ok(()),
-    };
-    match cmd {
-        Control::Reserve { reservation, done } => {
-            let previous = engine
-                .reservations()
-                .into_iter()
-                .find(|r| r.mac == reservation.mac);
-            let result = engine.reserve(&reservation, unix_now()).and_then(|()| {
-                persist(reservation.mac, Some(&reservation)).map_err(|_| {
-                    let _ = engine.unreserve(&reservation.mac);
-                    if let Some(p) = &previous {
-                        let _ = engine.reserve(p, unix_now());
-                    }
-                    ReserveError::Store
-                })
-            });
-            if result.is_ok() {
-                info!(mac = %reservation.mac, ip = %reservation.ip, "reservation set by the operator");
-            }
-            let _ = done.send(result);
+    let Pending {
+        changes,
+        listener,
+        reply,
+    } = pending;
+    let socket = reply.as_ref().map(|_| sockets[listener].clone());
+    let metrics = metrics.clone();
+    let _ = committer.submit(changes, move |r| {
+        if let (Ok(()), Some((bytes, to)), Some(socket)) = (r, reply, socket) {
+            count_send(send_blocking(&socket, &bytes, to), to, &metrics);
         }
-        Control::Unreserve { mac, done } => {
-            let previous = engine.reservations().into_iter().find(|r| r.mac == mac);
-            let result = engine.unreserve(&mac).and_then(|()| {
-                persist(mac, None).map_err(|_| {
-                    if let Some(p) = &previous {
-                        let _ = engine.reserve(p, unix_now());
-                    }
-                    ReserveError::Store
-                })
-            });
-            let _ = done.send(result);
-        }
-        Control::Forget { ip, done } => match engine.forget(ip) {
-            None => {
-                let _ = done.send(Ok(false));
-            }
-            Some(effect) => {
-                info!(%ip, "lease forgotten by the operator");
-                let _ = commit_tx.send(CommitJob {
-                    effects: vec![effect],
-                    reply: None,
-                    queued: Instant::now(),
-                    done: Some(done),
-                });
-            }
-        },
-    }
+    });
 }
 
 fn reclaim(engine: &mut Engine, metrics: &DhcpMetrics) {
@@ -386,13 +287,13 @@ enum Action {
     /// Send the reply now in `LoopState::out`: it depends on no lease change.
     Send(usize, SocketAddr),
     /// Lease changes to make durable, and the reply (if any) that waits for them.
-    Commit(CommitJob),
+    Commit(Pending),
 }
 
 struct LoopState<'a> {
     interfaces: &'a [Interface],
     metrics: &'a DhcpMetrics,
-    responsibility: Option<&'a ResponsibilityFn>,
+    responder: Option<&'a Responder>,
     policies: &'a HostPolicies,
     port: u16,
     /// Encoded reply of the last `Action::Send`.
@@ -418,6 +319,16 @@ impl LoopState<'_> {
                 return Action::Nothing;
             }
         };
+        let mac = MacAddr::from_chaddr(msg.chaddr());
+        // One span per packet (STYLE §8). At debug level: a span per datagram at the
+        // default level would cost more than a tenth of the whole decision.
+        let span = tracing::debug_span!(
+            "dhcp",
+            iface = %self.interfaces[listener].name,
+            xid = msg.xid(),
+            mac = mac.map(tracing::field::display),
+        );
+        let _entered = span.enter();
         use dhcproto::v4::MessageType as T;
         self.metrics.requests.inc(match msg.opts().msg_type() {
             Some(T::Discover) => "discover",
@@ -428,9 +339,9 @@ impl LoopState<'_> {
             _ => "other",
         });
         let responsibility = self
-            .responsibility
-            .map_or(Responsibility::Mine, |f| f(&msg, now));
-        let policy = MacAddr::from_chaddr(msg.chaddr()).and_then(|m| self.policies.lookup(&m));
+            .responder
+            .map_or(Responsibility::Mine, |r| r.decide(&msg));
+        let policy = mac.and_then(|m| self.policies.lookup(&m));
         let ctx = PacketContext {
             interface: &self.interfaces[listener],
             responsibility,
@@ -439,26 +350,17 @@ impl LoopState<'_> {
         };
         let decision = engine.handle_message(&msg, &ctx);
         self.metrics.outcome(&decision.outcome);
-        if tracing::enabled!(tracing::Level::DEBUG) {
-            if let Some(mac) = MacAddr::from_chaddr(msg.chaddr()) {
-                debug!(%mac, xid = msg.xid(), kind = ?msg.opts().msg_type(), outcome = ?decision.outcome, iface = %ctx.interface.name, "decided");
-            }
-        }
+        debug!(kind = ?msg.opts().msg_type(), outcome = ?decision.outcome, "decided");
         let to = decision
             .reply
             .and_then(|r| self.encode(r, listener, socket));
         if decision.effects.is_empty() {
             return to.map_or(Action::Nothing, |to| Action::Send(listener, to));
         }
-        Action::Commit(CommitJob {
-            effects: decision.effects,
-            reply: to.map(|to| Outgoing {
-                listener,
-                bytes: self.out.clone(),
-                to,
-            }),
-            queued: Instant::now(),
-            done: None,
+        Action::Commit(Pending {
+            changes: decision.effects.into_iter().map(Change::Lease).collect(),
+            listener,
+            reply: to.map(|to| (self.out.clone(), to)),
         })
     }
 
@@ -522,60 +424,6 @@ fn send_blocking(
                 let _ = poll(&mut fds, PollTimeout::from(100u16));
             }
             other => return other,
-        }
-    }
-}
-
-fn commit_loop(
-    store: Arc<dyn LeaseStore>,
-    rx: std_mpsc::Receiver<CommitJob>,
-    sockets: Vec<std::net::UdpSocket>,
-    metrics: Arc<DhcpMetrics>,
-) {
-    let mut under_load = false;
-    while let Ok(first) = rx.recv() {
-        let mut jobs = vec![first];
-        if under_load {
-            // Sleep out the window rather than wait on the channel: a waiting receiver
-            // is woken (a futex call and a context switch on both threads) by every job.
-            std::thread::sleep(COMMIT_WINDOW);
-        }
-        jobs.extend(rx.try_iter().take(MAX_BATCH - 1));
-        under_load = jobs.len() > 1;
-        let mut effects = Vec::with_capacity(jobs.len());
-        let mut replies = Vec::with_capacity(jobs.len());
-        let mut queued = Vec::with_capacity(jobs.len());
-        let mut waiting = Vec::new();
-        for job in jobs {
-            effects.extend(job.effects);
-            replies.extend(job.reply);
-            queued.push(job.queued);
-            waiting.extend(job.done);
-        }
-        let result = store.commit(&effects);
-        for done in waiting {
-            let _ = done.send(match &result {
-                Ok(()) => Ok(true),
-                Err(e) => Err(e.to_string()),
-            });
-        }
-        match result {
-            Ok(()) => {
-                metrics.commits.inc();
-                metrics.committed_effects.add(effects.len() as u64);
-                for q in queued {
-                    metrics.commit_latency.observe(q.elapsed().as_secs_f64());
-                }
-                for out in replies {
-                    let res = send_blocking(&sockets[out.listener], &out.bytes, out.to);
-                    count_send(res, out.to, &metrics);
-                }
-            }
-            Err(e) => {
-                // The replies are withheld: the clients retry and the engine re-persists.
-                metrics.commit_errors.inc();
-                error!(error = %e, changes = effects.len(), "lease commit failed; replies withheld");
-            }
         }
     }
 }

@@ -8,10 +8,10 @@ use dhcproto::v4::relay::{RelayCode, RelayInfo};
 use dhcproto::v4::{DhcpOption, Message, OptionCode};
 
 use super::decision::PacketContext;
-use super::engine::Engine;
 use super::pool::Pool;
-use crate::lease::{Lease, LeaseState};
+use super::Engine;
 use crate::mac::MacAddr;
+use crate::store::{Lease, LeaseState};
 
 impl Engine {
     pub(super) fn pools_for(&mut self, ip: Ipv4Addr) -> impl Iterator<Item = &mut Pool> {

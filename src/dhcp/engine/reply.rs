@@ -4,8 +4,8 @@ use std::net::Ipv4Addr;
 
 use dhcproto::v4::{DhcpOption, Message, MessageType, Opcode, OptionCode, UnknownOption};
 
-use super::boot::{BootDirective, IPXE_ENCAP_OPTION};
 use crate::config::{Host, Subnet};
+use crate::dhcp::boot::{BootDirective, IPXE_ENCAP_OPTION};
 
 /// iPXE's "no-pxedhcp" setting in its option space 175: ignore ProxyDHCP.
 const IPXE_NO_PXEDHCP: u8 = 176;

@@ -7,8 +7,8 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use ipnet::Ipv4Net;
 use socket2::{Domain, Protocol, Socket, Type};
 
-use super::engine::Interface;
 use crate::config::Config;
+use crate::dhcp::engine::Interface;
 
 /// Errors while finding interfaces or binding sockets.
 #[derive(Debug, thiserror::Error)]

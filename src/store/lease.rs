@@ -1,16 +1,8 @@
-//! Leases: the record, its on-disk encoding, and the durable store behind the DHCP engine.
-
-mod codec;
-mod sled_store;
-mod view;
+//! The lease record and the change the DHCP engine asks the store to make to it.
 
 use std::net::Ipv4Addr;
 
 use crate::mac::MacAddr;
-
-pub use codec::{decode_lease, encode_lease, CodecError, LEASE_FORMAT_VERSION};
-pub use sled_store::{Membership, SledStore};
-pub use view::LeaseView;
 
 /// Where a lease is in its life. Expiry is not a state: a lease whose `expires` has passed
 /// is free whatever its state says (RFC 2131 §3.1: the server may reuse it).
@@ -68,7 +60,7 @@ impl Lease {
     }
 }
 
-/// A change to the store, produced by the engine and applied by the server.
+/// A lease change, produced by the DHCP engine and made durable through the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaseEffect {
     /// Insert or replace the lease for `lease.ip`.
@@ -76,43 +68,3 @@ pub enum LeaseEffect {
     /// Forget the lease for this address.
     Remove(Ipv4Addr),
 }
-
-/// Errors from a lease store.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// The underlying database failed.
-    #[error("lease database: {0}")]
-    Db(#[from] sled::Error),
-    /// A stored record could not be decoded; refusing to guess keeps addresses unique.
-    #[error("lease record for key {key:?} is unreadable: {source}")]
-    Corrupt {
-        /// The record's key bytes.
-        key: Vec<u8>,
-        /// What was wrong.
-        source: CodecError,
-    },
-    /// A metadata record could not be read or written.
-    #[error("lease store metadata: {0}")]
-    Meta(String),
-    /// The store was written by a newer, incompatible shardboot.
-    #[error("lease store format {found} is newer than this build supports ({supported})")]
-    Version {
-        /// Version found on disk.
-        found: u8,
-        /// Version this build writes.
-        supported: u8,
-    },
-}
-
-/// A durable lease store. `commit` returns only once its effects survive a crash.
-pub trait LeaseStore: Send + Sync + 'static {
-    /// Every stored lease.
-    fn load(&self) -> Result<Vec<Lease>, StoreError>;
-    /// Applies `effects` atomically and makes them durable before returning.
-    fn commit(&self, effects: &[LeaseEffect]) -> Result<(), StoreError>;
-    /// The stored lease for `ip`.
-    fn get(&self, ip: Ipv4Addr) -> Result<Option<Lease>, StoreError>;
-}
-
-#[cfg(test)]
-mod battery;

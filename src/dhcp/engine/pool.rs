@@ -41,15 +41,7 @@ fn set(words: &mut [u64], i: u32, on: bool) -> bool {
     was
 }
 
-/// Member `index` of `count`'s slice of a range of `len` addresses: contiguous, disjoint,
-/// together covering the range, sizes differing by at most one.
-pub fn slice_of(len: u32, index: usize, count: usize) -> Range<u32> {
-    let count = count.max(1) as u64;
-    let index = (index as u64).min(count - 1);
-    let lo = u64::from(len) * index / count;
-    let hi = u64::from(len) * (index + 1) / count;
-    lo as u32..hi as u32
-}
+use crate::owner::slice_of;
 
 impl Pool {
     /// The range `first`..=`last`, all of it this member's.

@@ -8,11 +8,11 @@ use ipnet::Ipv4Net;
 
 use dhcproto::v4::{Architecture, DhcpOption, Flags, Message, MessageType, OptionCode};
 
-use super::engine::*;
 use super::reply::Destination;
+use super::*;
 use crate::config::{Config, DEFAULT_CONFIG_TOML};
-use crate::lease::{LeaseEffect, LeaseState};
 use crate::mac::MacAddr;
+use crate::store::{LeaseEffect, LeaseState};
 
 const SERVER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 const T0: u64 = 1_000_000;
@@ -342,7 +342,7 @@ fn a_boot_url_too_long_for_the_file_field_goes_in_option_67_alone() {
     );
     assert_eq!(r.fname(), None);
     let mut buf = Vec::new();
-    super::wire::encode_reply(&r, &mut buf).unwrap();
+    crate::dhcp::wire::encode_reply(&r, &mut buf).unwrap();
 }
 
 #[test]
@@ -428,7 +428,7 @@ fn init_reboot_renew_and_rebind() {
 }
 
 /// The decision ACKed `ip` with the reply unicast to ciaddr; returns the lease written.
-fn acked_to_ciaddr(d: &Decision, ip: Ipv4Addr) -> crate::lease::Lease {
+fn acked_to_ciaddr(d: &Decision, ip: Ipv4Addr) -> crate::store::Lease {
     assert_eq!(d.outcome, Outcome::Ack(ip));
     assert_eq!(
         d.reply.as_ref().unwrap().destination,
@@ -590,7 +590,7 @@ fn reservations_known_only_and_deny() {
     );
     // Run-time policies: the API's allow lifts a [[host]] deny; a hosts directory's
     // allow (Ironic's PXE filter) makes a MAC known but does not lift a deny.
-    use crate::dhcp::policy::{HostPolicy, PolicySource};
+    use crate::dhcp::host_policy::{HostPolicy, PolicySource};
     let with_policy = |e: &mut Engine, m: MacAddr, p: (HostPolicy, PolicySource)| {
         let c = PacketContext {
             policy: Some(p),
@@ -882,7 +882,7 @@ fn a_requested_address_in_another_members_slice_is_not_given() {
     assert_eq!(d.outcome, Outcome::Nak);
     // A lease this member already holds outside its slice (from before a membership
     // change) is still served.
-    let stored = crate::lease::Lease {
+    let stored = crate::store::Lease {
         ip: in_b,
         mac: mac(3),
         state: LeaseState::Bound,
@@ -978,7 +978,7 @@ fn a_lease_outside_the_new_slice_is_renewed_but_never_extended() {
     let cfg = config(&format!("[owner]\nself = \"b\"\n{THREE_MEMBERS}"));
     // b handed out .170 under the old list a, b; the new slice b is .133-.165.
     let ip = Ipv4Addr::new(192, 0, 2, 170);
-    let held = crate::lease::Lease {
+    let held = crate::store::Lease {
         ip,
         mac: mac(7),
         state: LeaseState::Bound,

@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 use dhcproto::v4::Message;
 
 use super::reply::Destination;
-use crate::lease::LeaseEffect;
+use crate::store::LeaseEffect;
 
 /// The interface a request arrived on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,7 +36,10 @@ pub struct PacketContext<'a> {
     /// Ownership decision for the client.
     pub responsibility: Responsibility,
     /// The run-time allow/deny for the client's MAC, if any, and where it comes from.
-    pub policy: Option<(super::policy::HostPolicy, super::policy::PolicySource)>,
+    pub policy: Option<(
+        crate::dhcp::host_policy::HostPolicy,
+        crate::dhcp::host_policy::PolicySource,
+    )>,
     /// Unix seconds.
     pub now: u64,
 }

@@ -1,34 +1,25 @@
 //! Per-MAC allow/deny set at run time through the operator API: the replacement for
 //! Ironic's dnsmasq `dhcp-hostsdir` PXE filter, which can add entries but not remove
 //! them without a restart. A decision takes effect on the very next packet; every
-//! change is durable (sled) before the API answers. Below it sits what a watched
-//! hosts directory says (`dhcp.hostsdir`, see `hostsdir.rs`): the operator's word wins.
+//! change is durable (through the store's committer) before the API answers. Below it
+//! sits what a watched hosts directory says (`dhcp.hostsdir`: `hostsdir.rs` reads it,
+//! `watch.rs` follows it): the operator's word wins.
+
+pub mod hostsdir;
+pub mod watch;
 
 use std::collections::HashMap;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
-use serde::{Deserialize, Serialize};
-
-use super::hostsdir::HostsDirPolicy;
-use crate::lease::StoreError;
 use crate::mac::MacAddr;
+pub use crate::store::HostPolicy;
+use crate::store::{Change, CommitFailed, Committer};
+use hostsdir::HostsDirPolicy;
 
-/// What the operator said about a MAC.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum HostPolicy {
-    /// Answer it, even with `known_only` set (and over a `[[host]]` deny).
-    Allow,
-    /// Never answer it.
-    Deny,
-}
-
-const TREE: &str = "host_policy";
-
-/// The policies, in memory for the DHCP path and in sled for restarts.
+/// The policies, in memory for the DHCP path; the store keeps them across restarts.
+#[derive(Debug, Default)]
 pub struct HostPolicies {
     map: RwLock<HashMap<MacAddr, HostPolicy>>,
-    tree: Option<sled::Tree>,
     hostsdir: RwLock<HostsDirPolicy>,
 }
 
@@ -55,38 +46,17 @@ impl PolicySource {
 }
 
 impl HostPolicies {
-    /// No policies, nothing persisted (tests, offline commands).
+    /// No policies (tests, offline commands).
     pub fn in_memory() -> Self {
+        Self::default()
+    }
+
+    /// The policies the store held at start.
+    pub fn new(stored: Vec<(MacAddr, HostPolicy)>) -> Self {
         Self {
-            map: RwLock::new(HashMap::new()),
-            tree: None,
+            map: RwLock::new(stored.into_iter().collect()),
             hostsdir: RwLock::default(),
         }
-    }
-
-    /// Loads the policies stored in `db`.
-    pub fn open(db: &sled::Db) -> Result<Self, StoreError> {
-        let tree = db.open_tree(TREE)?;
-        let mut map = HashMap::new();
-        for kv in tree.iter() {
-            let (k, v) = kv?;
-            let (Ok(mac), Some(policy)) = (<[u8; 6]>::try_from(&k[..]), decode(&v)) else {
-                return Err(StoreError::Meta(format!(
-                    "host policy record {k:?} is unreadable"
-                )));
-            };
-            map.insert(MacAddr(mac), policy);
-        }
-        Ok(Self {
-            map: RwLock::new(map),
-            tree: Some(tree),
-            hostsdir: RwLock::default(),
-        })
-    }
-
-    /// The effective policy for `mac`, if any.
-    pub fn get(&self, mac: &MacAddr) -> Option<HostPolicy> {
-        self.lookup(mac).map(|(p, _)| p)
     }
 
     /// The effective policy for `mac` and where it comes from: the operator's own
@@ -139,36 +109,31 @@ impl HostPolicies {
     }
 
     /// Sets (`Some`) or clears (`None`) the policy of `mac`: durable first, then in
-    /// effect.
-    pub fn set(&self, mac: MacAddr, policy: Option<HostPolicy>) -> Result<(), StoreError> {
-        if let Some(tree) = &self.tree {
-            match policy {
-                Some(p) => tree.insert(mac.0, encode(p))?,
-                None => tree.remove(mac.0)?,
-            };
-            tree.flush()?;
-        }
+    /// effect. The in-memory change is made on the committer's thread in commit order,
+    /// so two quick changes to one MAC take effect in the order they became durable.
+    pub async fn set(
+        self: &Arc<Self>,
+        committer: &Committer,
+        mac: MacAddr,
+        policy: Option<HostPolicy>,
+    ) -> Result<(), CommitFailed> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let me = self.clone();
+        committer.submit(vec![Change::HostPolicy(mac, policy)], move |r| {
+            if r.is_ok() {
+                me.apply(mac, policy);
+            }
+            let _ = tx.send(r.map_err(|e| CommitFailed::Store(e.to_string())));
+        })?;
+        rx.await.unwrap_or(Err(CommitFailed::Stopped))
+    }
+
+    fn apply(&self, mac: MacAddr, policy: Option<HostPolicy>) {
         let mut map = self.map.write().unwrap_or_else(|p| p.into_inner());
         match policy {
             Some(p) => map.insert(mac, p),
             None => map.remove(&mac),
         };
-        Ok(())
-    }
-}
-
-fn encode(p: HostPolicy) -> &'static [u8] {
-    match p {
-        HostPolicy::Allow => b"allow",
-        HostPolicy::Deny => b"deny",
-    }
-}
-
-fn decode(v: &[u8]) -> Option<HostPolicy> {
-    match v {
-        b"allow" => Some(HostPolicy::Allow),
-        b"deny" => Some(HostPolicy::Deny),
-        _ => None,
     }
 }
 
@@ -176,22 +141,23 @@ fn decode(v: &[u8]) -> Option<HostPolicy> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn policies_persist_and_clear() {
-        let dir = tempfile::tempdir().unwrap();
+    #[tokio::test]
+    async fn policies_persist_and_clear() {
+        let store = Arc::new(crate::store::MemoryStore::new());
+        let committer = Committer::start(store.clone(), Arc::new(Default::default())).unwrap();
         let m1 = MacAddr([0x52, 0x54, 0, 0, 0, 1]);
         let m2 = MacAddr([0x52, 0x54, 0, 0, 0, 2]);
         {
-            let db = sled::open(dir.path()).unwrap();
-            let p = HostPolicies::open(&db).unwrap();
-            p.set(m1, Some(HostPolicy::Deny)).unwrap();
-            p.set(m2, Some(HostPolicy::Allow)).unwrap();
-            p.set(m2, None).unwrap();
-            assert_eq!(p.get(&m1), Some(HostPolicy::Deny));
-            assert_eq!(p.get(&m2), None);
+            let p = Arc::new(HostPolicies::in_memory());
+            p.set(&committer, m1, Some(HostPolicy::Deny)).await.unwrap();
+            p.set(&committer, m2, Some(HostPolicy::Allow))
+                .await
+                .unwrap();
+            p.set(&committer, m2, None).await.unwrap();
+            assert_eq!(p.lookup(&m1).map(|(p, _)| p), Some(HostPolicy::Deny));
+            assert_eq!(p.lookup(&m2), None);
         }
-        let db = sled::open(dir.path()).unwrap();
-        let p = HostPolicies::open(&db).unwrap();
+        let p = HostPolicies::new(crate::store::Store::load(&*store).unwrap().host_policies);
         assert_eq!(p.list(), vec![(m1, HostPolicy::Deny)]);
     }
 
@@ -203,12 +169,12 @@ mod tests {
             MacAddr([0x52, 0x54, 0, 0, 0, 2]),
             MacAddr([0x52, 0x54, 0, 0, 0, 3]),
         );
-        let (dir, _) = crate::dhcp::hostsdir::build([
+        let (dir, _) = hostsdir::build([
             ("a", "52:54:00:00:00:01,ignore\n52:54:00:00:00:02,ignore\n"),
             ("unknown_hosts_filter", "*:*:*:*:*:*\n"),
         ]);
         p.set_hostsdir(dir);
-        p.set(m1, Some(HostPolicy::Allow)).unwrap();
+        p.apply(m1, Some(HostPolicy::Allow));
         assert_eq!(p.lookup(&m1), Some((HostPolicy::Allow, PolicySource::Api)));
         assert_eq!(
             p.lookup(&m2),
@@ -219,6 +185,6 @@ mod tests {
             Some((HostPolicy::Allow, PolicySource::HostsDirUnknown))
         );
         p.set_hostsdir(Default::default());
-        assert_eq!(p.get(&m2), None);
+        assert_eq!(p.lookup(&m2), None);
     }
 }

@@ -1,25 +1,14 @@
 //! Reservations made at run time through the operator API: a fixed address (and host
 //! name) for a MAC, checked against the engine's state so that an address is never
-//! reserved for one MAC while another holds it. Pure; the server persists them.
+//! reserved for one MAC while another holds it. Pure: the shell checks a change, makes
+//! it durable through the store, and only then applies it.
 
 use std::net::Ipv4Addr;
 
-use serde::{Deserialize, Serialize};
-
-use super::engine::Engine;
+use super::Engine;
 use crate::config::Host;
 use crate::mac::MacAddr;
-
-/// One run-time reservation.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Reservation {
-    /// The client.
-    pub mac: MacAddr,
-    /// Its address.
-    pub ip: Ipv4Addr,
-    /// Option 12, if set.
-    pub hostname: Option<String>,
-}
+pub use crate::store::Reservation;
 
 /// Why a reservation cannot be made or removed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -64,8 +53,8 @@ fn hostname_ok(h: &str) -> bool {
 }
 
 impl Engine {
-    /// Reserves `r.ip` for `r.mac` (replacing the MAC's previous run-time reservation).
-    pub fn reserve(&mut self, r: &Reservation, now: u64) -> Result<(), ReserveError> {
+    /// Whether [`Engine::reserve`] would accept `r` at `now`, changing nothing.
+    pub fn check_reservation(&self, r: &Reservation, now: u64) -> Result<(), ReserveError> {
         if r.hostname.as_deref().is_some_and(|h| !hostname_ok(h)) {
             return Err(ReserveError::BadHostname);
         }
@@ -92,6 +81,12 @@ impl Engine {
                 mac: l.mac,
             });
         }
+        Ok(())
+    }
+
+    /// Reserves `r.ip` for `r.mac` (replacing the MAC's previous run-time reservation).
+    pub fn reserve(&mut self, r: &Reservation, now: u64) -> Result<(), ReserveError> {
+        self.check_reservation(r, now)?;
         if self.runtime_reserved.contains(&r.mac) {
             self.unreserve(&r.mac)?;
         }
@@ -116,16 +111,22 @@ impl Engine {
         Ok(())
     }
 
+    /// Whether `mac` has a run-time reservation [`Engine::unreserve`] could remove.
+    pub fn check_unreserve(&self, mac: &MacAddr) -> Result<(), ReserveError> {
+        if self.runtime_reserved.contains(mac) {
+            Ok(())
+        } else if self.config_hosts.get(mac).and_then(|h| h.ip).is_some() {
+            Err(ReserveError::Configured(*mac))
+        } else {
+            Err(ReserveError::NotFound(*mac))
+        }
+    }
+
     /// Removes `mac`'s run-time reservation; its configured host entry, if any, applies
     /// again.
     pub fn unreserve(&mut self, mac: &MacAddr) -> Result<(), ReserveError> {
-        if !self.runtime_reserved.remove(mac) {
-            return Err(if self.config_hosts.get(mac).and_then(|h| h.ip).is_some() {
-                ReserveError::Configured(*mac)
-            } else {
-                ReserveError::NotFound(*mac)
-            });
-        }
+        self.check_unreserve(mac)?;
+        self.runtime_reserved.remove(mac);
         let ip = self.hosts.get(mac).and_then(|h| h.ip);
         match self.config_hosts.get(mac) {
             Some(h) => self.hosts.insert(*mac, h.clone()),

@@ -7,43 +7,56 @@ use std::net::Ipv4Addr;
 
 use dhcproto::v4::{DhcpOption, Message, MessageType, OptionCode};
 
-use super::allocate::{new_lease, requested_ip};
+mod allocate;
+pub mod decision;
+pub mod pool;
+pub mod reply;
+pub mod reserve;
+pub mod table;
+
+#[cfg(test)]
+mod tests;
+
 use super::boot::{self, BootDirective};
-pub use super::decision::{
+use super::host_policy::{HostPolicy, PolicySource};
+use crate::config::{BootSettings, Config, DhcpSettings, Host, Subnet};
+use crate::mac::MacAddr;
+use crate::store::{Lease, LeaseEffect, LeaseState};
+use allocate::{new_lease, requested_ip};
+pub use decision::{
     Decision, IgnoreReason, Interface, Outcome, PacketContext, PoolUsage, Reply, Responsibility,
 };
-use super::policy::{HostPolicy, PolicySource};
-use super::pool::Pool;
-use super::reply::{self, ReplyParts, Timers};
-use super::table::LeaseTable;
-use crate::config::{BootSettings, Config, DhcpSettings, Host, Subnet};
-use crate::lease::{Lease, LeaseEffect, LeaseState};
-use crate::mac::MacAddr;
+use pool::Pool;
+use reply::{ReplyParts, Timers};
+use table::LeaseTable;
 
-pub(super) struct SubnetState {
-    pub(super) cfg: Subnet,
-    pub(super) pools: Vec<Pool>,
+#[derive(Debug)]
+struct SubnetState {
+    cfg: Subnet,
+    pools: Vec<Pool>,
 }
 
 /// The DHCP engine's state and decision logic.
+#[derive(Debug)]
 pub struct Engine {
-    pub(super) settings: DhcpSettings,
-    pub(super) boot: BootSettings,
-    pub(super) subnets: Vec<SubnetState>,
-    pub(super) hosts: HashMap<MacAddr, Host>,
-    pub(super) reserved: HashMap<Ipv4Addr, MacAddr>,
-    pub(super) table: LeaseTable,
-    pub(super) transition_until: Option<u64>,
+    settings: DhcpSettings,
+    boot: BootSettings,
+    subnets: Vec<SubnetState>,
+    hosts: HashMap<MacAddr, Host>,
+    reserved: HashMap<Ipv4Addr, MacAddr>,
+    table: LeaseTable,
+    transition_until: Option<u64>,
     /// The `[[host]]` entries as configured (run-time reservations overlay `hosts`).
-    pub(super) config_hosts: HashMap<MacAddr, Host>,
+    config_hosts: HashMap<MacAddr, Host>,
     /// MACs whose reservation was made at run time.
-    pub(super) runtime_reserved: std::collections::HashSet<MacAddr>,
+    runtime_reserved: std::collections::HashSet<MacAddr>,
 }
 
 impl Engine {
     /// Builds the engine from configuration and the leases loaded from the store.
     pub fn new(config: &Config, stored: Vec<Lease>, now: u64) -> Self {
-        let (part, parts) = config.partition();
+        let (part, parts) = crate::owner::MemberList::of(&config.members)
+            .partition(config.owner.self_name.as_deref());
         let mut engine = Self {
             settings: config.dhcp.clone(),
             boot: config.boot.clone(),
@@ -378,12 +391,11 @@ impl Engine {
     /// leases they gave out under the old list. Those are never extended (`timers`), so
     /// by `until` (the longest lease time after the change) they are gone.
     pub fn begin_transition(&mut self, previous: &[String], me: &str, until: u64) {
-        let mut names: Vec<&str> = previous.iter().map(String::as_str).collect();
-        names.sort_unstable();
-        let old_index = names.iter().position(|n| *n == me);
+        let previous = crate::owner::MemberList::new(previous.iter().cloned());
+        let old_index = previous.index_of(me);
         for pool in self.subnets.iter_mut().flat_map(|s| s.pools.iter_mut()) {
             let old = match old_index {
-                Some(i) => super::pool::slice_of(pool.len(), i, names.len()),
+                Some(i) => crate::owner::slice_of(pool.len(), i, previous.len()),
                 None => 0..0,
             };
             pool.restrict(old);

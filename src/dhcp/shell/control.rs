@@ -1,0 +1,149 @@
+//! Operator changes to the DHCP engine's state: sent by the operator API through a
+//! [`DhcpHandle`], applied on the engine thread between packets, answered once durable.
+
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+use tracing::info;
+
+use crate::dhcp::engine::reserve::{Reservation, ReserveError};
+use crate::dhcp::engine::Engine;
+use crate::mac::MacAddr;
+use crate::store::{Change, CommitFailed, Committer};
+
+/// How long the API waits for the engine thread to answer.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One change, with where its answer goes.
+#[derive(Debug)]
+pub(super) enum Control {
+    Forget {
+        ip: Ipv4Addr,
+        done: oneshot::Sender<Result<bool, CommitFailed>>,
+    },
+    Reserve {
+        reservation: Reservation,
+        done: oneshot::Sender<Result<(), ReserveError>>,
+    },
+    Unreserve {
+        mac: MacAddr,
+        done: oneshot::Sender<Result<(), ReserveError>>,
+    },
+}
+
+/// Why the engine gave no answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ControlError {
+    /// The DHCP server is not running (stopped, or never started).
+    #[error("DHCP is not running")]
+    NotRunning,
+    /// The engine did not answer in time.
+    #[error("DHCP did not answer")]
+    NoAnswer,
+}
+
+/// Where the operator API sends changes for the DHCP engine.
+#[derive(Debug, Clone)]
+pub struct DhcpHandle {
+    tx: mpsc::Sender<Control>,
+}
+
+/// The engine's end of the control channel, given to [`super::Server`].
+#[derive(Debug)]
+pub struct ControlReceiver(pub(super) mpsc::Receiver<Control>);
+
+impl DhcpHandle {
+    /// A handle and the receiver the DHCP server reads.
+    pub fn channel() -> (Self, ControlReceiver) {
+        let (tx, rx) = mpsc::channel(64);
+        (Self { tx }, ControlReceiver(rx))
+    }
+
+    async fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> Control,
+    ) -> Result<T, ControlError> {
+        let (done, answer) = oneshot::channel();
+        self.tx
+            .send(make(done))
+            .await
+            .map_err(|_| ControlError::NotRunning)?;
+        match tokio::time::timeout(ANSWER_TIMEOUT, answer).await {
+            Ok(Ok(v)) => Ok(v),
+            _ => Err(ControlError::NoAnswer),
+        }
+    }
+
+    /// Forgets the lease on `ip` (durably): `Ok(false)` when there was none.
+    pub async fn forget(&self, ip: Ipv4Addr) -> Result<Result<bool, CommitFailed>, ControlError> {
+        self.ask(|done| Control::Forget { ip, done }).await
+    }
+
+    /// Reserves an address for a MAC, durable before the answer.
+    pub async fn reserve(
+        &self,
+        reservation: Reservation,
+    ) -> Result<Result<(), ReserveError>, ControlError> {
+        self.ask(|done| Control::Reserve { reservation, done })
+            .await
+    }
+
+    /// Removes a MAC's run-time reservation, durable before the answer.
+    pub async fn unreserve(&self, mac: MacAddr) -> Result<Result<(), ReserveError>, ControlError> {
+        self.ask(|done| Control::Unreserve { mac, done }).await
+    }
+}
+
+/// Applies one change on the engine thread. A reservation change is checked, made
+/// durable (waiting for its flush: operator changes are rare) and only then applied, so
+/// the engine never holds a reservation the store lacks.
+pub(super) fn apply(engine: &mut Engine, cmd: Control, committer: &Committer, now: u64) {
+    let stored = |change: Change| {
+        committer.commit_blocking(vec![change]).map_err(|e| {
+            tracing::error!(error = %e, "reservation not stored");
+            ReserveError::Store
+        })
+    };
+    match cmd {
+        Control::Reserve { reservation, done } => {
+            let result = engine
+                .check_reservation(&reservation, now)
+                .and_then(|()| {
+                    stored(Change::Reservation(
+                        reservation.mac,
+                        Some(reservation.clone()),
+                    ))
+                })
+                .and_then(|()| engine.reserve(&reservation, now));
+            if result.is_ok() {
+                info!(mac = %reservation.mac, ip = %reservation.ip, "reservation set by the operator");
+            }
+            let _ = done.send(result);
+        }
+        Control::Unreserve { mac, done } => {
+            let result = engine
+                .check_unreserve(&mac)
+                .and_then(|()| stored(Change::Reservation(mac, None)))
+                .and_then(|()| engine.unreserve(&mac));
+            let _ = done.send(result);
+        }
+        Control::Forget { ip, done } => match engine.forget(ip) {
+            None => {
+                let _ = done.send(Ok(false));
+            }
+            Some(effect) => {
+                info!(%ip, "lease forgotten by the operator");
+                let submitted = committer.submit(vec![Change::Lease(effect)], move |r| {
+                    let _ = done.send(
+                        r.map(|()| true)
+                            .map_err(|e| CommitFailed::Store(e.to_string())),
+                    );
+                });
+                // The committer is gone: the sender was dropped with the job, and the
+                // API hears "no answer".
+                let _ = submitted;
+            }
+        },
+    }
+}

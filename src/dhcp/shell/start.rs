@@ -1,0 +1,132 @@
+//! Getting a DHCP server ready: membership settled, engine loaded from the store,
+//! sockets bound. Decides nothing itself: the membership rule is `owner::membership`,
+//! the engine's rules are the engine's.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::{info, warn};
+
+use super::socket::{self, SocketError};
+use super::{unix_now, ControlReceiver, Listener, Server};
+use crate::config::Config;
+use crate::dhcp::engine::Engine;
+use crate::dhcp::host_policy::HostPolicies;
+use crate::dhcp::metrics::DhcpMetrics;
+use crate::dhcp::responsibility::Responder;
+use crate::owner::health::{check_member_lists, MemberListMismatch};
+use crate::owner::membership::{settle, transition_span};
+use crate::owner::{MemberList, Resolver};
+use crate::store::{Change, CommitFailed, Committer, Lease, Membership, Reservation};
+
+/// Why the DHCP server cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Interfaces or sockets.
+    #[error(transparent)]
+    Socket(#[from] SocketError),
+    /// Another member runs with a different member list.
+    #[error(transparent)]
+    Members(#[from] MemberListMismatch),
+    /// The membership record could not be stored.
+    #[error("membership record: {0}")]
+    Store(#[from] CommitFailed),
+}
+
+/// What the store held at start that the DHCP server needs.
+#[derive(Debug, Default)]
+pub struct Stored {
+    /// Every lease record.
+    pub leases: Vec<Lease>,
+    /// Run-time reservations.
+    pub reservations: Vec<Reservation>,
+    /// The member list this store last served with.
+    pub membership: Option<Membership>,
+}
+
+/// Everything [`prepare`] wires together.
+#[derive(Debug)]
+pub struct Parts {
+    /// What the store held.
+    pub stored: Stored,
+    /// Where changes are made durable.
+    pub committer: Committer,
+    /// Host policies, shared with the operator API and the hosts-directory watcher.
+    pub policies: Arc<HostPolicies>,
+    /// Owner lookups, for who answers.
+    pub resolver: Arc<Resolver>,
+    /// DHCP metrics.
+    pub metrics: Arc<DhcpMetrics>,
+    /// Operator changes; `None`: no operator API.
+    pub control: Option<ControlReceiver>,
+}
+
+/// Checks the member list against the running members, settles the membership record,
+/// loads the engine and binds one socket per served interface.
+pub async fn prepare(config: &Config, parts: Parts) -> Result<Server, StartError> {
+    let Parts {
+        stored,
+        committer,
+        policies,
+        resolver,
+        metrics,
+        control,
+    } = parts;
+    let mut peer_transition = 0;
+    if config.members.len() > 1 {
+        peer_transition = check_member_lists(
+            &config.members,
+            config.owner.self_name.as_deref(),
+            config.health.timeout,
+        )
+        .await?;
+    }
+    info!(leases = stored.leases.len(), state_dir = %config.state_dir.display(), "lease store open");
+    let now = unix_now();
+    let mut engine = Engine::new(config, stored.leases, now);
+    for r in &stored.reservations {
+        if let Err(e) = engine.reserve(r, now) {
+            warn!(mac = %r.mac, ip = %r.ip, error = %e, "stored reservation not applied");
+        }
+    }
+    let members = MemberList::of(&config.members);
+    let settled = settle(
+        stored.membership,
+        &members,
+        transition_span(config),
+        peer_transition,
+        now,
+    );
+    if let Some(record) = settled.record {
+        committer.commit_blocking(vec![Change::Membership(record)])?;
+    }
+    if let (Some(t), Some(me)) = (settled.transition, config.owner.self_name.as_deref()) {
+        engine.begin_transition(&t.previous, me, t.until);
+        metrics.transition_until.set(t.until);
+        warn!(
+            previous = ?t.previous,
+            until = t.until,
+            "member list changed: fresh addresses come only from the part of this member's \
+             slice it also had before, until the longest lease has run out"
+        );
+    }
+    let host = socket::host_addresses()?;
+    let interfaces = socket::resolve_interfaces(config, &host)?;
+    let mut listeners = Vec::with_capacity(interfaces.len());
+    for interface in interfaces {
+        let socket = socket::bind(&interface.name, config.dhcp.port)?;
+        info!(interface = %interface.name, address = %interface.addr, port = config.dhcp.port, "DHCP listening");
+        listeners.push(Listener { interface, socket });
+    }
+    Ok(Server {
+        listeners,
+        engine,
+        committer,
+        responder: Responder::new(config, resolver, metrics.clone()),
+        metrics,
+        port: config.dhcp.port,
+        reclaim_interval: Duration::from_secs(config.dhcp.reclaim_interval_secs.into()),
+        policies,
+        control,
+    })
+}

@@ -1,0 +1,106 @@
+//! `/v1/owners`, `/v1/members`, `/v1/stats`: who owns a machine, the members with their
+//! slices and liveness, and pool usage.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{Path, State};
+use axum::Json;
+use serde_json::json;
+
+use super::{parse_mac, ApiResult};
+use crate::config::Config;
+use crate::http::HttpState;
+use crate::owner::MemberList;
+
+pub(super) async fn owner(State(s): State<Arc<HttpState>>, Path(raw): Path<String>) -> ApiResult {
+    let mac = parse_mac(&raw)?;
+    let res = s.resolver.resolve(&mac).await;
+    let live = s.resolver.live().alive();
+    let responsible = crate::dhcp::responsibility::responsible(res.member.as_deref(), &live, &mac);
+    let ironic = s.resolver.ironic().map(|i| {
+        json!({
+            "stale": i.is_stale(),
+            "age_secs": i.age(Instant::now()).map(|d| d.as_secs()),
+        })
+    });
+    Ok(Json(json!({
+        "mac": mac.to_string(),
+        "owner": res.member,
+        "source": res.source,
+        "owner_alive": res.member.as_deref().map(|m| s.resolver.live().is_alive(m)),
+        "dhcp_responsible": responsible,
+        "ironic": ironic,
+    })))
+}
+
+/// Every member's slice of every range, in sorted-name order.
+fn slices(config: &Config, list: &MemberList, name: &str) -> Vec<serde_json::Value> {
+    let index = list.index_of(name).unwrap_or(0);
+    config
+        .subnets
+        .iter()
+        .flat_map(|s| {
+            s.ranges.iter().map(move |(a, b)| {
+                json!({
+                    "subnet": s.network.to_string(),
+                    "range": format!("{a} - {b}"),
+                    "slice": list.slice_bounds(*a, *b, index).map(|(x, y)| format!("{x} - {y}")),
+                })
+            })
+        })
+        .collect()
+}
+
+pub(super) async fn members(State(s): State<Arc<HttpState>>) -> ApiResult {
+    let config = &s.config;
+    let me = config.owner.self_name.as_deref();
+    let health = s.resolver.live().snapshot();
+    let list = MemberList::of(&config.members);
+    let members: Vec<_> = config
+        .members
+        .iter()
+        .map(|m| {
+            let h = health.iter().find(|(n, _)| *n == m.name).map(|(_, h)| h);
+            json!({
+                "name": m.name,
+                "self": Some(m.name.as_str()) == me,
+                "alive": s.resolver.live().is_alive(&m.name),
+                "failed_probes": h.map(|h| h.failures),
+                "http_url": m.http_url,
+                "conductor": m.conductor,
+                "slices": slices(config, &list, &m.name),
+            })
+        })
+        .collect();
+    Ok(Json(json!({
+        "self": me,
+        "fingerprint": s.resolver.members_fingerprint(),
+        "members": members,
+    })))
+}
+
+pub(super) async fn stats(State(s): State<Arc<HttpState>>) -> ApiResult {
+    let pools = s
+        .handles
+        .dhcp
+        .pools
+        .lock()
+        .map(|p| p.clone())
+        .unwrap_or_default();
+    let subnets: Vec<_> = pools
+        .iter()
+        .map(|p| {
+            json!({
+                "subnet": p.network.to_string(),
+                "free_in_slice": p.free,
+                "in_use": p.in_use,
+            })
+        })
+        .collect();
+    Ok(Json(json!({
+        "leases": s.handles.dhcp.leases.get(),
+        "transition_until": s.handles.dhcp.transition_until.get(),
+        "subnets": subnets,
+    })))
+}

@@ -1,0 +1,237 @@
+//! One test battery for every [`Store`] implementation (STYLE.md §12). Each
+//! implementation adds one line to the `store_battery!` invocations at the bottom.
+
+use std::net::Ipv4Addr;
+
+use super::{
+    Change, HostPolicy, Lease, LeaseEffect, LeaseQuery, LeaseState, Membership, Reservation, Store,
+};
+use crate::mac::MacAddr;
+
+pub(crate) fn lease(last_octet: u8, mac_last: u8) -> Lease {
+    Lease {
+        ip: Ipv4Addr::new(192, 0, 2, last_octet),
+        mac: MacAddr([0x52, 0x54, 0, 0, 0, mac_last]),
+        state: LeaseState::Bound,
+        starts: 100,
+        expires: 3700,
+        hostname: None,
+        client_id: None,
+        machine_id: Some(vec![0; 17]),
+        arch: Some(0),
+    }
+}
+
+fn put(l: &Lease) -> Change {
+    Change::Lease(LeaseEffect::Put(l.clone()))
+}
+
+pub(crate) fn put_get_remove(store: &dyn Store) {
+    let a = lease(10, 1);
+    store.commit(&[put(&a)]).unwrap();
+    assert_eq!(store.lease(a.ip).unwrap(), Some(a.clone()));
+    store
+        .commit(&[Change::Lease(LeaseEffect::Remove(a.ip))])
+        .unwrap();
+    assert_eq!(store.lease(a.ip).unwrap(), None);
+    assert_eq!(store.lease_of(a.mac).unwrap(), None);
+}
+
+pub(crate) fn one_record_per_address(store: &dyn Store) {
+    let first = lease(20, 1);
+    let mut second = lease(20, 2);
+    second.expires = 9000;
+    store.commit(&[put(&first), put(&second)]).unwrap();
+    let all = store.load().unwrap().leases;
+    assert_eq!(all.iter().filter(|l| l.ip == second.ip).count(), 1);
+    assert_eq!(store.lease(second.ip).unwrap(), Some(second.clone()));
+    // The address moved to another MAC: the first one has no record left.
+    assert_eq!(store.lease_of(first.mac).unwrap(), None);
+    assert_eq!(store.lease_of(second.mac).unwrap(), Some(second));
+}
+
+pub(crate) fn load_returns_everything(store: &dyn Store) {
+    let changes: Vec<_> = (1..=50).map(|i| put(&lease(i, i))).collect();
+    store.commit(&changes).unwrap();
+    let mut all = store.load().unwrap().leases;
+    all.sort_by_key(|l| l.ip);
+    assert_eq!(all.len(), 50);
+    assert_eq!(all[49], lease(50, 50));
+}
+
+pub(crate) fn pages_follow_address_order_and_filters(store: &dyn Store) {
+    let mut changes: Vec<_> = (1..=30).map(|i| put(&lease(i, i % 3))).collect();
+    let mut released = lease(31, 0);
+    released.state = LeaseState::Released;
+    changes.push(put(&released));
+    store.commit(&changes).unwrap();
+    let ips = |v: Vec<Lease>| v.into_iter().map(|l| l.ip.octets()[3]).collect::<Vec<_>>();
+    let first = store.leases(&LeaseQuery::default(), 4).unwrap();
+    assert_eq!(ips(first), [1, 2, 3, 4]);
+    let after = LeaseQuery {
+        after: Some(Ipv4Addr::new(192, 0, 2, 4)),
+        ..Default::default()
+    };
+    assert_eq!(ips(store.leases(&after, 2).unwrap()), [5, 6]);
+    let by_mac = LeaseQuery {
+        mac: Some(MacAddr([0x52, 0x54, 0, 0, 0, 0])),
+        after: Some(Ipv4Addr::new(192, 0, 2, 20)),
+        ..Default::default()
+    };
+    assert_eq!(
+        ips(store.leases(&by_mac, 100).unwrap()),
+        [21, 24, 27, 30, 31]
+    );
+    let in_subnet = LeaseQuery {
+        subnet: Some("192.0.2.8/30".parse().unwrap()),
+        ..Default::default()
+    };
+    assert_eq!(ips(store.leases(&in_subnet, 100).unwrap()), [8, 9, 10, 11]);
+    let by_state = LeaseQuery {
+        state: Some(LeaseState::Released),
+        ..Default::default()
+    };
+    assert_eq!(ips(store.leases(&by_state, 100).unwrap()), [31]);
+    let one = LeaseQuery {
+        ip: Some(Ipv4Addr::new(192, 0, 2, 17)),
+        ..Default::default()
+    };
+    assert_eq!(ips(store.leases(&one, 100).unwrap()), [17]);
+}
+
+pub(crate) fn the_newest_record_of_a_mac_is_found(store: &dyn Store) {
+    let mut old = lease(40, 9);
+    old.starts = 10;
+    let mut newer = lease(41, 9);
+    newer.starts = 20;
+    store.commit(&[put(&newer), put(&old)]).unwrap();
+    assert_eq!(store.lease_of(old.mac).unwrap(), Some(newer));
+}
+
+pub(crate) fn other_records_round_trip(store: &dyn Store) {
+    let mac = MacAddr([0x52, 0x54, 0, 0, 0, 7]);
+    let r = Reservation {
+        mac,
+        ip: Ipv4Addr::new(192, 0, 2, 77),
+        hostname: Some("node-7".into()),
+    };
+    let m = Membership {
+        names: vec!["a".into(), "b".into()],
+        since: 42,
+        previous: Some(vec!["a".into()]),
+    };
+    let other = MacAddr([0x52, 0x54, 0, 0, 0, 8]);
+    store
+        .commit(&[
+            Change::Reservation(mac, Some(r.clone())),
+            Change::HostPolicy(mac, Some(HostPolicy::Deny)),
+            Change::HostPolicy(other, Some(HostPolicy::Allow)),
+            Change::HostPolicy(other, None),
+            Change::Membership(m.clone()),
+        ])
+        .unwrap();
+    let snap = store.load().unwrap();
+    assert_eq!(snap.reservations, vec![r.clone()]);
+    assert_eq!(store.reservations().unwrap(), vec![r]);
+    assert_eq!(snap.host_policies, vec![(mac, HostPolicy::Deny)]);
+    assert_eq!(snap.membership, Some(m));
+    store.commit(&[Change::Reservation(mac, None)]).unwrap();
+    assert!(store.reservations().unwrap().is_empty());
+}
+
+macro_rules! store_battery {
+    ($name:ident, $make:expr) => {
+        mod $name {
+            #[test]
+            fn put_get_remove() {
+                let (_guard, store) = $make;
+                super::put_get_remove(&store);
+            }
+            #[test]
+            fn one_record_per_address() {
+                let (_guard, store) = $make;
+                super::one_record_per_address(&store);
+            }
+            #[test]
+            fn load_returns_everything() {
+                let (_guard, store) = $make;
+                super::load_returns_everything(&store);
+            }
+            #[test]
+            fn pages_follow_address_order_and_filters() {
+                let (_guard, store) = $make;
+                super::pages_follow_address_order_and_filters(&store);
+            }
+            #[test]
+            fn the_newest_record_of_a_mac_is_found() {
+                let (_guard, store) = $make;
+                super::the_newest_record_of_a_mac_is_found(&store);
+            }
+            #[test]
+            fn other_records_round_trip() {
+                let (_guard, store) = $make;
+                super::other_records_round_trip(&store);
+            }
+        }
+    };
+}
+
+store_battery!(sled, {
+    let dir = tempfile::tempdir().unwrap();
+    let store = crate::store::SledStore::open(dir.path()).unwrap();
+    (dir, store)
+});
+
+store_battery!(memory, ((), crate::store::MemoryStore::new()));
+
+#[test]
+fn sled_survives_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Membership {
+        names: vec!["a".into()],
+        since: 1,
+        previous: None,
+    };
+    let mac = MacAddr([0x52, 0x54, 0, 0, 0, 7]);
+    {
+        let store = super::SledStore::open(dir.path()).unwrap();
+        store
+            .commit(&[
+                put(&lease(7, 7)),
+                Change::HostPolicy(mac, Some(HostPolicy::Allow)),
+                Change::Membership(m.clone()),
+            ])
+            .unwrap();
+    }
+    let store = super::SledStore::open(dir.path()).unwrap();
+    let snap = store.load().unwrap();
+    assert_eq!(snap.leases, vec![lease(7, 7)]);
+    assert_eq!(snap.host_policies, vec![(mac, HostPolicy::Allow)]);
+    assert_eq!(snap.membership, Some(m));
+    // The MAC index is rebuilt from disk.
+    assert_eq!(store.lease_of(lease(7, 7).mac).unwrap(), Some(lease(7, 7)));
+}
+
+#[test]
+fn the_committer_answers_after_the_commit_in_order() {
+    use std::sync::Arc;
+    let store = Arc::new(crate::store::MemoryStore::new());
+    let metrics = Arc::new(super::CommitMetrics::default());
+    let committer = super::Committer::start(store.clone(), metrics.clone()).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    for i in 1..=20u8 {
+        let (tx, store) = (tx.clone(), store.clone());
+        committer
+            .submit(vec![put(&lease(i, i))], move |r| {
+                // The change is visible to readers by the time its waiter hears.
+                assert!(r.is_ok());
+                tx.send((i, store.lease(lease(i, i).ip).unwrap().is_some()))
+                    .unwrap();
+            })
+            .unwrap();
+    }
+    committer.commit_blocking(Vec::new()).unwrap();
+    let heard: Vec<_> = rx.try_iter().collect();
+    assert_eq!(heard, (1..=20).map(|i| (i, true)).collect::<Vec<_>>());
+    assert_eq!(metrics.committed_changes.get(), 20);
+}

@@ -1,0 +1,126 @@
+//! The durable store: the only door to disk for leases, run-time reservations, host
+//! policies and the membership record. Every change is a [`Change`] applied through the
+//! [`Committer`], which makes a batch of them durable with one flush before anyone is
+//! answered (a DHCP ACK, an operator API 2xx). Nothing outside this module names the
+//! database underneath.
+
+mod codec;
+mod committer;
+mod lease;
+mod memory;
+mod query;
+mod records;
+mod sled_store;
+mod view;
+
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::mac::MacAddr;
+
+pub use codec::{decode_lease, encode_lease, CodecError, LEASE_FORMAT_VERSION};
+pub use committer::{CommitFailed, CommitMetrics, Committer};
+pub use lease::{Lease, LeaseEffect, LeaseState};
+pub use memory::MemoryStore;
+pub use query::LeaseQuery;
+pub use records::{HostPolicy, Membership, Reservation};
+pub use sled_store::SledStore;
+pub use view::LeaseView;
+
+/// One durable change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// A lease written or removed by the DHCP engine (or forgotten by the operator).
+    Lease(LeaseEffect),
+    /// A run-time reservation set (`Some`) or removed (`None`) for a MAC.
+    Reservation(MacAddr, Option<Reservation>),
+    /// A host policy set (`Some`) or cleared (`None`) for a MAC.
+    HostPolicy(MacAddr, Option<HostPolicy>),
+    /// The member list this instance now serves with.
+    Membership(Membership),
+}
+
+/// Everything a store holds, read once at start.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Every lease record.
+    pub leases: Vec<Lease>,
+    /// Run-time reservations, sorted by MAC.
+    pub reservations: Vec<Reservation>,
+    /// The operator's host policies, sorted by MAC.
+    pub host_policies: Vec<(MacAddr, HostPolicy)>,
+    /// The membership record, if one was written.
+    pub membership: Option<Membership>,
+}
+
+/// Errors from a store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The underlying database failed.
+    #[error("lease database: {0}")]
+    Db(#[from] sled::Error),
+    /// A stored record could not be decoded; refusing to guess keeps addresses unique.
+    #[error("lease record for key {key:?} is unreadable: {source}")]
+    Corrupt {
+        /// The record's key bytes.
+        key: Vec<u8>,
+        /// What was wrong.
+        source: CodecError,
+    },
+    /// A metadata record could not be read or written.
+    #[error("lease store metadata: {0}")]
+    Meta(String),
+    /// The store was written by a newer, incompatible shardboot.
+    #[error("lease store format {found} is newer than this build supports ({supported})")]
+    Version {
+        /// Version found on disk.
+        found: u8,
+        /// Version this build writes.
+        supported: u8,
+    },
+    /// The state directory cannot be created.
+    #[error("state_dir {}: {source}", path.display())]
+    StateDir {
+        /// The directory.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+/// A durable store. `commit` returns only once its changes survive a crash; reads may
+/// run on any thread while the committer writes.
+pub trait Store: Send + Sync + 'static {
+    /// Everything stored (start-up, offline commands).
+    fn load(&self) -> Result<Snapshot, StoreError>;
+    /// Applies `changes` atomically, in order, and makes them durable before returning.
+    fn commit(&self, changes: &[Change]) -> Result<(), StoreError>;
+    /// The lease record on `ip`.
+    fn lease(&self, ip: Ipv4Addr) -> Result<Option<Lease>, StoreError>;
+    /// The newest lease record (by start time) of `mac`; a MAC may hold records on
+    /// several addresses over time.
+    fn lease_of(&self, mac: MacAddr) -> Result<Option<Lease>, StoreError>;
+    /// Up to `limit` lease records matching `query`, in address order, from an index:
+    /// the cost follows the page, not the size of the store.
+    fn leases(&self, query: &LeaseQuery, limit: usize) -> Result<Vec<Lease>, StoreError>;
+    /// The run-time reservations, sorted by MAC.
+    fn reservations(&self) -> Result<Vec<Reservation>, StoreError>;
+}
+
+/// Where the store lives inside `state_dir`.
+pub fn path_in(state_dir: &Path) -> PathBuf {
+    state_dir.join("leases.sled")
+}
+
+/// Opens (or creates) the store under `state_dir`, creating the directory if needed.
+pub fn open(state_dir: &Path) -> Result<Arc<dyn Store>, StoreError> {
+    std::fs::create_dir_all(state_dir).map_err(|source| StoreError::StateDir {
+        path: state_dir.to_path_buf(),
+        source,
+    })?;
+    Ok(Arc::new(SledStore::open(&path_in(state_dir))?))
+}
+
+#[cfg(test)]
+mod battery;

@@ -1,0 +1,304 @@
+//! The store on sled. Lease records are keyed by the 4 address bytes, so an address can
+//! only ever belong to one record, and iterate in address order (the index `/v1/leases`
+//! pages from). Reservations, host policies and the membership record live in trees of
+//! their own. `commit` applies a batch and then flushes before returning: callers answer
+//! only after that.
+
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::sync::Mutex;
+
+use super::{
+    decode_lease, encode_lease, Change, HostPolicy, Lease, LeaseEffect, LeaseQuery, Membership,
+    Reservation, Snapshot, Store, StoreError, LEASE_FORMAT_VERSION,
+};
+use crate::mac::MacAddr;
+
+const LEASES_TREE: &str = "leases";
+const META_TREE: &str = "meta";
+const FORMAT_KEY: &str = "format_version";
+const MEMBERSHIP_KEY: &str = "membership";
+const RESERVATIONS_TREE: &str = "reservations";
+const HOST_POLICY_TREE: &str = "host_policy";
+
+/// A [`Store`] in a sled database directory.
+pub struct SledStore {
+    db: sled::Db,
+    leases: sled::Tree,
+    meta: sled::Tree,
+    reservations: sled::Tree,
+    host_policies: sled::Tree,
+    /// Which addresses each MAC has records on, so lookups by MAC read only those.
+    by_mac: Mutex<MacIndex>,
+}
+
+impl std::fmt::Debug for SledStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SledStore")
+            .field("leases", &self.leases.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SledStore {
+    /// Opens (or creates) the store in `dir`.
+    pub fn open(dir: &Path) -> Result<Self, StoreError> {
+        // Our own commits flush explicitly; the background flusher only adds I/O.
+        let db = sled::Config::new().path(dir).flush_every_ms(None).open()?;
+        let meta = db.open_tree(META_TREE)?;
+        match meta.get(FORMAT_KEY)? {
+            Some(v) if v.first().copied().unwrap_or(0) > LEASE_FORMAT_VERSION => {
+                return Err(StoreError::Version {
+                    found: v[0],
+                    supported: LEASE_FORMAT_VERSION,
+                })
+            }
+            Some(_) => {}
+            None => {
+                meta.insert(FORMAT_KEY, &[LEASE_FORMAT_VERSION])?;
+                db.flush()?;
+            }
+        }
+        let leases = db.open_tree(LEASES_TREE)?;
+        let mut index = MacIndex::default();
+        for kv in leases.iter() {
+            let (k, v) = kv?;
+            if let Ok(lease) = decode_lease(&k, &v) {
+                index.put(lease.ip, lease.mac);
+            }
+        }
+        Ok(Self {
+            reservations: db.open_tree(RESERVATIONS_TREE)?,
+            host_policies: db.open_tree(HOST_POLICY_TREE)?,
+            by_mac: Mutex::new(index),
+            db,
+            leases,
+            meta,
+        })
+    }
+
+    fn decode(key: &[u8], value: &[u8]) -> Result<Lease, StoreError> {
+        decode_lease(key, value).map_err(|source| StoreError::Corrupt {
+            key: key.to_vec(),
+            source,
+        })
+    }
+
+    fn index(&self) -> std::sync::MutexGuard<'_, MacIndex> {
+        self.by_mac.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn membership(&self) -> Result<Option<Membership>, StoreError> {
+        match self.meta.get(MEMBERSHIP_KEY)? {
+            None => Ok(None),
+            Some(v) => serde_json::from_slice(&v)
+                .map(Some)
+                .map_err(|e| StoreError::Meta(format!("membership record: {e}"))),
+        }
+    }
+
+    fn host_policies(&self) -> Result<Vec<(MacAddr, HostPolicy)>, StoreError> {
+        let mut out = Vec::new();
+        for kv in self.host_policies.iter() {
+            let (k, v) = kv?;
+            let (Ok(mac), Some(policy)) = (<[u8; 6]>::try_from(&k[..]), HostPolicy::parse(&v))
+            else {
+                return Err(StoreError::Meta(format!(
+                    "host policy record {k:?} is unreadable"
+                )));
+            };
+            out.push((MacAddr(mac), policy));
+        }
+        Ok(out)
+    }
+}
+
+fn json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, StoreError> {
+    serde_json::to_vec(value).map_err(|e| StoreError::Meta(e.to_string()))
+}
+
+impl Store for SledStore {
+    fn load(&self) -> Result<Snapshot, StoreError> {
+        let leases = self
+            .leases
+            .iter()
+            .map(|kv| {
+                let (k, v) = kv?;
+                Self::decode(&k, &v)
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Snapshot {
+            leases,
+            reservations: self.reservations()?,
+            host_policies: self.host_policies()?,
+            membership: self.membership()?,
+        })
+    }
+
+    fn commit(&self, changes: &[Change]) -> Result<(), StoreError> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        // One batch per tree, then one flush for all of them. Each batch is atomic; a
+        // crash between two may keep some of the changes, but none was answered yet.
+        let mut leases = sled::Batch::default();
+        let mut reservations = sled::Batch::default();
+        let mut policies = sled::Batch::default();
+        let mut meta = sled::Batch::default();
+        let (mut any_reservation, mut any_policy, mut any_meta) = (false, false, false);
+        for change in changes {
+            match change {
+                Change::Lease(LeaseEffect::Put(lease)) => {
+                    leases.insert(&lease.ip.octets(), encode_lease(lease))
+                }
+                Change::Lease(LeaseEffect::Remove(ip)) => leases.remove(&ip.octets()),
+                Change::Reservation(mac, r) => {
+                    any_reservation = true;
+                    match r {
+                        Some(r) => reservations.insert(&mac.0, json(r)?),
+                        None => reservations.remove(&mac.0),
+                    }
+                }
+                Change::HostPolicy(mac, p) => {
+                    any_policy = true;
+                    match p {
+                        Some(p) => policies.insert(&mac.0, p.as_str().as_bytes()),
+                        None => policies.remove(&mac.0),
+                    }
+                }
+                Change::Membership(m) => {
+                    any_meta = true;
+                    meta.insert(MEMBERSHIP_KEY, json(m)?);
+                }
+            }
+        }
+        self.leases.apply_batch(leases)?;
+        {
+            let mut index = self.index();
+            for change in changes {
+                match change {
+                    Change::Lease(LeaseEffect::Put(l)) => index.put(l.ip, l.mac),
+                    Change::Lease(LeaseEffect::Remove(ip)) => index.remove(*ip),
+                    _ => {}
+                }
+            }
+        }
+        if any_reservation {
+            self.reservations.apply_batch(reservations)?;
+        }
+        if any_policy {
+            self.host_policies.apply_batch(policies)?;
+        }
+        if any_meta {
+            self.meta.apply_batch(meta)?;
+        }
+        self.db.flush()?;
+        Ok(())
+    }
+
+    fn lease(&self, ip: Ipv4Addr) -> Result<Option<Lease>, StoreError> {
+        match self.leases.get(ip.octets())? {
+            None => Ok(None),
+            Some(v) => Self::decode(&ip.octets(), &v).map(Some),
+        }
+    }
+
+    fn lease_of(&self, mac: MacAddr) -> Result<Option<Lease>, StoreError> {
+        let ips = self.index().addresses(&mac);
+        let mut newest: Option<Lease> = None;
+        for ip in ips {
+            // `>=`: on equal start times the higher address wins, as a scan in address
+            // order with `max_by_key` would pick.
+            if let Some(l) = self.lease(ip)?.filter(|l| l.mac == mac) {
+                if newest.as_ref().is_none_or(|n| l.starts >= n.starts) {
+                    newest = Some(l);
+                }
+            }
+        }
+        Ok(newest)
+    }
+
+    fn leases(&self, query: &LeaseQuery, limit: usize) -> Result<Vec<Lease>, StoreError> {
+        let Some((low, high)) = query.address_bounds() else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        if let Some(mac) = query.mac {
+            for ip in self.index().addresses(&mac) {
+                if out.len() == limit {
+                    break;
+                }
+                if ip < low || ip > high {
+                    continue;
+                }
+                if let Some(l) = self.lease(ip)?.filter(|l| query.matches(l)) {
+                    out.push(l);
+                }
+            }
+            return Ok(out);
+        }
+        for kv in self.leases.range(low.octets()..=high.octets()) {
+            if out.len() == limit {
+                break;
+            }
+            let (k, v) = kv?;
+            let lease = Self::decode(&k, &v)?;
+            if query.matches(&lease) {
+                out.push(lease);
+            }
+        }
+        Ok(out)
+    }
+
+    fn reservations(&self) -> Result<Vec<Reservation>, StoreError> {
+        self.reservations
+            .iter()
+            .map(|kv| {
+                let (_, v) = kv?;
+                serde_json::from_slice(&v)
+                    .map_err(|e| StoreError::Meta(format!("reservation record: {e}")))
+            })
+            .collect()
+    }
+}
+
+/// MAC → the addresses it has records on (sorted), and address → MAC.
+#[derive(Debug, Default)]
+struct MacIndex {
+    by_mac: HashMap<MacAddr, Vec<Ipv4Addr>>,
+    holder: HashMap<Ipv4Addr, MacAddr>,
+}
+
+impl MacIndex {
+    fn put(&mut self, ip: Ipv4Addr, mac: MacAddr) {
+        match self.holder.insert(ip, mac) {
+            Some(old) if old == mac => return,
+            Some(old) => self.unlink(old, ip),
+            None => {}
+        }
+        let ips = self.by_mac.entry(mac).or_default();
+        if let Err(at) = ips.binary_search(&ip) {
+            ips.insert(at, ip);
+        }
+    }
+
+    fn remove(&mut self, ip: Ipv4Addr) {
+        if let Some(old) = self.holder.remove(&ip) {
+            self.unlink(old, ip);
+        }
+    }
+
+    fn unlink(&mut self, mac: MacAddr, ip: Ipv4Addr) {
+        if let Some(ips) = self.by_mac.get_mut(&mac) {
+            ips.retain(|i| *i != ip);
+            if ips.is_empty() {
+                self.by_mac.remove(&mac);
+            }
+        }
+    }
+
+    fn addresses(&self, mac: &MacAddr) -> Vec<Ipv4Addr> {
+        self.by_mac.get(mac).cloned().unwrap_or_default()
+    }
+}
