@@ -1,5 +1,5 @@
 //! Counters and histograms kept as atomics and rendered in the Prometheus text format.
-//! Each listener owns its metric struct; `/metrics` (HTTP issue) concatenates them.
+//! Each listener owns its metric struct; `/metrics` concatenates them.
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};

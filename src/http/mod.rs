@@ -220,9 +220,14 @@ async fn count_request(
         .extensions()
         .get::<axum::extract::MatchedPath>()
         .cloned();
-    let resp = next.run(req).await;
     let route = route.as_ref().map_or("unmatched", |m| m.as_str());
-    s.handles.http.request(route, resp.status().as_u16());
+    // One span per request (STYLE §8), named by the route pattern; the status is
+    // filled in when the answer is known. At debug level, like the DHCP packet span.
+    let span = tracing::debug_span!("http", route, method = %req.method(), status = tracing::field::Empty);
+    let resp = tracing::Instrument::instrument(next.run(req), span.clone()).await;
+    let status = resp.status().as_u16();
+    span.record("status", status);
+    s.handles.http.request(route, status);
     resp
 }
 

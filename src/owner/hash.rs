@@ -49,7 +49,7 @@ mod tests {
 
     #[test]
     fn known_answers() {
-        // Values given with the multi-instance issue, computed per RFC 3074 §6.
+        // Reference values, computed per RFC 3074 §6.
         assert_eq!(rfc3074_hash(&[0x52, 0x54, 0x00, 0x12, 0x34, 0x56]), 156);
         assert_eq!(rfc3074_hash(&[0xff; 6]), 79);
         assert_eq!(rfc3074_hash(&[0x00; 6]), 254);

@@ -137,11 +137,6 @@ impl IronicCache {
     pub fn age(&self, now: Instant) -> Option<Duration> {
         self.last_success.map(|s| now.saturating_duration_since(s))
     }
-
-    /// MACs in the snapshot.
-    pub fn snapshot_len(&self) -> usize {
-        self.snapshot.len()
-    }
 }
 
 #[cfg(test)]
