@@ -6,7 +6,8 @@
 //! sans-IO state machine), [`path`] (confinement), [`cache`] (file cache),
 //! [`settings`], [`metrics`]; `server` (one task and socket per transfer) and
 //! `single_port` (everything on the listening socket) are the tokio shells, `admission`
-//! the limits they share, `batch` the GSO window sender.
+//! the limits they share, `shell` what they share once a transfer runs, `batch` the GSO
+//! window sender.
 //!
 //! Wiring: bind a UDP socket (port 69 in production, port 0 in tests) and call [`run`]
 //! with the validated [`TftpSettings`], shared [`TftpMetrics`] and a shutdown token.
@@ -21,6 +22,7 @@ pub mod path;
 mod pktinfo;
 mod server;
 pub mod settings;
+mod shell;
 mod single_port;
 pub mod transfer;
 

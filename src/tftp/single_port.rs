@@ -17,9 +17,10 @@ use super::admission::{note_refusal, Admission, Prepared, Shared, Slot};
 use super::packet::{encode_error, ErrorCode};
 use super::path::Refusal;
 use super::pktinfo;
-use super::server::{finish, is_transient, Outcome, RECV_BUF};
+use super::shell::{finish, Outcome, RECV_BUF};
 use super::transfer::{Handled, Status};
 use super::TftpError;
+use crate::net_error::is_transient;
 
 struct Running {
     p: Prepared,
