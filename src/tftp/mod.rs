@@ -27,8 +27,41 @@ mod single_port;
 pub mod transfer;
 
 pub use metrics::TftpMetrics;
-pub use server::run;
 pub use settings::{check_boot_files, RawTftp, SettingsError, TftpSettings};
+
+use std::sync::Arc;
+
+use tokio::net::UdpSocket;
+use tokio_util::sync::CancellationToken;
+
+/// Serves TFTP read requests arriving on `socket` until `shutdown` is cancelled, in the
+/// mode the settings choose. Only an unrecoverable error on the listening socket ends
+/// it early.
+pub async fn run(
+    socket: UdpSocket,
+    settings: Arc<TftpSettings>,
+    metrics: Arc<TftpMetrics>,
+    shutdown: CancellationToken,
+) -> Result<(), TftpError> {
+    let local = socket.local_addr().map_err(TftpError::LocalAddr)?;
+    // Room for bursts: every machine in a rack powers on at once and sends its RRQ
+    // within milliseconds.
+    crate::sockopt::enlarge_recv_buffer(&socket, 4 << 20);
+    tracing::info!(
+        %local,
+        root = %settings.root.display(),
+        single_port = settings.single_port,
+        "tftp listening"
+    );
+    let pktinfo = pktinfo::enable(&socket);
+    let single_port = settings.single_port;
+    let shared = admission::Shared::new(settings, metrics);
+    if single_port {
+        single_port::run(socket, pktinfo, shared, shutdown).await
+    } else {
+        server::run(socket, local, pktinfo, shared, shutdown).await
+    }
+}
 
 /// Errors that end the TFTP listener. Per-request and per-transfer problems never do:
 /// they become TFTP error packets, metrics and log lines.

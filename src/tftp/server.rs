@@ -1,5 +1,5 @@
-//! The tokio shell: the listening loop and one task per transfer, each on its own
-//! ephemeral socket (RFC 1350 §4: the server picks a new TID per transfer).
+//! Per-transfer-port mode, the default: the listening loop and one task per transfer,
+//! each on its own ephemeral socket (RFC 1350 §4: the server picks a new TID per transfer).
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
@@ -18,33 +18,18 @@ use super::packet::{encode_error, ErrorCode};
 use super::pktinfo;
 use super::shell::{finish, Outcome, RECV_BUF};
 use super::transfer::{Handled, Transfer};
-use super::{TftpError, TftpMetrics as Metrics, TftpSettings};
+use super::TftpError;
 use crate::net_error::is_transient;
 
-/// Serves TFTP read requests arriving on `socket` until `shutdown` is cancelled.
+/// Per-transfer-port mode: serves the listening socket until `shutdown` is cancelled.
 /// Only an unrecoverable error on the listening socket ends it early.
-pub async fn run(
+pub(crate) async fn run(
     socket: UdpSocket,
-    settings: Arc<TftpSettings>,
-    metrics: Arc<Metrics>,
+    local: SocketAddr,
+    pktinfo: bool,
+    shared: Arc<Shared>,
     shutdown: CancellationToken,
 ) -> Result<(), TftpError> {
-    let local = socket.local_addr().map_err(TftpError::LocalAddr)?;
-    // Room for bursts: every machine in a rack powers on at once and sends its RRQ
-    // within milliseconds.
-    crate::sockopt::enlarge_recv_buffer(&socket, 4 << 20);
-    tracing::info!(
-        %local,
-        root = %settings.root.display(),
-        single_port = settings.single_port,
-        "tftp listening"
-    );
-    let pktinfo = pktinfo::enable(&socket);
-    if settings.single_port {
-        let shared = Shared::new(settings, metrics);
-        return super::single_port::run(socket, pktinfo, shared, shutdown).await;
-    }
-    let shared = Shared::new(settings, metrics);
     // Shared with the transfer tasks, which answer from it when they cannot open a
     // socket of their own.
     let socket = Arc::new(socket);
