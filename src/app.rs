@@ -180,18 +180,16 @@ pub async fn run(
             Ok(())
         });
     }
+    // One root and file cache for TFTP and the HTTP file route: the same iPXE binaries.
+    let files = tftp::FileRoot::new(config.tftp.settings.clone());
     if config.tftp.enabled {
         let addr = config.tftp.listen;
         let socket = tokio::net::UdpSocket::bind(addr)
             .await
             .map_err(|source| AppError::TftpBind { addr, source })?;
         info!(listen = %addr, root = %config.tftp.settings.root.display(), "TFTP listening");
-        let (settings, metrics, stop) = (
-            Arc::new(config.tftp.settings.clone()),
-            handles.tftp.clone(),
-            shutdown.clone(),
-        );
-        tasks.spawn(async move { Ok(tftp::run(socket, settings, metrics, stop).await?) });
+        let (files, metrics, stop) = (files.clone(), handles.tftp.clone(), shutdown.clone());
+        tasks.spawn(async move { Ok(tftp::run(socket, files, metrics, stop).await?) });
     }
     if config.http.enabled {
         let addr = config.http.listen;
@@ -205,7 +203,7 @@ pub async fn run(
             policies: policies.clone(),
             control: config.dhcp.enabled.then(|| control_tx.clone()),
             auth: crate::http::auth::TokenAuth::new(config.http.token_file.clone()),
-            files: crate::http::FileRoot::new(config.tftp.settings.clone()),
+            files: files.clone(),
             settings: config.http.clone(),
             resolver: resolver.clone(),
             handles: handles.clone(),

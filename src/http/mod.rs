@@ -1,5 +1,6 @@
-//! The HTTP listener: boot routes (public, unauthenticated by nature), `/healthz` and
-//! `/metrics`. The operator API (leases, hosts) joins it in a later change.
+//! The HTTP listener: boot routes (public, unauthenticated by nature), `/healthz`,
+//! `/readyz` and `/metrics`, and the operator API ([`api`], token-authenticated), on
+//! one listener or split across a boot and an operator listener ([`Serves`]).
 
 pub mod api;
 pub mod auth;
@@ -118,24 +119,6 @@ impl HttpMetrics {
     }
 }
 
-/// The TFTP root as the HTTP file route sees it: settings and its own file cache.
-pub struct FileRoot {
-    /// Root, aliases, symlink rule, limits.
-    pub settings: Arc<crate::tftp::TftpSettings>,
-    /// Cache of file contents.
-    pub cache: crate::tftp::cache::FileCache,
-}
-
-impl FileRoot {
-    /// A file root with an empty cache sized by the settings.
-    pub fn new(settings: crate::tftp::TftpSettings) -> Arc<Self> {
-        Arc::new(Self {
-            cache: crate::tftp::cache::FileCache::new(settings.cache_bytes),
-            settings: Arc::new(settings),
-        })
-    }
-}
-
 /// Shared state of the HTTP handlers.
 pub struct HttpState {
     /// The validated configuration (members and ranges for the operator API).
@@ -148,8 +131,8 @@ pub struct HttpState {
     pub auth: auth::TokenAuth,
     /// Changes for the DHCP engine (None: DHCP is off).
     pub control: Option<crate::dhcp::server::ControlSender>,
-    /// `/ipxe/{file}`: the TFTP root.
-    pub files: Arc<FileRoot>,
+    /// `/ipxe/{file}`: the TFTP root, and the file cache TFTP shares.
+    pub files: Arc<crate::tftp::FileRoot>,
     /// Listener settings.
     pub settings: HttpSettings,
     /// Owner lookups.
