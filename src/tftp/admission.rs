@@ -190,16 +190,17 @@ pub(crate) struct Prepared {
     pub transfer: Transfer,
 }
 
-/// Logs and counts a refused request.
-pub(crate) fn note_refusal(metrics: &TftpMetrics, peer: SocketAddr, datagram: &[u8], r: Refusal) {
+/// Logs and counts a refused request. Call it in the transfer's span, which names the
+/// peer; the file is the requested name, escaped, as it never resolved.
+pub(crate) fn note_refusal(metrics: &TftpMetrics, datagram: &[u8], r: Refusal) {
     metrics.error(Reason::Path(r));
     let file = match Packet::decode(datagram) {
         Ok(Packet::Read(req)) => Escaped(req.filename).to_string(),
         _ => String::new(),
     };
     if r.is_policy() {
-        tracing::warn!(%peer, %file, reason = r.label(), "tftp request refused by path policy");
+        tracing::warn!(%file, reason = r.label(), "tftp request refused by path policy");
     } else {
-        tracing::info!(%peer, %file, reason = r.label(), "tftp request failed");
+        tracing::info!(%file, reason = r.label(), "tftp request failed");
     }
 }

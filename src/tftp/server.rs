@@ -16,7 +16,7 @@ use super::batch::Batch;
 use super::metrics::{Reason, TftpMetrics};
 use super::packet::{encode_error, ErrorCode};
 use super::pktinfo;
-use super::shell::{finish, Outcome, RECV_BUF};
+use super::shell::{finish, started, transfer_span, Outcome, RECV_BUF};
 use super::transfer::{Handled, Transfer};
 use super::TftpError;
 use crate::net_error::is_transient;
@@ -59,7 +59,7 @@ pub(crate) async fn run(
             Admission::Start(acc) => {
                 let token = shutdown.child_token();
                 let shared = shared.clone();
-                let span = tracing::info_span!("tftp_transfer", %peer);
+                let span = transfer_span(peer);
                 tasks.spawn(
                     {
                         let listener = Listener {
@@ -111,7 +111,7 @@ async fn serve_transfer(
             // Out of sockets or file descriptors: say so now rather than leave the
             // client to time out.
             metrics.error(Reason::SocketError);
-            tracing::warn!(error = %e, %peer, "tftp cannot open a transfer socket");
+            tracing::warn!(error = %e, "tftp cannot open a transfer socket");
             encode_error(
                 &mut out,
                 ErrorCode::NotDefined,
@@ -138,7 +138,7 @@ async fn serve_transfer(
     let mut p = match prepared {
         Ok(p) => p,
         Err(r) => {
-            note_refusal(&metrics, peer, &datagram, r);
+            note_refusal(&metrics, &datagram, r);
             let (code, msg) = r.wire();
             encode_error(&mut out, code, msg);
             let _ = sock.send(&out).await;
@@ -146,14 +146,8 @@ async fn serve_transfer(
         }
     };
     metrics.transfers_started.fetch_add(1, Relaxed);
-    tracing::debug!(
-        file = %p.file,
-        size = p.transfer.len(),
-        blksize = p.blksize,
-        windowsize = p.windowsize,
-        "tftp transfer started"
-    );
-    let started = Instant::now();
+    started(&tracing::Span::current(), &p);
+    let began = Instant::now();
     let mut rbuf = vec![0u8; RECV_BUF];
     let outcome = drive(
         &mut p.transfer,
@@ -164,7 +158,7 @@ async fn serve_transfer(
         &shutdown,
     )
     .await;
-    finish(&metrics, &p.transfer, outcome, &p.file, started);
+    finish(&metrics, &p.transfer, outcome, began);
     drop(acc.slot);
 }
 
