@@ -1,6 +1,6 @@
-//! `GET /ipxe/{file}`: the TFTP root over HTTP, for UEFI HTTP Boot of iPXE itself, with
-//! the same confinement, aliases and symlink rule as TFTP, single byte ranges (RFC 9110
-//! §14) and HEAD.
+//! `GET /ipxe/{file}`: the TFTP root over HTTP, for UEFI HTTP Boot of iPXE itself,
+//! through TFTP's own [`FileRoot`](crate::tftp::FileRoot) (the same confinement, aliases,
+//! symlink rule and file cache), with single byte ranges (RFC 9110 §14) and HEAD.
 
 use std::sync::Arc;
 

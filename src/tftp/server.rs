@@ -213,6 +213,8 @@ async fn drive(
                     }
                     tracing::trace!(?handled, len = n, "tftp packet");
                 }
+                // Not `net_error::is_transient`: this socket is connected to one client,
+                // so an ICMP error here (ECONNREFUSED) means that client is gone.
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
                 Err(e) => return Outcome::Socket(e),
             },
