@@ -68,7 +68,8 @@ async fn main() -> anyhow::Result<()> {
         }
         stop.cancel();
     });
-    tftp::run(socket, settings, metrics.clone(), shutdown).await?;
+    let root = tftp::FileRoot::new(settings);
+    tftp::run(socket, root, metrics.clone(), shutdown).await?;
     if a.metrics {
         let mut s = String::new();
         metrics.render_prometheus(&mut s);

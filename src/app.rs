@@ -111,16 +111,17 @@ pub async fn run(
     }
     let (resolver, owner_tasks) = crate::owner::start(&config, &shutdown)?;
     owner_tasks.into_iter().for_each(|t| tasks.background(t));
+    // One root and file cache for TFTP and the HTTP file route: the same iPXE binaries.
+    let files = tftp::FileRoot::new(config.tftp.settings.clone());
     if config.tftp.enabled {
         let addr = config.tftp.listen;
         let socket = tokio::net::UdpSocket::bind(addr)
             .await
             .map_err(|source| AppError::TftpBind { addr, source })?;
         info!(listen = %addr, root = %config.tftp.settings.root.display(), "TFTP listening");
-        let settings = Arc::new(config.tftp.settings.clone());
         tasks.run(tftp::run(
             socket,
-            settings,
+            files.clone(),
             handles.tftp.clone(),
             shutdown.clone(),
         ));
@@ -133,6 +134,7 @@ pub async fn run(
             committer.clone(),
             policies.clone(),
             config.dhcp.enabled.then(|| dhcp_handle.clone()),
+            files,
             resolver.clone(),
             handles.clone(),
         );

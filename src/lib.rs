@@ -11,6 +11,7 @@ pub mod ipxe;
 pub mod limits;
 pub mod mac;
 pub mod metrics;
+pub mod net_error;
 pub mod owner;
 pub mod ra;
 pub mod sockopt;

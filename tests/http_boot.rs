@@ -12,11 +12,14 @@ use shardboot::handles::Handles;
 use shardboot::http::{self, HttpState};
 use shardboot::mac::MacAddr;
 use shardboot::owner::{responsible_member, Resolver};
+use shardboot::tftp::{self, FileRoot, TftpMetrics};
 use tokio_util::sync::CancellationToken;
 
 struct TestServer {
     addr: SocketAddr,
     handles: Handles,
+    /// The root the HTTP file route serves, with its cache, for a TFTP server to share.
+    files: Arc<FileRoot>,
     stop: CancellationToken,
     thread: Option<std::thread::JoinHandle<()>>,
     _dir: tempfile::TempDir,
@@ -70,6 +73,7 @@ fn start(owner: &str) -> TestServer {
         root,
         ..Default::default()
     };
+    let files = FileRoot::new(tftp);
     let store = shardboot::store::open(&dir.path().join("state")).unwrap();
     let committer = shardboot::store::Committer::start(store.clone(), Default::default()).unwrap();
     let state = Arc::new(HttpState {
@@ -79,7 +83,7 @@ fn start(owner: &str) -> TestServer {
         policies: Arc::new(shardboot::dhcp::host_policy::HostPolicies::in_memory()),
         auth: http::auth::TokenAuth::new(None),
         dhcp: None,
-        files: http::FileRoot::new(tftp),
+        files: files.clone(),
         settings: config.http.clone(),
         resolver: Arc::new(Resolver::new(&config).unwrap()),
         handles: handles.clone(),
@@ -101,6 +105,7 @@ fn start(owner: &str) -> TestServer {
     TestServer {
         addr: rx.recv().unwrap(),
         handles,
+        files,
         stop,
         thread: Some(thread),
         _dir: dir,
@@ -342,4 +347,47 @@ fn ipxe_files_over_http_with_ranges_and_confinement() {
             "{bad}: {text}"
         );
     }
+}
+
+#[test]
+fn tftp_and_the_http_file_route_share_one_cache() {
+    let s = start("");
+    let want: Vec<u8> = (0..300_000u32).map(|i| (i * 31 % 253) as u8).collect();
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_nonblocking(true).unwrap();
+    let tftp_addr = sock.local_addr().unwrap();
+    let metrics = Arc::new(TftpMetrics::default());
+    let stop = s.stop.child_token();
+    let (files, m, t) = (s.files.clone(), metrics.clone(), stop.clone());
+    let server = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let sock = tokio::net::UdpSocket::from_std(sock).unwrap();
+            tftp::run(sock, files, m, t).await.unwrap();
+        });
+    });
+    // HTTP reads the file from disk into the cache ...
+    let (code, body, _) = fetch(&s, "/ipxe/snponly.efi", &[]);
+    assert_eq!((code, body == want), (200, true));
+    // ... and TFTP then serves it from there.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("snponly.efi");
+    let ok = Command::new("curl")
+        .args(["-s", "--max-time", "30", "-o"])
+        .arg(&out)
+        .arg(format!("tftp://{tftp_addr}/snponly.efi"))
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "curl tftp failed");
+    assert!(std::fs::read(&out).unwrap() == want);
+    use std::sync::atomic::Ordering::Relaxed;
+    assert_eq!(metrics.cache_misses.load(Relaxed), 0);
+    assert_eq!(metrics.cache_hits.load(Relaxed), 1);
+    assert_eq!(s.files.cache.bytes(), want.len() as u64);
+    stop.cancel();
+    server.join().unwrap();
 }

@@ -1,6 +1,6 @@
-//! `GET /ipxe/{file}`: the TFTP root over HTTP, for UEFI HTTP Boot of iPXE itself, with
-//! the same confinement, aliases and symlink rule as TFTP, single byte ranges (RFC 9110
-//! §14) and HEAD.
+//! `GET /ipxe/{file}`: the TFTP root over HTTP, for UEFI HTTP Boot of iPXE itself,
+//! through TFTP's own [`FileRoot`](crate::tftp::FileRoot) (the same confinement, aliases,
+//! symlink rule and file cache), with single byte ranges (RFC 9110 §14) and HEAD.
 
 use std::sync::Arc;
 
@@ -9,7 +9,6 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::HttpState;
-use crate::tftp::path::{confine, open_confined};
 
 /// A parsed `Range: bytes=…` request against a body of `len` bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,19 +55,10 @@ pub async fn ipxe_file(
     headers: HeaderMap,
 ) -> Response {
     let not_found = || (StatusCode::NOT_FOUND, "not found\n").into_response();
-    let t = s.files.settings.clone();
     // The name is request data: confined lexically, never echoed.
-    let Ok(rel) = confine(
-        name.as_bytes(),
-        &t.root.to_string_lossy(),
-        t.max_filename_len,
-    ) else {
-        return not_found();
-    };
-    let target = t.aliases.get(&rel).cloned().unwrap_or(rel);
     let files = s.files.clone();
     let loaded = tokio::task::spawn_blocking(move || {
-        let opened = open_confined(&t.root, &target, &t.link_targets)?;
+        let (_, opened) = files.open(name.as_bytes())?;
         files.cache.load(opened)
     })
     .await;

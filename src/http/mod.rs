@@ -31,24 +31,6 @@ use crate::store::{Committer, Store};
 use boot::{BootAnswer, BootContext};
 pub use metrics::{HttpMetrics, RequestCounts};
 
-/// The TFTP root as the HTTP file route sees it: settings and its own file cache.
-pub struct FileRoot {
-    /// Root, aliases, symlink rule, limits.
-    pub settings: Arc<crate::tftp::TftpSettings>,
-    /// Cache of file contents.
-    pub cache: crate::tftp::cache::FileCache,
-}
-
-impl FileRoot {
-    /// A file root with an empty cache sized by the settings.
-    pub fn new(settings: crate::tftp::TftpSettings) -> Arc<Self> {
-        Arc::new(Self {
-            cache: crate::tftp::cache::FileCache::new(settings.cache_bytes),
-            settings: Arc::new(settings),
-        })
-    }
-}
-
 /// Shared state of the HTTP handlers.
 pub struct HttpState {
     /// The validated configuration (members and ranges for the operator API).
@@ -63,8 +45,8 @@ pub struct HttpState {
     pub auth: auth::TokenAuth,
     /// Changes for the DHCP engine (None: DHCP is off).
     pub dhcp: Option<DhcpHandle>,
-    /// `/ipxe/{file}`: the TFTP root.
-    pub files: Arc<FileRoot>,
+    /// `/ipxe/{file}`: the TFTP root, and the file cache TFTP shares.
+    pub files: Arc<crate::tftp::FileRoot>,
     /// Listener settings.
     pub settings: HttpSettings,
     /// Owner lookups.
@@ -74,8 +56,8 @@ pub struct HttpState {
 }
 
 impl HttpState {
-    /// The state of the listeners of `config`: its own token file, TFTP root and
-    /// listener settings, with the shared parts passed in.
+    /// The state of the listeners of `config`: its own token file and listener
+    /// settings, with the shared parts passed in.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         config: Arc<Config>,
@@ -83,12 +65,13 @@ impl HttpState {
         committer: Committer,
         policies: Arc<HostPolicies>,
         dhcp: Option<DhcpHandle>,
+        files: Arc<crate::tftp::FileRoot>,
         resolver: Arc<Resolver>,
         handles: Handles,
     ) -> Self {
         Self {
             auth: auth::TokenAuth::new(config.http.token_file.clone()),
-            files: FileRoot::new(config.tftp.settings.clone()),
+            files,
             settings: config.http.clone(),
             config,
             store,
@@ -223,7 +206,8 @@ async fn count_request(
     let route = route.as_ref().map_or("unmatched", |m| m.as_str());
     // One span per request (STYLE §8), named by the route pattern; the status is
     // filled in when the answer is known. At debug level, like the DHCP packet span.
-    let span = tracing::debug_span!("http", route, method = %req.method(), status = tracing::field::Empty);
+    let span =
+        tracing::debug_span!("http", route, method = %req.method(), status = tracing::field::Empty);
     let resp = tracing::Instrument::instrument(next.run(req), span.clone()).await;
     let status = resp.status().as_u16();
     span.record("status", status);

@@ -7,21 +7,23 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 
-use super::cache::{FileCache, Source};
+use super::cache::Source;
 use super::metrics::{Reason, TftpMetrics};
 use super::options::{negotiate, Limits};
 use super::packet::{ErrorCode, Escaped, Mode, Packet};
-use super::path::{self, Refusal};
+use super::path::Refusal;
+use super::root::FileRoot;
 use super::settings::TftpSettings;
 use super::transfer::{to_netascii, Transfer};
 
 /// State shared by the listener and all transfers.
 #[derive(Debug)]
 pub(crate) struct Shared {
+    /// The root and its file cache, shared with the HTTP file route.
+    pub root: Arc<FileRoot>,
+    /// `root.settings`, for short access.
     pub settings: Arc<TftpSettings>,
     pub metrics: Arc<TftpMetrics>,
-    pub cache: FileCache,
-    root_prefix: String,
     slots: Mutex<Slots>,
 }
 
@@ -74,11 +76,10 @@ pub(crate) enum Admission {
 }
 
 impl Shared {
-    pub fn new(settings: Arc<TftpSettings>, metrics: Arc<TftpMetrics>) -> Arc<Self> {
+    pub fn new(root: Arc<FileRoot>, metrics: Arc<TftpMetrics>) -> Arc<Self> {
         Arc::new(Shared {
-            cache: FileCache::new(settings.cache_bytes),
-            root_prefix: settings.root.to_string_lossy().into_owned(),
-            settings,
+            settings: root.settings.clone(),
+            root,
             metrics,
             slots: Mutex::new(Slots::default()),
         })
@@ -148,13 +149,11 @@ impl Shared {
             return Err(Refusal::Io);
         };
         let st = &self.settings;
-        let rel = path::confine(req.filename, &self.root_prefix, st.max_filename_len)?;
-        let target = st.aliases.get(&rel).cloned().unwrap_or(rel);
-        let opened = path::open_confined(&st.root, &target, &st.link_targets)?;
+        let (target, opened) = self.root.open(req.filename)?;
         if opened.meta.len() > st.max_file_size {
             return Err(Refusal::TooLarge);
         }
-        let (data, source) = self.cache.load(opened)?;
+        let (data, source) = self.root.cache.load(opened)?;
         match source {
             Source::Hit => self.metrics.cache_hits.fetch_add(1, Relaxed),
             Source::Miss => self.metrics.cache_misses.fetch_add(1, Relaxed),
@@ -191,16 +190,17 @@ pub(crate) struct Prepared {
     pub transfer: Transfer,
 }
 
-/// Logs and counts a refused request.
-pub(crate) fn note_refusal(metrics: &TftpMetrics, peer: SocketAddr, datagram: &[u8], r: Refusal) {
+/// Logs and counts a refused request. Call it in the transfer's span, which names the
+/// peer; the file is the requested name, escaped, as it never resolved.
+pub(crate) fn note_refusal(metrics: &TftpMetrics, datagram: &[u8], r: Refusal) {
     metrics.error(Reason::Path(r));
     let file = match Packet::decode(datagram) {
         Ok(Packet::Read(req)) => Escaped(req.filename).to_string(),
         _ => String::new(),
     };
     if r.is_policy() {
-        tracing::warn!(%peer, %file, reason = r.label(), "tftp request refused by path policy");
+        tracing::warn!(%file, reason = r.label(), "tftp request refused by path policy");
     } else {
-        tracing::info!(%peer, %file, reason = r.label(), "tftp request failed");
+        tracing::info!(%file, reason = r.label(), "tftp request failed");
     }
 }

@@ -1,5 +1,5 @@
 //! In-memory file cache: boot binaries are small and hot, so each is read once and
-//! shared by every transfer through an `Arc`.
+//! shared by every transfer (TFTP and HTTP, through [`super::FileRoot`]) as an `Arc`.
 //!
 //! Freshness: every request `fstat`s the file it opened (see [`super::path`]); an entry
 //! is reused only while device, inode, size, mtime and ctime all match, so a replaced

@@ -1,7 +1,6 @@
-//! The tokio shell: the listening loop and one task per transfer, each on its own
-//! ephemeral socket (RFC 1350 §4: the server picks a new TID per transfer).
+//! Per-transfer-port mode, the default: the listening loop and one task per transfer,
+//! each on its own ephemeral socket (RFC 1350 §4: the server picks a new TID per transfer).
 
-use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -17,55 +16,20 @@ use super::batch::Batch;
 use super::metrics::{Reason, TftpMetrics};
 use super::packet::{encode_error, ErrorCode};
 use super::pktinfo;
-use super::transfer::{FailReason, Handled, Status, Transfer};
-use super::{TftpError, TftpMetrics as Metrics, TftpSettings};
+use super::shell::{finish, started, transfer_span, Outcome, RECV_BUF};
+use super::transfer::{Handled, Transfer};
+use super::TftpError;
+use crate::net_error::is_transient;
 
-/// Largest datagram we read. Requests are ≤ 512 octets by RFC 2347 §2; anything we
-/// receive beyond this is truncated and then fails to decode.
-pub(crate) const RECV_BUF: usize = 2048;
-
-/// Receive errors that concern one peer, not the socket (e.g. an ICMP port
-/// unreachable reported for an earlier send).
-pub(crate) fn is_transient(e: &io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(
-            libc::ECONNREFUSED
-                | libc::EHOSTUNREACH
-                | libc::ENETUNREACH
-                | libc::EINTR
-                | libc::ENOBUFS
-                | libc::ENOMEM
-                | libc::EAGAIN
-                | libc::EMSGSIZE
-        )
-    )
-}
-
-/// Serves TFTP read requests arriving on `socket` until `shutdown` is cancelled.
+/// Per-transfer-port mode: serves the listening socket until `shutdown` is cancelled.
 /// Only an unrecoverable error on the listening socket ends it early.
-pub async fn run(
+pub(crate) async fn run(
     socket: UdpSocket,
-    settings: Arc<TftpSettings>,
-    metrics: Arc<Metrics>,
+    local: SocketAddr,
+    pktinfo: bool,
+    shared: Arc<Shared>,
     shutdown: CancellationToken,
 ) -> Result<(), TftpError> {
-    let local = socket.local_addr().map_err(TftpError::LocalAddr)?;
-    // Room for bursts: every machine in a rack powers on at once and sends its RRQ
-    // within milliseconds.
-    crate::sockopt::enlarge_recv_buffer(&socket, 4 << 20);
-    tracing::info!(
-        %local,
-        root = %settings.root.display(),
-        single_port = settings.single_port,
-        "tftp listening"
-    );
-    let pktinfo = pktinfo::enable(&socket);
-    if settings.single_port {
-        let shared = Shared::new(settings, metrics);
-        return super::single_port::run(socket, pktinfo, shared, shutdown).await;
-    }
-    let shared = Shared::new(settings, metrics);
     // Shared with the transfer tasks, which answer from it when they cannot open a
     // socket of their own.
     let socket = Arc::new(socket);
@@ -95,7 +59,7 @@ pub async fn run(
             Admission::Start(acc) => {
                 let token = shutdown.child_token();
                 let shared = shared.clone();
-                let span = tracing::info_span!("tftp_transfer", %peer);
+                let span = transfer_span(peer);
                 tasks.spawn(
                     {
                         let listener = Listener {
@@ -147,7 +111,7 @@ async fn serve_transfer(
             // Out of sockets or file descriptors: say so now rather than leave the
             // client to time out.
             metrics.error(Reason::SocketError);
-            tracing::warn!(error = %e, %peer, "tftp cannot open a transfer socket");
+            tracing::warn!(error = %e, "tftp cannot open a transfer socket");
             encode_error(
                 &mut out,
                 ErrorCode::NotDefined,
@@ -174,7 +138,7 @@ async fn serve_transfer(
     let mut p = match prepared {
         Ok(p) => p,
         Err(r) => {
-            note_refusal(&metrics, peer, &datagram, r);
+            note_refusal(&metrics, &datagram, r);
             let (code, msg) = r.wire();
             encode_error(&mut out, code, msg);
             let _ = sock.send(&out).await;
@@ -182,14 +146,8 @@ async fn serve_transfer(
         }
     };
     metrics.transfers_started.fetch_add(1, Relaxed);
-    tracing::debug!(
-        file = %p.file,
-        size = p.transfer.len(),
-        blksize = p.blksize,
-        windowsize = p.windowsize,
-        "tftp transfer started"
-    );
-    let started = Instant::now();
+    started(&tracing::Span::current(), &p);
+    let began = Instant::now();
     let mut rbuf = vec![0u8; RECV_BUF];
     let outcome = drive(
         &mut p.transfer,
@@ -200,19 +158,8 @@ async fn serve_transfer(
         &shutdown,
     )
     .await;
-    finish(&metrics, &p.transfer, outcome, &p.file, started);
+    finish(&metrics, &p.transfer, outcome, began);
     drop(acc.slot);
-}
-
-/// Why the shell stopped driving a transfer, beyond the state machine's own status.
-#[derive(Debug)]
-pub(crate) enum Outcome {
-    /// The state machine finished (done or failed).
-    Finished,
-    /// Server shutdown.
-    Shutdown,
-    /// The socket failed (e.g. ICMP port unreachable: the client is gone).
-    Socket(io::Error),
 }
 
 async fn drive(
@@ -266,6 +213,8 @@ async fn drive(
                     }
                     tracing::trace!(?handled, len = n, "tftp packet");
                 }
+                // Not `net_error::is_transient`: this socket is connected to one client,
+                // so an ICMP error here (ECONNREFUSED) means that client is gone.
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
                 Err(e) => return Outcome::Socket(e),
             },
@@ -273,65 +222,6 @@ async fn drive(
                 t.handle_timeout(Instant::now());
                 tracing::trace!(status = ?t.status(), "tftp timeout");
             }
-        }
-    }
-}
-
-/// Adds a finished transfer's counters to the metrics and logs its end.
-pub(crate) fn finish(
-    metrics: &TftpMetrics,
-    t: &Transfer,
-    outcome: Outcome,
-    file: &str,
-    started: Instant,
-) {
-    let st = t.stats();
-    metrics.bytes_sent.fetch_add(st.bytes_sent, Relaxed);
-    metrics.retransmits.fetch_add(st.retransmits, Relaxed);
-    metrics.duplicate_acks.fetch_add(st.duplicate_acks, Relaxed);
-    let elapsed_ms = started.elapsed().as_millis() as u64;
-    let failure = match (outcome, t.status()) {
-        (Outcome::Finished, Status::Done) => None,
-        (Outcome::Finished, Status::Failed(FailReason::Timeout)) => Some(Reason::Timeout),
-        (Outcome::Finished, Status::Failed(FailReason::PeerError(code))) => {
-            tracing::info!(file, code, "tftp client aborted transfer");
-            Some(Reason::PeerError)
-        }
-        (Outcome::Socket(e), _) => {
-            tracing::info!(file, error = %e, "tftp transfer socket error");
-            Some(Reason::SocketError)
-        }
-        (Outcome::Finished, Status::Declined(code)) => {
-            metrics.transfers_declined.fetch_add(1, Relaxed);
-            tracing::debug!(file, code, "tftp client ended the transfer at the OACK");
-            return;
-        }
-        (Outcome::Shutdown, _) | (Outcome::Finished, Status::Running) => None,
-    };
-    match failure {
-        None if t.status() == Status::Done => {
-            metrics.transfers_completed.fetch_add(1, Relaxed);
-            tracing::info!(
-                file,
-                size = t.len(),
-                elapsed_ms,
-                retransmits = st.retransmits,
-                "tftp transfer complete"
-            );
-        }
-        None => {
-            metrics.transfers_failed.fetch_add(1, Relaxed);
-            tracing::info!(file, "tftp transfer cancelled by shutdown");
-        }
-        Some(reason) => {
-            metrics.transfers_failed.fetch_add(1, Relaxed);
-            metrics.error(reason);
-            tracing::info!(
-                file,
-                reason = reason.label(),
-                elapsed_ms,
-                "tftp transfer failed"
-            );
         }
     }
 }

@@ -12,14 +12,16 @@ use std::time::Instant;
 use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tracing::Span;
 
 use super::admission::{note_refusal, Admission, Prepared, Shared, Slot};
 use super::packet::{encode_error, ErrorCode};
 use super::path::Refusal;
 use super::pktinfo;
-use super::server::{finish, is_transient, Outcome, RECV_BUF};
+use super::shell::{finish, started, transfer_span, Outcome, RECV_BUF};
 use super::transfer::{Handled, Status};
 use super::TftpError;
+use crate::net_error::is_transient;
 
 struct Running {
     p: Prepared,
@@ -29,15 +31,20 @@ struct Running {
     started: Instant,
     /// Deadline last pushed on the timer heap, to avoid pushing duplicates.
     armed: Option<Instant>,
+    /// The transfer's span. This task drives every transfer, so events are logged in
+    /// it with `in_scope` rather than by instrumenting a future.
+    span: Span,
 }
 
-type Loaded = (
-    SocketAddr,
-    Option<Ipv4Addr>,
-    Slot,
-    Vec<u8>,
-    Result<Prepared, Refusal>,
-);
+/// A request back from file loading, ready to run or refused.
+struct Loaded {
+    peer: SocketAddr,
+    local: Option<Ipv4Addr>,
+    slot: Slot,
+    datagram: Vec<u8>,
+    span: Span,
+    res: Result<Prepared, Refusal>,
+}
 
 pub(crate) async fn run(
     socket: UdpSocket,
@@ -55,15 +62,16 @@ pub(crate) async fn run(
         let next = timers.peek().map(|Reverse((d, _))| *d);
         let touched: SocketAddr = tokio::select! {
             _ = shutdown.cancelled() => break Ok(()),
-            Some((peer, local, slot, datagram, res)) = rx.recv() => match res {
+            Some(Loaded { peer, local, slot, datagram, span, res }) = rx.recv() => match res {
                 Ok(p) => {
                     metrics.transfers_started.fetch_add(1, Relaxed);
-                    let run = Running { p, local, _slot: slot, started: Instant::now(), armed: None };
+                    started(&span, &p);
+                    let run = Running { p, local, _slot: slot, started: Instant::now(), armed: None, span };
                     transfers.insert(peer, run);
                     peer
                 }
                 Err(r) => {
-                    note_refusal(&metrics, peer, &datagram, r);
+                    span.in_scope(|| note_refusal(&metrics, &datagram, r));
                     let (code, msg) = r.wire();
                     encode_error(&mut out, code, msg);
                     let _ = pktinfo::send(&socket, &out, peer, local).await;
@@ -86,7 +94,10 @@ pub(crate) async fn run(
             r = pktinfo::recv(&socket, &mut buf, pktinfo) => {
                 let (n, peer, local) = match r {
                     Ok(x) => x,
-                    Err(e) if is_transient(&e) => continue,
+                    Err(e) if is_transient(&e) => {
+                        tracing::debug!(error = %e, "tftp transient receive error");
+                        continue;
+                    }
                     Err(e) => break Err(TftpError::Recv(e)),
                 };
                 if let Some(run) = transfers.get_mut(&peer) {
@@ -103,9 +114,11 @@ pub(crate) async fn run(
                         }
                         Admission::Start(acc) => {
                             let (worker, tx) = (shared.clone(), tx.clone());
+                            let span = transfer_span(peer);
                             tokio::task::spawn_blocking(move || {
                                 let res = worker.prepare(&acc.datagram, Instant::now());
-                                let _ = tx.send((peer, local, acc.slot, acc.datagram, res));
+                                let (slot, datagram) = (acc.slot, acc.datagram);
+                                let _ = tx.send(Loaded { peer, local, slot, datagram, span, res });
                             });
                         }
                     }
@@ -137,7 +150,9 @@ pub(crate) async fn run(
             }
             _ => {
                 if let Some(run) = transfers.remove(&touched) {
-                    finish(&metrics, &run.p.transfer, outcome, &run.p.file, run.started);
+                    let t = &run.p.transfer;
+                    run.span
+                        .in_scope(|| finish(&metrics, t, outcome, run.started));
                 }
             }
         }
@@ -153,13 +168,9 @@ pub(crate) async fn run(
     for (peer, run) in transfers.drain() {
         encode_error(&mut out, ErrorCode::NotDefined, "server shutting down");
         let _ = pktinfo::send(&socket, &out, peer, run.local).await;
-        finish(
-            &metrics,
-            &run.p.transfer,
-            Outcome::Shutdown,
-            &run.p.file,
-            run.started,
-        );
+        let t = &run.p.transfer;
+        run.span
+            .in_scope(|| finish(&metrics, t, Outcome::Shutdown, run.started));
     }
     result
 }

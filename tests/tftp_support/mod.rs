@@ -40,7 +40,11 @@ impl TestServer {
         let addr = sock.local_addr().unwrap();
         let metrics = Arc::new(TftpMetrics::default());
         let token = CancellationToken::new();
-        let (m, t, s) = (metrics.clone(), token.clone(), Arc::new(settings));
+        let (m, t, s) = (
+            metrics.clone(),
+            token.clone(),
+            tftp::FileRoot::new(settings),
+        );
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)

@@ -197,12 +197,7 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
                         }
                     }
                     Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                    // ICMP errors surface as ECONNREFUSED on Linux; they are not fatal.
-                    Err(e)
-                        if matches!(
-                            e.kind(),
-                            ErrorKind::ConnectionRefused | ErrorKind::Interrupted
-                        ) => {}
+                    Err(e) if crate::net_error::is_transient(&e) => {}
                     Err(source) => {
                         error!(interface = %interfaces[i].name, error = %source, "DHCP socket failed");
                         break 'outer Err(ServerError::Socket {
