@@ -121,14 +121,14 @@ impl HttpMetrics {
 /// The TFTP root as the HTTP file route sees it: settings and its own file cache.
 pub struct FileRoot {
     /// Root, aliases, symlink rule, limits.
-    pub settings: Arc<crate::tftp::TftpSettings>,
+    pub settings: Arc<crate::config::TftpSettings>,
     /// Cache of file contents.
     pub cache: crate::tftp::cache::FileCache,
 }
 
 impl FileRoot {
     /// A file root with an empty cache sized by the settings.
-    pub fn new(settings: crate::tftp::TftpSettings) -> Arc<Self> {
+    pub fn new(settings: crate::config::TftpSettings) -> Arc<Self> {
         Arc::new(Self {
             cache: crate::tftp::cache::FileCache::new(settings.cache_bytes),
             settings: Arc::new(settings),

@@ -12,8 +12,8 @@ use super::metrics::{Reason, TftpMetrics};
 use super::options::{negotiate, Limits};
 use super::packet::{ErrorCode, Escaped, Mode, Packet};
 use super::path::{self, Refusal};
-use super::settings::TftpSettings;
 use super::transfer::{to_netascii, Transfer};
+use crate::config::TftpSettings;
 
 /// State shared by the listener and all transfers.
 #[derive(Debug)]

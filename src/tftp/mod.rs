@@ -4,15 +4,17 @@
 //!
 //! Layout: [`packet`] (wire format), [`options`] (negotiation), [`transfer`] (the
 //! sans-IO state machine), [`path`] (confinement), [`cache`] (file cache),
-//! [`settings`], [`metrics`]; `server` (one task and socket per transfer) and
-//! `single_port` (everything on the listening socket) are the tokio shells, `admission`
-//! the limits they share, `batch` the GSO window sender.
+//! `boot_files` (the `check-config` report), [`metrics`]; `server` (one task and socket
+//! per transfer) and `single_port` (everything on the listening socket) are the tokio
+//! shells, `admission` the limits they share, `batch` the GSO window sender.
 //!
 //! Wiring: bind a UDP socket (port 69 in production, port 0 in tests) and call [`run`]
-//! with the validated [`TftpSettings`], shared [`TftpMetrics`] and a shutdown token.
+//! with the validated [`TftpSettings`](crate::config::TftpSettings) (from `config`),
+//! shared [`TftpMetrics`] and a shutdown token.
 
 mod admission;
 mod batch;
+mod boot_files;
 pub mod cache;
 pub mod metrics;
 pub mod options;
@@ -20,13 +22,12 @@ pub mod packet;
 pub mod path;
 mod pktinfo;
 mod server;
-pub mod settings;
 mod single_port;
 pub mod transfer;
 
+pub use boot_files::check_boot_files;
 pub use metrics::TftpMetrics;
 pub use server::run;
-pub use settings::{check_boot_files, RawTftp, SettingsError, TftpSettings};
 
 /// Errors that end the TFTP listener. Per-request and per-transfer problems never do:
 /// they become TFTP error packets, metrics and log lines.

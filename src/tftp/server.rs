@@ -18,7 +18,8 @@ use super::metrics::{Reason, TftpMetrics};
 use super::packet::{encode_error, ErrorCode};
 use super::pktinfo;
 use super::transfer::{FailReason, Handled, Status, Transfer};
-use super::{TftpError, TftpMetrics as Metrics, TftpSettings};
+use super::{TftpError, TftpMetrics as Metrics};
+use crate::config::TftpSettings;
 
 /// Largest datagram we read. Requests are ≤ 512 octets by RFC 2347 §2; anything we
 /// receive beyond this is truncated and then fails to decode.
