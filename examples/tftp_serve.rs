@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
-use shardboot::tftp::{self, TftpMetrics, TftpSettings};
+use shardboot::config::TftpSettings;
+use shardboot::tftp::{self, TftpMetrics};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser)]

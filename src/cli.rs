@@ -5,6 +5,7 @@ use std::io::Write;
 use crate::config::Config;
 use crate::owner::MemberList;
 use crate::store::LeaseView;
+use crate::tftp::check_boot_files;
 
 /// Prints a summary of a valid configuration (errors are printed by the loader).
 pub fn check_config(config: &Config) -> anyhow::Result<()> {
@@ -48,8 +49,10 @@ pub fn check_config(config: &Config) -> anyhow::Result<()> {
     }
     // Warnings, not errors: a missing boot file must not stop DHCP (the client gets a
     // TFTP error and the operator a log line), but the operator should hear about it.
-    for w in config.boot_file_warnings() {
-        writeln!(out, "warning: {w}")?;
+    if config.tftp.enabled {
+        for w in check_boot_files(&config.tftp.settings, &config.boot_file_names()) {
+            writeln!(out, "warning: {w}")?;
+        }
     }
     // Likewise a hosts directory Ironic has not created yet (serve waits for nobody:
     // it refuses to start unfiltered).

@@ -4,6 +4,7 @@
 pub mod app;
 pub mod cli;
 pub mod config;
+pub mod confine;
 pub mod dhcp;
 pub mod handles;
 pub mod http;

@@ -69,7 +69,7 @@ fn start(owner: &str) -> TestServer {
     let payload: Vec<u8> = (0..300_000u32).map(|i| (i * 31 % 253) as u8).collect();
     std::fs::write(root.join("snponly.efi"), &payload).unwrap();
     std::os::unix::fs::symlink("/etc/passwd", root.join("passwd")).unwrap();
-    let tftp = shardboot::tftp::TftpSettings {
+    let tftp = shardboot::config::TftpSettings {
         root,
         ..Default::default()
     };

@@ -17,7 +17,7 @@ fn all_clients_all_files(single_port: bool) {
     let root = Root::new();
     let out = tempfile::tempdir().unwrap();
     let server = TestServer::start(
-        shardboot::tftp::TftpSettings {
+        shardboot::config::TftpSettings {
             single_port,
             ..settings(root.path())
         },
@@ -150,7 +150,7 @@ fn default_settings_serve_debians_ipxe_package() {
         return;
     }
     let server = TestServer::start(
-        shardboot::tftp::TftpSettings::default(),
+        shardboot::config::TftpSettings::default(),
         "127.0.0.1:0".parse().unwrap(),
     );
     let out = tempfile::tempdir().unwrap();
@@ -168,7 +168,7 @@ fn default_settings_serve_debians_ipxe_package() {
         );
     }
     let warnings = shardboot::tftp::check_boot_files(
-        &shardboot::tftp::TftpSettings::default(),
+        &shardboot::config::TftpSettings::default(),
         &[
             "ipxe.efi",
             "snponly-x86_64.efi",

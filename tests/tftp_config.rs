@@ -2,7 +2,7 @@
 //! with the error its first-line `# error:` comment announces.
 
 use serde::Deserialize;
-use shardboot::tftp::{RawTftp, TftpSettings};
+use shardboot::config::{RawTftp, TftpSettings};
 
 #[derive(Deserialize)]
 struct File {

@@ -36,7 +36,7 @@ fn download_all_from_namespace(loss: Loss, tools: &[Tool], names: &[&str]) {
     let root = Root::new();
     let out = tempfile::tempdir().unwrap();
     // Lockstep transfers pay one server timeout per lost packet: keep it short.
-    let s = shardboot::tftp::TftpSettings {
+    let s = shardboot::config::TftpSettings {
         timeout: std::time::Duration::from_millis(if loss == Loss::None { 200 } else { 50 }),
         ..settings(root.path())
     };

@@ -6,7 +6,7 @@ mod tftp_support;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
 
-use shardboot::tftp::TftpSettings;
+use shardboot::config::TftpSettings;
 use tftp_support::*;
 
 fn start(root: &Root, f: impl FnOnce(&mut TftpSettings)) -> TestServer {

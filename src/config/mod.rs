@@ -3,44 +3,51 @@
 //!
 //! Validation collects every problem, each naming its key, so `shardboot check-config`
 //! can show an operator all of them in one run.
+//!
+//! One file per section, its raw serde struct beside its validated type. This module is
+//! a leaf: the settings types the domain modules run with live here, and the domain
+//! modules import them, never the other way round.
 
+mod boot;
+mod dhcp;
+mod health;
+mod host;
+mod http;
+mod ironic;
+mod issues;
+mod member;
 mod overrides;
-mod raw;
-mod routing;
-mod sources;
+mod owner;
+mod ra;
 mod structure;
-mod validate;
+mod subnet;
+mod tftp;
 
-use std::fmt;
-use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
-use ipnet::Ipv4Net;
+use serde::Deserialize;
 
 use crate::mac::MacAddr;
 
+pub use boot::BootSettings;
+pub use dhcp::DhcpSettings;
+pub use health::HealthSettings;
+pub use host::Host;
+pub use http::{HttpSettings, TlsFiles};
+pub use ironic::{IronicSettings, MIN_API_VERSION};
+pub use issues::ConfigIssue;
+pub use member::Member;
 pub use overrides::{apply_env_overrides, apply_override, parse_flag, OverrideError};
-pub use raw::RawConfig;
-pub use routing::{ChainTo, Fallback, HttpSettings, Member, OwnerSettings, ResolverKind};
+pub use owner::{ChainTo, Fallback, OwnerSettings, ResolverKind};
+pub use ra::RaSettings;
+pub use subnet::Subnet;
+pub use tftp::{RawTftp, TftpListener, TftpSettings, BLKSIZE_RANGE, WINDOWSIZE_RANGE};
+
+use issues::Issues;
 
 /// The configuration used when no file is given: a lab segment on 192.0.2.0/24
 /// (RFC 5737 documentation range), served on every interface that has an address in it.
 pub const DEFAULT_CONFIG_TOML: &str = include_str!("default.toml");
-
-/// One invalid setting: the dotted key and why it is wrong.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigIssue {
-    /// Dotted path such as `subnet[0].ranges[1]`.
-    pub key: String,
-    /// Human-readable reason.
-    pub reason: String,
-}
-
-impl fmt::Display for ConfigIssue {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.key, self.reason)
-    }
-}
 
 /// Everything that can stop a configuration from loading.
 #[derive(Debug, thiserror::Error)]
@@ -74,6 +81,36 @@ pub enum LogFormat {
     Json,
 }
 
+/// The whole TOML document as written: serde structs that reject unknown keys. Values
+/// stay strings here so that validation can name the key and the reason for every
+/// error at once instead of stopping at the first.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    state_dir: Option<String>,
+    log_format: Option<String>,
+    #[serde(default)]
+    dhcp: dhcp::RawDhcp,
+    #[serde(default)]
+    boot: boot::RawBoot,
+    #[serde(default)]
+    tftp: RawTftp,
+    #[serde(default)]
+    http: http::RawHttp,
+    #[serde(default)]
+    owner: owner::RawOwner,
+    #[serde(default)]
+    health: health::RawHealth,
+    #[serde(default)]
+    ra: ra::RawRa,
+    #[serde(default, rename = "member")]
+    members: Vec<member::RawMember>,
+    #[serde(default, rename = "subnet")]
+    subnets: Vec<subnet::RawSubnet>,
+    #[serde(default, rename = "host")]
+    hosts: Vec<host::RawHost>,
+}
+
 /// The validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -92,9 +129,9 @@ pub struct Config {
     /// Owner resolution.
     pub owner: OwnerSettings,
     /// How members probe each other.
-    pub health: crate::owner::health::HealthSettings,
+    pub health: HealthSettings,
     /// IPv6 router solicitations answered with "no router here".
-    pub ra: crate::ra::RaSettings,
+    pub ra: RaSettings,
     /// The shardboot members (one per conductor); empty for a single instance.
     pub members: Vec<Member>,
     /// Served subnets.
@@ -104,165 +141,16 @@ pub struct Config {
 }
 
 impl Config {
-    /// This member's place among the members for range partitioning: (index in the
-    /// sorted member names, member count); (0, 1) for a single instance.
-    pub fn partition(&self) -> (usize, usize) {
-        let mut names: Vec<&str> = self.members.iter().map(|m| m.name.as_str()).collect();
-        names.sort_unstable();
-        match self.owner.self_name.as_deref() {
-            Some(me) if !names.is_empty() => (
-                names.iter().position(|n| *n == me).unwrap_or(0),
-                names.len(),
-            ),
-            _ => (0, 1),
-        }
-    }
-}
-
-/// `[dhcp]` after validation.
-#[derive(Debug, Clone)]
-pub struct DhcpSettings {
-    /// Whether the DHCP listener runs at all.
-    pub enabled: bool,
-    /// Interfaces to bind; empty means every interface with an address in a subnet.
-    pub interfaces: Vec<String>,
-    /// UDP port to listen on (67 in production).
-    pub port: u16,
-    /// Server identifier (option 54) to advertise instead of the interface address.
-    pub server_id: Option<Ipv4Addr>,
-    /// Stay silent instead of sending DHCPNAK (some PXE ROMs give up on a NAK).
-    pub never_nak: bool,
-    /// Answer only MACs that have a `[[host]]` entry.
-    pub known_only: bool,
-    /// How long an offered address is held for the client, in seconds.
-    pub offer_hold_secs: u32,
-    /// How long a declined address is quarantined, in seconds.
-    pub decline_hold_secs: u32,
-    /// How often expired leases are reclaimed, in seconds.
-    pub reclaim_interval_secs: u32,
-    /// With several members: a client whose `secs` reaches this is answered by any
-    /// member, not only its responsible one.
-    pub takeover_secs: u16,
-    /// A dnsmasq `dhcp-hostsdir` to follow (Ironic's PXE filter writes it).
-    pub hostsdir: Option<PathBuf>,
-    /// How often the hosts directory is read for changes.
-    pub hostsdir_poll: std::time::Duration,
-}
-
-/// `[tftp]` after validation: where the listener runs and what it serves.
-#[derive(Debug, Clone)]
-pub struct TftpListener {
-    /// Whether `serve` starts it.
-    pub enabled: bool,
-    /// Listening address.
-    pub listen: std::net::SocketAddr,
-    /// Root, aliases, limits.
-    pub settings: crate::tftp::TftpSettings,
-}
-
-impl Config {
-    /// Warnings about configured boot files the TFTP root cannot serve (for `check-config`).
-    pub fn boot_file_warnings(&self) -> Vec<String> {
-        if !self.tftp.enabled {
-            return Vec::new();
-        }
+    /// The TFTP file names DHCP may hand out (the per-architecture choices and host
+    /// overrides, URLs left out), for `check-config` to look for in the TFTP root.
+    pub fn boot_file_names(&self) -> Vec<&str> {
         let b = &self.boot;
         let mut names: Vec<&str> = vec![&b.bios, &b.uefi_ia32, &b.uefi_x64, &b.uefi_arm64];
         names.extend(self.hosts.iter().filter_map(|h| h.boot_file.as_deref()));
         names.retain(|n| !n.contains("://"));
-        crate::tftp::check_boot_files(&self.tftp.settings, &names)
-    }
-}
-
-/// `[boot]` after validation: what a PXE or iPXE client is told to load.
-#[derive(Debug, Clone)]
-pub struct BootSettings {
-    /// next-server / option 66; `None` means the address of the answering interface.
-    pub tftp_server: Option<Ipv4Addr>,
-    /// Base URL of shardboot's HTTP listener; `None` means `http://<interface address>:8080`.
-    pub http_url: Option<String>,
-    /// Path of the first-stage iPXE script below `http_url`.
-    pub ipxe_script: String,
-    /// TFTP file for legacy BIOS PXE (arch 0).
-    pub bios: String,
-    /// TFTP file for 32-bit x86 UEFI (arch 6).
-    pub uefi_ia32: String,
-    /// TFTP file for x86-64 UEFI (arch 7 and 9).
-    pub uefi_x64: String,
-    /// TFTP file for arm64 UEFI (arch 11).
-    pub uefi_arm64: String,
-    /// File (below `http_url`/ipxe/) or absolute URL for x86-64 UEFI HTTP Boot (arch 16).
-    pub http_x64: String,
-    /// File or absolute URL for arm64 UEFI HTTP Boot (arch 19).
-    pub http_arm64: String,
-}
-
-/// A served subnet.
-#[derive(Debug, Clone)]
-pub struct Subnet {
-    /// The network, e.g. 192.0.2.0/24.
-    pub network: Ipv4Net,
-    /// Only serve direct clients arriving on this interface (relayed clients match by giaddr).
-    pub interface: Option<String>,
-    /// Inclusive address ranges for dynamic allocation.
-    pub ranges: Vec<(Ipv4Addr, Ipv4Addr)>,
-    /// Addresses inside the ranges never handed out dynamically.
-    pub exclude: Vec<Ipv4Addr>,
-    /// Lease time in seconds (option 51).
-    pub lease_time: u32,
-    /// T1 (option 58), seconds.
-    pub renewal_time: u32,
-    /// T2 (option 59), seconds.
-    pub rebinding_time: u32,
-    /// Default gateway (option 3).
-    pub router: Option<Ipv4Addr>,
-    /// DNS servers (option 6).
-    pub dns: Vec<Ipv4Addr>,
-    /// Domain name (option 15).
-    pub domain: Option<String>,
-    /// Interface MTU (option 26).
-    pub mtu: Option<u16>,
-    /// NTP servers (option 42).
-    pub ntp: Vec<Ipv4Addr>,
-}
-
-impl Subnet {
-    /// Number of addresses in the dynamic ranges (exclusions not subtracted).
-    pub fn range_size(&self) -> u64 {
-        self.ranges
-            .iter()
-            .map(|(a, b)| u64::from(u32::from(*b) - u32::from(*a)) + 1)
-            .sum()
+        names
     }
 
-    /// Whether `ip` is inside one of the dynamic ranges.
-    pub fn in_ranges(&self, ip: Ipv4Addr) -> bool {
-        self.ranges.iter().any(|(a, b)| *a <= ip && ip <= *b)
-    }
-}
-
-/// A `[[host]]` entry.
-#[derive(Debug, Clone)]
-pub struct Host {
-    /// The client's MAC.
-    pub mac: MacAddr,
-    /// Fixed address, if reserved.
-    pub ip: Option<Ipv4Addr>,
-    /// Host name (option 12).
-    pub hostname: Option<String>,
-    /// Boot file or URL that replaces the per-architecture choice.
-    pub boot_file: Option<String>,
-    /// Never answer this MAC.
-    pub deny: bool,
-    /// DNS servers replacing the subnet's.
-    pub dns: Vec<Ipv4Addr>,
-    /// Router replacing the subnet's.
-    pub router: Option<Ipv4Addr>,
-    /// Lease time replacing the subnet's.
-    pub lease_time: Option<u32>,
-}
-
-impl Config {
     /// Parses a TOML document, applies overrides (`key=value`, dotted keys) in order, and
     /// validates the result.
     pub fn from_toml_with_overrides(
@@ -312,7 +200,46 @@ impl TryFrom<RawConfig> for Config {
     type Error = Vec<ConfigIssue>;
 
     fn try_from(raw: RawConfig) -> Result<Self, Self::Error> {
-        validate::validate(raw)
+        let mut issues = Issues::default();
+        let log_format = match raw.log_format.as_deref().unwrap_or("text") {
+            "text" => LogFormat::Text,
+            "json" => LogFormat::Json,
+            _ => {
+                issues.add("log_format", "must be \"text\" or \"json\"");
+                LogFormat::Text
+            }
+        };
+        let state_dir = PathBuf::from(raw.state_dir.unwrap_or_else(|| "/var/lib/shardboot".into()));
+        if state_dir.as_os_str().is_empty() {
+            issues.add("state_dir", "must not be empty");
+        }
+        // The order issues are listed in; owner after members (`owner.self` names
+        // one) and hosts after subnets (a reservation must lie in one).
+        let dhcp = dhcp::validate(raw.dhcp, &mut issues);
+        let boot = boot::validate(raw.boot, &mut issues);
+        let tftp = tftp::validate(raw.tftp, &mut issues);
+        let http = http::validate(raw.http, &mut issues);
+        let members = member::validate_all(raw.members, &mut issues);
+        let owner = owner::validate(raw.owner, &members, &mut issues);
+        let health = health::validate(raw.health, &mut issues);
+        let ra = ra::validate(raw.ra, &mut issues);
+        let subnets = subnet::validate_all(raw.subnets, &mut issues);
+        let hosts = host::validate_all(raw.hosts, &subnets, &mut issues);
+        issues.finish()?;
+        Ok(Config {
+            state_dir,
+            log_format,
+            dhcp,
+            boot,
+            tftp,
+            http,
+            owner,
+            health,
+            ra,
+            members,
+            subnets,
+            hosts,
+        })
     }
 }
 

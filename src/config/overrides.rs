@@ -37,7 +37,7 @@ pub fn parse_flag(flag: &str) -> Result<(String, String), OverrideError> {
 /// `leases`/`hosts` client's `SHARDBOOT_SERVER` and `SHARDBOOT_TOKEN_FILE`.
 const NOT_KEYS: [&str; 4] = ["CONFIG", "LOG", "SERVER", "TOKEN_FILE"];
 
-/// Collects `SHARDBOOT_*` variables (except [`NOT_KEYS`])
+/// Collects `SHARDBOOT_*` variables (except `NOT_KEYS`)
 /// as dotted overrides, sorted so the result does not depend on environment order.
 pub fn apply_env_overrides(vars: impl Iterator<Item = (String, String)>) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = vars

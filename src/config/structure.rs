@@ -155,7 +155,7 @@ fn remove(table: &mut Table, path: &[Step]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::raw::RawConfig;
+    use crate::config::RawConfig;
 
     fn issues(text: &str) -> Vec<String> {
         let table: Table = toml::from_str(text).unwrap();

@@ -17,16 +17,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-/// `[http] tls_cert`, `tls_key`, `client_ca` after validation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsFiles {
-    /// PEM certificate chain.
-    pub cert: PathBuf,
-    /// PEM private key.
-    pub key: PathBuf,
-    /// PEM CA certificates for client certificates; `None`: no mTLS.
-    pub client_ca: Option<PathBuf>,
-}
+use crate::config::TlsFiles;
 
 /// A TLS file that cannot be used; names the config key.
 #[derive(Debug, thiserror::Error)]

@@ -14,18 +14,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::config::Member;
-
-/// `[health]` after validation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HealthSettings {
-    /// Time between probes of one member.
-    pub interval: Duration,
-    /// Timeout of one probe.
-    pub timeout: Duration,
-    /// Failed probes in a row before a member counts as dead.
-    pub dead_after: u32,
-}
+use crate::config::{HealthSettings, Member};
 
 /// What is known of one member.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

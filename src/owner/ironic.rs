@@ -18,51 +18,9 @@ use tracing::{debug, info, warn};
 
 use super::ironic_cache::{Cached, IronicCache, Known};
 use super::ironic_wire::{self, Node, Port};
+use crate::config::IronicSettings;
 use crate::mac::MacAddr;
 use crate::metrics::{Counter, Gauge, LabeledCounters};
-
-/// `[owner.ironic]` after validation. Its `Debug` hides the password.
-#[derive(Clone, PartialEq, Eq)]
-pub struct IronicSettings {
-    /// Base URL of the Ironic API, without `/v1`.
-    pub url: String,
-    /// HTTP basic auth user (Metal3 deploys Ironic with basic auth).
-    pub username: Option<String>,
-    /// HTTP basic auth password.
-    pub password: Option<String>,
-    /// PEM file of CA certificates trusted for Ironic's TLS certificate, on top of the
-    /// built-in roots.
-    pub ca_file: Option<PathBuf>,
-    /// `X-OpenStack-Ironic-API-Version`; at least 1.49, where `node.conductor` appears.
-    pub api_version: String,
-    /// How often the full lists are read again.
-    pub refresh: Duration,
-    /// Timeout of one request to Ironic.
-    pub timeout: Duration,
-    /// How long "no such port" is believed.
-    pub negative_ttl: Duration,
-    /// After a failure, misses skip Ironic for this long.
-    pub backoff: Duration,
-    /// On-demand lookups in flight at once; more misses fall through to the next
-    /// resolver instead of queueing.
-    pub max_lookups: usize,
-    /// Page size asked for (Ironic caps it at its `[api] max_limit`).
-    pub page_size: u32,
-}
-
-impl std::fmt::Debug for IronicSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("IronicSettings")
-            .field("url", &self.url)
-            .field("username", &self.username)
-            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
-            .field("ca_file", &self.ca_file)
-            .field("api_version", &self.api_version)
-            .field("refresh", &self.refresh)
-            .field("timeout", &self.timeout)
-            .finish_non_exhaustive()
-    }
-}
 
 /// Ironic could not be asked or answered badly.
 #[derive(Debug, thiserror::Error)]

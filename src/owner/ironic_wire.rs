@@ -11,9 +11,6 @@ use serde::Deserialize;
 
 use crate::mac::MacAddr;
 
-/// The microversion shardboot asks for: the first that reports `node.conductor`.
-pub const MIN_API_VERSION: (u32, u32) = (1, 49);
-
 /// One port of `/v1/ports/detail`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Port {

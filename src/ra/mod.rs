@@ -11,23 +11,3 @@
 pub mod responder;
 pub mod server;
 pub mod wire;
-
-/// `[ra]` after validation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RaSettings {
-    /// Whether to answer Router Solicitations at all.
-    pub enabled: bool,
-    /// How long to stay silent after a real router's advertisement, in seconds.
-    pub stand_down_secs: u64,
-}
-
-impl Default for RaSettings {
-    fn default() -> Self {
-        Self {
-            enabled: false,
-            // Three times RFC 4861's default MaxRtrAdvInterval (600 s): a router that
-            // is still there has advertised again by then.
-            stand_down_secs: 1800,
-        }
-    }
-}

@@ -13,8 +13,8 @@ use super::options::{negotiate, Limits};
 use super::packet::{ErrorCode, Escaped, Mode, Packet};
 use super::path::Refusal;
 use super::root::FileRoot;
-use super::settings::TftpSettings;
 use super::transfer::{to_netascii, Transfer};
+use crate::config::TftpSettings;
 
 /// State shared by the listener and all transfers.
 #[derive(Debug)]

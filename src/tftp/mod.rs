@@ -4,17 +4,20 @@
 //!
 //! Layout: [`packet`] (wire format), [`options`] (negotiation), [`transfer`] (the
 //! sans-IO state machine), [`path`] (confinement), [`cache`] (file cache), [`FileRoot`]
-//! (the root and its one cache, shared with HTTP), [`settings`], [`metrics`]; `server` (one task and socket per transfer) and
-//! `single_port` (everything on the listening socket) are the tokio shells, `admission`
-//! the limits they share, `shell` what they share once a transfer runs, `batch` the GSO
-//! window sender.
+//! (the root and its one cache, shared with HTTP), `boot_files` (the `check-config`
+//! report), [`metrics`]; `server` (one task and socket per transfer) and `single_port`
+//! (everything on the listening socket) are the tokio shells, `admission` the limits
+//! they share, `shell` what they share once a transfer runs, `batch` the GSO window
+//! sender.
 //!
 //! Wiring: bind a UDP socket (port 69 in production, port 0 in tests) and call [`run`]
-//! with a [`FileRoot`] built from the validated [`TftpSettings`] (the same one the HTTP
-//! file route serves from), shared [`TftpMetrics`] and a shutdown token.
+//! with a [`FileRoot`] built from the validated
+//! [`TftpSettings`](crate::config::TftpSettings) (the same one the HTTP file route
+//! serves from), shared [`TftpMetrics`] and a shutdown token.
 
 mod admission;
 mod batch;
+mod boot_files;
 pub mod cache;
 pub mod metrics;
 pub mod options;
@@ -23,14 +26,13 @@ pub mod path;
 mod pktinfo;
 mod root;
 mod server;
-pub mod settings;
 mod shell;
 mod single_port;
 pub mod transfer;
 
+pub use boot_files::check_boot_files;
 pub use metrics::TftpMetrics;
 pub use root::FileRoot;
-pub use settings::{check_boot_files, RawTftp, SettingsError, TftpSettings};
 
 use std::sync::Arc;
 

@@ -5,15 +5,12 @@
 use std::time::Duration;
 
 use super::packet::RawOption;
+use crate::config::{BLKSIZE_RANGE, WINDOWSIZE_RANGE};
 
 /// RFC 1350 §2: without options every block is 512 octets.
 pub const DEFAULT_BLKSIZE: u16 = 512;
-/// RFC 2348 §2: valid blksize values.
-pub const BLKSIZE_RANGE: std::ops::RangeInclusive<u64> = 8..=65464;
 /// RFC 2349 §2: valid timeout values, in seconds.
 pub const TIMEOUT_RANGE: std::ops::RangeInclusive<u64> = 1..=255;
-/// RFC 7440 §3: valid windowsize values.
-pub const WINDOWSIZE_RANGE: std::ops::RangeInclusive<u64> = 1..=65535;
 
 /// Server-side ceilings applied to what clients ask for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

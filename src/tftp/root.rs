@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::cache::FileCache;
 use super::path::{self, Opened, Refusal};
-use super::TftpSettings;
+use crate::config::TftpSettings;
 
 /// Settings (root, aliases, symlink rule, limits) and the one file cache of the root.
 #[derive(Debug)]

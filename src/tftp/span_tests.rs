@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use tokio::net::UdpSocket;
 use tokio_util::sync::CancellationToken;
 
-use crate::tftp::{run, FileRoot, TftpMetrics, TftpSettings};
+use crate::config::TftpSettings;
+use crate::tftp::{run, FileRoot, TftpMetrics};
 
 /// Log output collected in memory.
 #[derive(Clone, Default)]

@@ -17,7 +17,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use shardboot::tftp::{self, TftpError, TftpMetrics, TftpSettings};
+use shardboot::config::TftpSettings;
+use shardboot::tftp::{self, TftpError, TftpMetrics};
 use tokio_util::sync::CancellationToken;
 
 /// The server running `tftp::run` on its own runtime thread; stopped on drop.

@@ -1,0 +1,113 @@
+//! `[dhcp]`: the DHCP listener and its timers.
+
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::issues::Issues;
+
+/// `[dhcp]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDhcp {
+    enabled: Option<bool>,
+    interfaces: Option<Vec<String>>,
+    port: Option<u16>,
+    server_id: Option<String>,
+    never_nak: Option<bool>,
+    known_only: Option<bool>,
+    offer_hold_secs: Option<u32>,
+    decline_hold_secs: Option<u32>,
+    reclaim_interval_secs: Option<u32>,
+    takeover_secs: Option<u16>,
+    hostsdir: Option<String>,
+    hostsdir_poll_ms: Option<u64>,
+}
+
+/// `[dhcp]` after validation.
+#[derive(Debug, Clone)]
+pub struct DhcpSettings {
+    /// Whether the DHCP listener runs at all.
+    pub enabled: bool,
+    /// Interfaces to bind; empty means every interface with an address in a subnet.
+    pub interfaces: Vec<String>,
+    /// UDP port to listen on (67 in production).
+    pub port: u16,
+    /// Server identifier (option 54) to advertise instead of the interface address.
+    pub server_id: Option<Ipv4Addr>,
+    /// Stay silent instead of sending DHCPNAK (some PXE ROMs give up on a NAK).
+    pub never_nak: bool,
+    /// Answer only MACs that have a `[[host]]` entry.
+    pub known_only: bool,
+    /// How long an offered address is held for the client, in seconds.
+    pub offer_hold_secs: u32,
+    /// How long a declined address is quarantined, in seconds.
+    pub decline_hold_secs: u32,
+    /// How often expired leases are reclaimed, in seconds.
+    pub reclaim_interval_secs: u32,
+    /// With several members: a client whose `secs` reaches this is answered by any
+    /// member, not only its responsible one.
+    pub takeover_secs: u16,
+    /// A dnsmasq `dhcp-hostsdir` to follow (Ironic's PXE filter writes it).
+    pub hostsdir: Option<PathBuf>,
+    /// How often the hosts directory is read for changes.
+    pub hostsdir_poll: Duration,
+}
+
+/// Validates `[dhcp]`.
+pub(super) fn validate(raw: RawDhcp, issues: &mut Issues) -> DhcpSettings {
+    let interfaces = raw.interfaces.unwrap_or_default();
+    for (i, name) in interfaces.iter().enumerate() {
+        // IFNAMSIZ is 16 including the NUL.
+        if name.is_empty() || name.len() > 15 || name.contains(['/', ' ', '\0']) {
+            issues.add(
+                format!("dhcp.interfaces[{i}]"),
+                "not a valid interface name",
+            );
+        }
+    }
+    let port = raw.port.unwrap_or(67);
+    if port == 0 {
+        issues.add("dhcp.port", "must not be 0");
+    }
+    let offer_hold_secs = raw.offer_hold_secs.unwrap_or(60);
+    if offer_hold_secs == 0 {
+        issues.add("dhcp.offer_hold_secs", "must be at least 1");
+    }
+    let reclaim_interval_secs = raw.reclaim_interval_secs.unwrap_or(10);
+    if reclaim_interval_secs == 0 {
+        issues.add("dhcp.reclaim_interval_secs", "must be at least 1");
+    }
+    if raw.takeover_secs == Some(0) {
+        issues.add(
+            "dhcp.takeover_secs",
+            "must be at least 1 (0 would make every member answer every client)",
+        );
+    }
+    let hostsdir = raw.hostsdir.as_deref().map(PathBuf::from);
+    if hostsdir.as_ref().is_some_and(|d| !d.is_absolute()) {
+        issues.add("dhcp.hostsdir", "must be an absolute path");
+    }
+    let hostsdir_poll_ms = issues.in_range(
+        "dhcp.hostsdir_poll_ms",
+        raw.hostsdir_poll_ms.unwrap_or(1_000),
+        100,
+        60_000,
+    );
+    DhcpSettings {
+        enabled: raw.enabled.unwrap_or(true),
+        interfaces,
+        port,
+        server_id: issues.opt_ip("dhcp.server_id", &raw.server_id),
+        never_nak: raw.never_nak.unwrap_or(false),
+        known_only: raw.known_only.unwrap_or(false),
+        offer_hold_secs,
+        decline_hold_secs: raw.decline_hold_secs.unwrap_or(600),
+        reclaim_interval_secs,
+        takeover_secs: raw.takeover_secs.unwrap_or(5),
+        hostsdir,
+        hostsdir_poll: Duration::from_millis(hostsdir_poll_ms),
+    }
+}

@@ -1,0 +1,76 @@
+//! `[[member]]`: the shardboot instances, one beside each Ironic conductor.
+
+use serde::Deserialize;
+
+use super::issues::Issues;
+use crate::ipxe::{is_safe_url, is_script_safe};
+
+/// One `[[member]]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMember {
+    name: Option<String>,
+    http_url: Option<String>,
+    conductor: Option<String>,
+    conductor_url: Option<String>,
+}
+
+/// A shardboot instance beside one Ironic conductor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// Unique name (letters, digits, `-`, `_`, `.`).
+    pub name: String,
+    /// Base URL of this member's HTTP listener.
+    pub http_url: String,
+    /// The conductor's host name as Ironic reports it in `node.conductor`.
+    pub conductor: Option<String>,
+    /// Base URL where that conductor serves `pxelinux.cfg/<mac-hyphen>`.
+    pub conductor_url: Option<String>,
+}
+
+/// A URL rendered into iPXE scripts, so it must be safe there.
+fn url(key: String, value: Option<String>, issues: &mut Issues) -> Option<String> {
+    let v = value?.trim_end_matches('/').to_string();
+    if !is_safe_url(&v) {
+        issues.add(
+            key,
+            "must be an http(s) URL of letters, digits and -._~:/?=%@+, only",
+        );
+    }
+    Some(v)
+}
+
+/// Validates every `[[member]]`. Names end up in iPXE scripts and URLs, hence the
+/// narrow character set.
+pub(super) fn validate_all(raw: Vec<RawMember>, issues: &mut Issues) -> Vec<Member> {
+    let mut out: Vec<Member> = Vec::new();
+    for (i, m) in raw.into_iter().enumerate() {
+        let k = |f: &str| format!("member[{i}].{f}");
+        let name = m.name.unwrap_or_default();
+        if !is_script_safe(&name)
+            || name.len() > 63
+            || name.contains(['/', ':', '?', '%', '@', '+', ',', '='])
+        {
+            issues.add(k("name"), "must be 1-63 letters, digits, '-', '_' or '.'");
+        }
+        if out.iter().any(|o| o.name == name) {
+            issues.add(k("name"), format!("duplicates another member named {name}"));
+        }
+        let http_url = url(k("http_url"), m.http_url, issues);
+        if http_url.is_none() {
+            issues.add(k("http_url"), "is required");
+        }
+        if let Some(c) = &m.conductor {
+            if !is_script_safe(c) {
+                issues.add(k("conductor"), "must be a host name as Ironic reports it");
+            }
+        }
+        out.push(Member {
+            name,
+            http_url: http_url.unwrap_or_default(),
+            conductor: m.conductor,
+            conductor_url: url(k("conductor_url"), m.conductor_url, issues),
+        });
+    }
+    out
+}
