@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::dhcp::metrics::DhcpMetrics;
-use crate::http::HttpMetrics;
+use crate::http::metrics::HttpMetrics;
 use crate::ra::server::RaMetrics;
 use crate::store::CommitMetrics;
 use crate::tftp::TftpMetrics;

@@ -6,7 +6,7 @@ pub mod api;
 pub mod auth;
 pub mod boot;
 pub mod files;
-mod metrics;
+pub mod metrics;
 pub mod tls;
 pub mod ui;
 
