@@ -152,6 +152,7 @@ pub fn set_host(remote: &Remote, policy: &str, mac: &str) -> anyhow::Result<()> 
 }
 
 /// The operator API of a running server, as the CLI reaches it.
+#[derive(Debug)]
 pub struct Remote {
     base: String,
     token_file: Option<std::path::PathBuf>,

@@ -21,7 +21,9 @@ enum Step {
 }
 
 /// Deserializes `table`, or lists every unknown key and wrongly typed value in it.
-pub fn deserialize_all<T: DeserializeOwned>(mut table: Table) -> Result<T, Vec<ConfigIssue>> {
+pub(super) fn deserialize_all<T: DeserializeOwned>(
+    mut table: Table,
+) -> Result<T, Vec<ConfigIssue>> {
     let mut issues = Vec::new();
     loop {
         let text = match toml::to_string(&table) {

@@ -193,7 +193,7 @@ mod tests {
         let script = "http://192.0.2.1:8080/boot.ipxe";
         // (request options, expected (file, echoed vendor class))
         type Expected<'a> = Option<(&'a str, Option<&'a str>)>;
-        let cases: Vec<(DhcpOptions, Expected)> = vec![
+        let cases: Vec<(DhcpOptions, Expected<'_>)> = vec![
             (opts(None, None, None, false), None),
             (
                 opts(

@@ -16,6 +16,15 @@ pub struct TokenAuth {
     loaded: Mutex<Loaded>,
 }
 
+impl std::fmt::Debug for TokenAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the tokens themselves.
+        f.debug_struct("TokenAuth")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
 #[derive(Default)]
 struct Loaded {
     stamp: Option<(SystemTime, u64)>,

@@ -21,6 +21,7 @@ pub enum BootAnswer {
 }
 
 /// Inputs besides the MAC and resolution.
+#[derive(Debug)]
 pub struct BootContext<'a> {
     /// Timeouts and retries for scripts.
     pub http: &'a HttpSettings,

@@ -32,6 +32,7 @@ use boot::{BootAnswer, BootContext};
 pub use metrics::{HttpMetrics, RequestCounts};
 
 /// Shared state of the HTTP handlers.
+#[derive(Debug)]
 pub struct HttpState {
     /// The validated configuration (members and ranges for the operator API).
     pub config: Arc<Config>,

@@ -91,6 +91,7 @@ impl RaMetrics {
 }
 
 /// One interface's socket.
+#[derive(Debug)]
 pub struct RaListener {
     interface: String,
     index: u32,

@@ -21,7 +21,7 @@ const COMMIT_WINDOW: Duration = Duration::from_millis(3);
 
 /// What runs once a job's changes are durable (`Ok`) or have failed (`Err`). It runs on
 /// the committer thread, in commit order: keep it short and never block on the network.
-pub type Then = Box<dyn FnOnce(Result<(), &StoreError>) + Send>;
+pub(super) type Then = Box<dyn FnOnce(Result<(), &StoreError>) + Send>;
 
 struct Job {
     changes: Vec<Change>,

@@ -91,7 +91,7 @@ pub enum StoreError {
 
 /// A durable store. `commit` returns only once its changes survive a crash; reads may
 /// run on any thread while the committer writes.
-pub trait Store: Send + Sync + 'static {
+pub trait Store: std::fmt::Debug + Send + Sync + 'static {
     /// Everything stored (start-up, offline commands).
     fn load(&self) -> Result<Snapshot, StoreError>;
     /// Applies `changes` atomically, in order, and makes them durable before returning.

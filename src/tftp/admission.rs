@@ -76,7 +76,7 @@ pub(crate) enum Admission {
 }
 
 impl Shared {
-    pub fn new(root: Arc<FileRoot>, metrics: Arc<TftpMetrics>) -> Arc<Self> {
+    pub(super) fn new(root: Arc<FileRoot>, metrics: Arc<TftpMetrics>) -> Arc<Self> {
         Arc::new(Shared {
             settings: root.settings.clone(),
             root,
@@ -90,7 +90,7 @@ impl Shared {
     }
 
     /// Classifies one datagram from `peer` on the listening socket.
-    pub fn admit(self: &Arc<Self>, datagram: &[u8], peer: SocketAddr) -> Admission {
+    pub(super) fn admit(self: &Arc<Self>, datagram: &[u8], peer: SocketAddr) -> Admission {
         let m = &self.metrics;
         let req = match Packet::decode(datagram) {
             Ok(Packet::Read(r)) => r,
@@ -143,7 +143,11 @@ impl Shared {
     }
 
     /// Resolves, loads and negotiates an accepted request. Blocking (file system).
-    pub fn prepare(&self, datagram: &[u8], now: std::time::Instant) -> Result<Prepared, Refusal> {
+    pub(super) fn prepare(
+        &self,
+        datagram: &[u8],
+        now: std::time::Instant,
+    ) -> Result<Prepared, Refusal> {
         let Ok(Packet::Read(req)) = Packet::decode(datagram) else {
             // Admission decoded it already; unreachable in practice.
             return Err(Refusal::Io);

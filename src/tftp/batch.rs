@@ -34,7 +34,7 @@ pub(crate) struct Batch {
 
 impl Batch {
     /// True if `packet` cannot join the batch and the batch must be flushed first.
-    pub fn must_flush_before(&self, packet: &[u8]) -> bool {
+    pub(super) fn must_flush_before(&self, packet: &[u8]) -> bool {
         self.count > 0
             && (self.closed
                 || packet.len() > self.seg
@@ -44,7 +44,7 @@ impl Batch {
     }
 
     /// Appends a packet; call [`Batch::must_flush_before`] first.
-    pub fn push(&mut self, packet: &[u8]) {
+    pub(super) fn push(&mut self, packet: &[u8]) {
         if self.count == 0 {
             self.seg = packet.len();
         } else if packet.len() < self.seg {
@@ -55,7 +55,7 @@ impl Batch {
     }
 
     /// Sends everything queued on the connected `sock` and empties the batch.
-    pub async fn flush(&mut self, sock: &UdpSocket) -> io::Result<()> {
+    pub(super) async fn flush(&mut self, sock: &UdpSocket) -> io::Result<()> {
         let result = self.send(sock).await;
         self.buf.clear();
         self.count = 0;

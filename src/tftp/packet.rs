@@ -238,6 +238,7 @@ pub fn encode_oack(out: &mut Vec<u8>, options: &[(&str, u64)]) {
 
 /// Shows raw bytes as text for logs, escaping anything that is not printable ASCII so
 /// a hostile filename cannot forge log lines.
+#[derive(Debug)]
 pub struct Escaped<'a>(pub &'a [u8]);
 
 impl fmt::Display for Escaped<'_> {

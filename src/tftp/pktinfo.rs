@@ -20,13 +20,13 @@ use tokio::net::UdpSocket;
 /// Asks the kernel to report each datagram's local address, for an IPv4 socket bound to
 /// the unspecified address (on any other the answer is already fixed). Returns whether
 /// the addresses will be reported.
-pub fn enable(socket: &UdpSocket) -> bool {
+pub(super) fn enable(socket: &UdpSocket) -> bool {
     let wildcard = matches!(socket.local_addr(), Ok(SocketAddr::V4(a)) if a.ip().is_unspecified());
     wildcard && setsockopt(&socket.as_fd(), sockopt::Ipv4PacketInfo, &true).is_ok()
 }
 
 /// Like `recv_from`, plus the local address the datagram was sent to when `enabled`.
-pub async fn recv(
+pub(super) async fn recv(
     socket: &UdpSocket,
     buf: &mut [u8],
     enabled: bool,
@@ -72,7 +72,7 @@ fn reply_source(info: &libc::in_pktinfo) -> Option<Ipv4Addr> {
 }
 
 /// Like `send_to`, from `from` when given (the kernel chooses otherwise).
-pub async fn send(
+pub(super) async fn send(
     socket: &UdpSocket,
     buf: &[u8],
     to: SocketAddr,
@@ -106,6 +106,6 @@ pub async fn send(
 
 /// The address a transfer socket binds: the one the request came to, else the
 /// listener's own.
-pub fn transfer_ip(listener: SocketAddr, request_to: Option<Ipv4Addr>) -> IpAddr {
+pub(super) fn transfer_ip(listener: SocketAddr, request_to: Option<Ipv4Addr>) -> IpAddr {
     request_to.map_or(listener.ip(), IpAddr::V4)
 }

@@ -7,11 +7,14 @@ use super::segment::BroadcastClient;
 use super::{config, Lab, Server};
 
 /// Where the API listens inside the lab.
-pub const API: &str = "http://192.0.2.1:8080";
+pub(crate) const API: &str = "http://192.0.2.1:8080";
 
 /// Starts the lab; `dhcp_keys` are extra `[dhcp]` lines (hostsdir, …). The token file
 /// is `<dir>/tokens`.
-pub fn start(token: &str, dhcp_keys: &str) -> (Lab, tempfile::TempDir, Server, BroadcastClient) {
+pub(crate) fn start(
+    token: &str,
+    dhcp_keys: &str,
+) -> (Lab, tempfile::TempDir, Server, BroadcastClient) {
     let lab = Lab::new(&["192.0.2.1/24"], &[]);
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens");
@@ -37,7 +40,7 @@ pub fn start(token: &str, dhcp_keys: &str) -> (Lab, tempfile::TempDir, Server, B
 }
 
 /// curl against the lab's API from inside the server namespace.
-pub struct Api<'a> {
+pub(crate) struct Api<'a> {
     pub lab: &'a Lab,
     /// The token [`Api::json`] sends.
     pub token: &'a str,
@@ -45,7 +48,7 @@ pub struct Api<'a> {
 
 impl Api<'_> {
     /// curl inside the server namespace with `token` (none: no header); (status, body).
-    pub fn call(
+    pub(crate) fn call(
         &self,
         method: &str,
         path: &str,
@@ -68,7 +71,7 @@ impl Api<'_> {
     }
 
     /// An authorised call that must answer 200; its JSON.
-    pub fn json(&self, method: &str, path: &str, body: Option<&str>) -> serde_json::Value {
+    pub(crate) fn json(&self, method: &str, path: &str, body: Option<&str>) -> serde_json::Value {
         let (code, text) = self.call(method, path, Some(self.token), body);
         assert_eq!(code, 200, "{method} {path}: {text}");
         serde_json::from_str(&text).unwrap()

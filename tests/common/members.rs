@@ -6,12 +6,12 @@ use std::net::{SocketAddr, TcpListener};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-pub const CONDUCTOR_1: &str = "127.0.0.1";
-pub const CONDUCTOR_2: &str = "127.0.0.2:8090";
-pub const FALLBACK: &str = "http://127.0.0.1:9/inspector.ipxe";
+pub(crate) const CONDUCTOR_1: &str = "127.0.0.1";
+pub(crate) const CONDUCTOR_2: &str = "127.0.0.2:8090";
+pub(crate) const FALLBACK: &str = "http://127.0.0.1:9/inspector.ipxe";
 
 /// Where each conductor serves `pxelinux.cfg/<mac-hyphen>` in these tests.
-pub fn conductor_url(conductor: &str) -> String {
+pub(crate) fn conductor_url(conductor: &str) -> String {
     if conductor == CONDUCTOR_1 {
         "http://127.0.0.1:8088/c1".into()
     } else {
@@ -20,7 +20,7 @@ pub fn conductor_url(conductor: &str) -> String {
 }
 
 /// A free TCP port on 127.0.0.1.
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -29,7 +29,7 @@ pub fn free_port() -> u16 {
 }
 
 /// Polls `f` every 100 ms until it holds; panics after `limit`.
-pub fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+pub(crate) fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + limit;
     while !f() {
         assert!(Instant::now() < deadline, "timed out waiting: {what}");
@@ -38,7 +38,7 @@ pub fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
 }
 
 /// One `shardboot serve` process, killed on drop.
-pub struct Member {
+pub(crate) struct Member {
     child: Child,
     pub addr: SocketAddr,
     dir: tempfile::TempDir,
@@ -47,7 +47,7 @@ pub struct Member {
 impl Member {
     /// Starts member `name` ("a" or "b") on `ports` (a's, b's), with `owner` appended to
     /// its `[owner]` section (resolvers, an `[owner.ironic]` table…).
-    pub fn start(name: &str, ports: (u16, u16), owner: &str) -> Self {
+    pub(crate) fn start(name: &str, ports: (u16, u16), owner: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let port = if name == "a" { ports.0 } else { ports.1 };
         let config = format!(
@@ -108,7 +108,7 @@ fallback = "{FALLBACK}"
     }
 
     /// GET with curl; (status, body).
-    pub fn get(&self, path: &str) -> (u16, String) {
+    pub(crate) fn get(&self, path: &str) -> (u16, String) {
         let out = Command::new("curl")
             .args(["-s", "--noproxy", "*", "--path-as-is", "-m", "10"])
             .args(["-o", "-", "-w", "\n%{http_code}"])
@@ -121,7 +121,7 @@ fallback = "{FALLBACK}"
     }
 
     /// The value of the `/metrics` sample whose line starts with `line_prefix`.
-    pub fn metric(&self, line_prefix: &str) -> Option<u64> {
+    pub(crate) fn metric(&self, line_prefix: &str) -> Option<u64> {
         let (_, body) = self.get("/metrics");
         body.lines()
             .find_map(|l| l.strip_prefix(line_prefix))
@@ -129,7 +129,7 @@ fallback = "{FALLBACK}"
     }
 
     /// The member's log so far.
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()
     }
 }
@@ -142,7 +142,7 @@ impl Drop for Member {
 }
 
 /// The URL a boot script chains.
-pub fn chained_url(script: &str) -> Option<&str> {
+pub(crate) fn chained_url(script: &str) -> Option<&str> {
     script
         .lines()
         .find_map(|l| l.strip_prefix("chain --timeout "))

@@ -4,11 +4,11 @@
 //! to addresses inside the namespaces created here.
 #![allow(dead_code)]
 
-pub mod api_lab;
-pub mod members;
-pub mod qemu;
-pub mod relay_client;
-pub mod segment;
+pub(crate) mod api_lab;
+pub(crate) mod members;
+pub(crate) mod qemu;
+pub(crate) mod relay_client;
+pub(crate) mod segment;
 
 use std::fs::File;
 use std::os::fd::AsFd;
@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// Whether the tests run as root (they need namespaces and port 67).
-pub fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
@@ -36,13 +36,13 @@ macro_rules! require_root {
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
 /// A short unique name (interface names are limited to 15 bytes).
-pub fn unique(prefix: &str) -> String {
+pub(crate) fn unique(prefix: &str) -> String {
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     format!("{prefix}{}x{n}", std::process::id() % 100_000)
 }
 
 /// Runs a command, panicking with its output when it fails.
-pub fn sh(args: &[&str]) {
+pub(crate) fn sh(args: &[&str]) {
     let out = Command::new(args[0])
         .args(&args[1..])
         .output()
@@ -55,14 +55,14 @@ pub fn sh(args: &[&str]) {
 }
 
 /// A network namespace with its own resolv.conf (so DHCP clients can't touch the host's).
-pub struct Netns {
+pub(crate) struct Netns {
     /// Its name.
     pub name: String,
 }
 
 impl Netns {
     /// Creates the namespace and brings up its loopback.
-    pub fn new(prefix: &str) -> Self {
+    pub(crate) fn new(prefix: &str) -> Self {
         let name = unique(prefix);
         sh(&["ip", "netns", "add", &name]);
         let etc = format!("/etc/netns/{name}");
@@ -73,21 +73,21 @@ impl Netns {
     }
 
     /// A command that runs inside the namespace.
-    pub fn command(&self, program: &str) -> Command {
+    pub(crate) fn command(&self, program: &str) -> Command {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", &self.name, program]);
         c
     }
 
     /// Runs `ip` inside the namespace.
-    pub fn ip(&self, args: &[&str]) {
+    pub(crate) fn ip(&self, args: &[&str]) {
         let mut full = vec!["ip", "-n", &self.name];
         full.extend_from_slice(args);
         sh(&full);
     }
 
     /// Runs `f` on a thread that has entered this namespace; sockets it creates live here.
-    pub fn run<T: Send + 'static>(
+    pub(crate) fn run<T: Send + 'static>(
         &self,
         f: impl FnOnce() -> T + Send + 'static,
     ) -> std::thread::JoinHandle<T> {
@@ -118,7 +118,7 @@ impl Drop for Netns {
 }
 
 /// Two namespaces, `server` and `client`, joined by a veth pair.
-pub struct Lab {
+pub(crate) struct Lab {
     /// Where shardboot runs.
     pub server: Netns,
     /// Where the clients run.
@@ -132,7 +132,7 @@ pub struct Lab {
 impl Lab {
     /// Creates the pair; `server_addrs` (CIDR) go on the server side, `client_addrs` on
     /// the client side (none for a DHCP client that configures itself).
-    pub fn new(server_addrs: &[&str], client_addrs: &[&str]) -> Self {
+    pub(crate) fn new(server_addrs: &[&str], client_addrs: &[&str]) -> Self {
         let server = Netns::new("sbs");
         let client = Netns::new("sbc");
         let server_if = unique("vs");
@@ -160,12 +160,12 @@ impl Lab {
 }
 
 /// The shardboot binary built for these tests.
-pub fn shardboot_bin() -> PathBuf {
+pub(crate) fn shardboot_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_shardboot"))
 }
 
 /// A shardboot process inside a namespace, with its own config and state directory.
-pub struct Server {
+pub(crate) struct Server {
     child: Option<Child>,
     /// Its stderr log.
     pub log: PathBuf,
@@ -178,7 +178,7 @@ pub struct Server {
 impl Server {
     /// Writes `config` into `dir` and starts `shardboot serve` in `ns`; waits until the
     /// DHCP socket is bound.
-    pub fn start(ns: &Netns, dir: &Path, config: &str) -> Self {
+    pub(crate) fn start(ns: &Netns, dir: &Path, config: &str) -> Self {
         let path = dir.join("shardboot.toml");
         std::fs::write(&path, config).unwrap();
         let mut s = Self {
@@ -236,12 +236,12 @@ impl Server {
     }
 
     /// The log so far.
-    pub fn log_text(&self) -> String {
+    pub(crate) fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// SIGKILL: no chance to flush or clean up.
-    pub fn kill9(&mut self) {
+    pub(crate) fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
@@ -249,7 +249,7 @@ impl Server {
     }
 
     /// SIGTERM and wait for a clean exit.
-    pub fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(c.id() as i32),
@@ -271,18 +271,18 @@ impl Server {
     }
 
     /// The process id (shardboot itself: `ip netns exec` execs in place).
-    pub fn pid(&self) -> Option<u32> {
+    pub(crate) fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
     }
 
     /// Starts it again on the same config and store.
-    pub fn restart(&mut self) {
+    pub(crate) fn restart(&mut self) {
         self.kill9();
         self.spawn();
     }
 
     /// `shardboot leases --json` on the store (the server must be stopped).
-    pub fn leases_json(&self) -> serde_json::Value {
+    pub(crate) fn leases_json(&self) -> serde_json::Value {
         let out = Command::new(shardboot_bin())
             .args(["leases", "--json", "--config"])
             .arg(&self.config)
@@ -308,7 +308,7 @@ impl Drop for Server {
 /// A config serving `network` with `range` on `interface`, plus `extra` TOML keys for
 /// the `[dhcp]` section (or whole sections after them). The router is the network's
 /// first host address.
-pub fn config(interface: &str, network: &str, range: &str, extra: &str) -> String {
+pub(crate) fn config(interface: &str, network: &str, range: &str, extra: &str) -> String {
     let net: ipnet::Ipv4Net = network.parse().unwrap();
     let router = net.hosts().next().unwrap();
     format!(
@@ -329,12 +329,12 @@ dns = ["{router}"]
 
 /// A lab with shardboot serving 192.0.2.0/24 (.100–.199) on the server side; the client
 /// side has no address (a DHCP client configures it).
-pub fn small_lab() -> (Lab, tempfile::TempDir, Server) {
+pub(crate) fn small_lab() -> (Lab, tempfile::TempDir, Server) {
     small_lab_with("")
 }
 
 /// [`small_lab`] with `subnet_keys` (TOML lines) added to its one subnet.
-pub fn small_lab_with(subnet_keys: &str) -> (Lab, tempfile::TempDir, Server) {
+pub(crate) fn small_lab_with(subnet_keys: &str) -> (Lab, tempfile::TempDir, Server) {
     let lab = Lab::new(&["192.0.2.1/24"], &[]);
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(
@@ -349,7 +349,7 @@ pub fn small_lab_with(subnet_keys: &str) -> (Lab, tempfile::TempDir, Server) {
 
 /// A lab with shardboot serving 198.18.0.0/16 (.1.0–.255.254, room for 65,000 clients);
 /// the client side is 198.18.0.2, where load clients act as a relay agent.
-pub fn relay_lab() -> (Lab, tempfile::TempDir, Server) {
+pub(crate) fn relay_lab() -> (Lab, tempfile::TempDir, Server) {
     let lab = Lab::new(&["198.18.0.1/16"], &["198.18.0.2/16"]);
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use super::{unique, Netns};
 
 /// What the conductor stand-in answers: proof on the console, then power off.
-pub const BOOTED_LINE: &str = "booted via shardboot";
+pub(crate) const BOOTED_LINE: &str = "booted via shardboot";
 
 fn harness(script: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -22,7 +22,7 @@ fn harness(script: &str) -> PathBuf {
 }
 
 /// Fails the test early, with the fix, when QEMU is not installed.
-pub fn require_qemu() {
+pub(crate) fn require_qemu() {
     if Command::new("qemu-system-x86_64")
         .arg("--version")
         .output()
@@ -34,7 +34,7 @@ pub fn require_qemu() {
 
 /// `qemu/lab.sh up`: a namespace with bridge `br0`, member interfaces `m0`, `m1`, … with
 /// `member_addrs`, and taps `tap0`, `tap1`, …
-pub fn lab(taps: usize, member_addrs: &[&str]) -> Netns {
+pub(crate) fn lab(taps: usize, member_addrs: &[&str]) -> Netns {
     let name = unique("sbq");
     let status = Command::new("bash")
         .arg(harness("lab.sh"))
@@ -50,7 +50,7 @@ pub fn lab(taps: usize, member_addrs: &[&str]) -> Netns {
 
 /// The firmware paths of `qemu/vm.sh`.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Firmware {
+pub(crate) enum Firmware {
     /// SeaBIOS, then the iPXE option ROM of the NIC (user class iPXE from the start).
     BiosIpxe,
     /// OVMF's own PXE: TFTP snponly.efi, then iPXE.
@@ -70,7 +70,7 @@ impl Firmware {
 }
 
 /// A QEMU machine booting from the network; killed on drop.
-pub struct Vm {
+pub(crate) struct Vm {
     child: Child,
     /// Its serial console.
     pub console: PathBuf,
@@ -80,7 +80,7 @@ pub struct Vm {
 
 impl Vm {
     /// `qemu/vm.sh` inside `ns`, on `tap`, with NIC `mac`; the console goes into `dir`.
-    pub fn start(ns: &Netns, firmware: Firmware, tap: &str, mac: &str, dir: &Path) -> Self {
+    pub(crate) fn start(ns: &Netns, firmware: Firmware, tap: &str, mac: &str, dir: &Path) -> Self {
         let console = dir.join(format!("console-{}.log", mac.replace(':', "")));
         let started = Instant::now();
         let child = ns
@@ -101,18 +101,18 @@ impl Vm {
 
     /// The console so far, without terminal control sequences (sgabios positions the
     /// cursor before every character it copies from the screen).
-    pub fn console_text(&self) -> String {
+    pub(crate) fn console_text(&self) -> String {
         let raw = std::fs::read(&self.console).unwrap_or_default();
         strip_control_sequences(&String::from_utf8_lossy(&raw))
     }
 
     /// Whether the machine has stopped (powered off, or QEMU failed).
-    pub fn stopped(&mut self) -> bool {
+    pub(crate) fn stopped(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(Some(_)))
     }
 
     /// Waits until the console shows `line`.
-    pub fn wait_console(&mut self, line: &str, limit: Duration) -> bool {
+    pub(crate) fn wait_console(&mut self, line: &str, limit: Duration) -> bool {
         let deadline = Instant::now() + limit;
         while Instant::now() < deadline {
             if self.console_text().contains(line) {
@@ -132,7 +132,7 @@ impl Drop for Vm {
 }
 
 /// `text` without ANSI CSI sequences (ESC [ parameters final-byte) and carriage returns.
-pub fn strip_control_sequences(text: &str) -> String {
+pub(crate) fn strip_control_sequences(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {
@@ -155,7 +155,7 @@ pub fn strip_control_sequences(text: &str) -> String {
 
 /// One request the conductor stand-in saw.
 #[derive(Debug, Clone)]
-pub struct Asked {
+pub(crate) struct Asked {
     pub path: String,
     pub at: Instant,
 }
@@ -163,14 +163,14 @@ pub struct Asked {
 /// A conductor's HTTP server as far as a booting machine sees it: every path gets a
 /// script that prints [`BOOTED_LINE`] and powers the machine off (the BIOS ROM's iPXE
 /// has no `poweroff`: it then waits until the test stops it).
-pub struct ConductorStub {
+pub(crate) struct ConductorStub {
     asked: mpsc::Receiver<Asked>,
     seen: Vec<Asked>,
 }
 
 impl ConductorStub {
     /// Listens on `addr` inside `ns`.
-    pub fn start(ns: &Netns, addr: SocketAddr) -> Self {
+    pub(crate) fn start(ns: &Netns, addr: SocketAddr) -> Self {
         let listener = ns
             .run(move || TcpListener::bind(addr).expect("bind the conductor stand-in"))
             .join()
@@ -211,7 +211,7 @@ impl ConductorStub {
 
     /// Waits until `path` is asked for, or `limit` passes, or the VM stops; returns when
     /// it was asked for, or every path seen so far.
-    pub fn wait_for(
+    pub(crate) fn wait_for(
         &mut self,
         path: &str,
         vm: &mut Vm,
@@ -233,7 +233,7 @@ impl ConductorStub {
     }
 
     /// Every path asked for so far.
-    pub fn paths(&mut self) -> Vec<String> {
+    pub(crate) fn paths(&mut self) -> Vec<String> {
         while let Ok(a) = self.asked.try_recv() {
             self.seen.push(a);
         }
@@ -242,12 +242,12 @@ impl ConductorStub {
 }
 
 /// The per-node config path a member chains `mac` to.
-pub fn per_node_path(mac: &str) -> String {
+pub(crate) fn per_node_path(mac: &str) -> String {
     format!("/pxelinux.cfg/{}", mac.replace(':', "-"))
 }
 
 /// `curl` inside `ns`; returns the body.
-pub fn curl(ns: &Netns, url: &str, token: Option<&str>) -> String {
+pub(crate) fn curl(ns: &Netns, url: &str, token: Option<&str>) -> String {
     let mut c = ns.command("curl");
     c.args(["-s", "-m", "5", "--noproxy", "*"]);
     if let Some(t) = token {
@@ -258,7 +258,7 @@ pub fn curl(ns: &Netns, url: &str, token: Option<&str>) -> String {
 }
 
 /// The value of the metric line that starts with `prefix` (name and labels), or 0.
-pub fn metric(text: &str, prefix: &str) -> u64 {
+pub(crate) fn metric(text: &str, prefix: &str) -> u64 {
     text.lines()
         .find_map(|l| l.strip_prefix(prefix))
         .and_then(|v| v.trim().parse().ok())

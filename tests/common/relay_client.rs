@@ -12,7 +12,7 @@ use dhcproto::{Decodable, Decoder, Encodable};
 
 /// What the server answered one client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Answer {
+pub(crate) enum Answer {
     /// DHCPACK for this address.
     Ack(Ipv4Addr),
     /// DHCPNAK.
@@ -22,7 +22,7 @@ pub enum Answer {
 }
 
 /// A relay-agent socket at `relay:67` talking to `server:67`.
-pub struct RelayClient {
+pub(crate) struct RelayClient {
     socket: UdpSocket,
     relay: Ipv4Addr,
     server: SocketAddrV4,
@@ -30,14 +30,14 @@ pub struct RelayClient {
 }
 
 /// A simulated client MAC from a number.
-pub fn mac(n: u32) -> [u8; 6] {
+pub(crate) fn mac(n: u32) -> [u8; 6] {
     let b = n.to_be_bytes();
     [0x02, 0x5b, b[0], b[1], b[2], b[3]]
 }
 
 impl RelayClient {
     /// Binds `relay:67` (call from inside the client namespace).
-    pub fn new(relay: Ipv4Addr, server: Ipv4Addr) -> Self {
+    pub(crate) fn new(relay: Ipv4Addr, server: Ipv4Addr) -> Self {
         let socket = UdpSocket::bind(SocketAddrV4::new(relay, 67)).expect("bind relay port");
         socket
             .set_read_timeout(Some(Duration::from_millis(20)))
@@ -60,7 +60,7 @@ impl RelayClient {
     }
 
     /// Sends raw bytes to the server.
-    pub fn send_raw(&self, bytes: &[u8]) {
+    pub(crate) fn send_raw(&self, bytes: &[u8]) {
         self.socket.send_to(bytes, self.server).unwrap();
     }
 
@@ -88,7 +88,7 @@ impl RelayClient {
     }
 
     /// Full DISCOVER/OFFER/REQUEST/ACK for each MAC, pipelined; returns each client's answer.
-    pub fn obtain(&mut self, macs: &[[u8; 6]], wait: Duration) -> Vec<Answer> {
+    pub(crate) fn obtain(&mut self, macs: &[[u8; 6]], wait: Duration) -> Vec<Answer> {
         let mut pending = HashMap::new();
         for (i, mac) in macs.iter().enumerate() {
             let d = self.message(MessageType::Discover, mac);
@@ -115,7 +115,11 @@ impl RelayClient {
     }
 
     /// INIT-REBOOT REQUEST (RFC 2131 §4.3.2: no server id, no ciaddr, option 50) per pair.
-    pub fn init_reboot(&mut self, clients: &[([u8; 6], Ipv4Addr)], wait: Duration) -> Vec<Answer> {
+    pub(crate) fn init_reboot(
+        &mut self,
+        clients: &[([u8; 6], Ipv4Addr)],
+        wait: Duration,
+    ) -> Vec<Answer> {
         let mut pending = HashMap::new();
         for (i, (mac, ip)) in clients.iter().enumerate() {
             let mut r = self.message(MessageType::Request, mac);

@@ -13,7 +13,7 @@ use dhcproto::{Decodable, Decoder, Encodable};
 use super::{sh, unique, Netns};
 
 /// The bridge, the members' interfaces and the client side.
-pub struct Segment {
+pub(crate) struct Segment {
     pub servers: Netns,
     pub clients: Netns,
     /// Member interface names, in the order given to `new`.
@@ -23,7 +23,7 @@ pub struct Segment {
 
 impl Segment {
     /// `addrs`: each member's address (CIDR) on its own interface.
-    pub fn new(addrs: &[&str]) -> Self {
+    pub(crate) fn new(addrs: &[&str]) -> Self {
         let servers = Netns::new("sbm");
         let clients = Netns::new("sbk");
         let bridge = unique("br");
@@ -59,7 +59,7 @@ impl Segment {
 
 /// One reply seen by the broadcast client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Seen {
+pub(crate) struct Seen {
     pub kind: MessageType,
     pub server: Ipv4Addr,
     pub yiaddr: Ipv4Addr,
@@ -67,7 +67,7 @@ pub struct Seen {
 
 /// Many simulated machines broadcasting from one socket on port 68 (like a PXE ROM
 /// with the broadcast flag set, so every reply is broadcast back).
-pub struct BroadcastClient {
+pub(crate) struct BroadcastClient {
     socket: UdpSocket,
     next_xid: u32,
     /// Option 12 sent in every message, when set.
@@ -76,7 +76,7 @@ pub struct BroadcastClient {
 
 impl BroadcastClient {
     /// Binds 0.0.0.0:68 on `interface` (call from inside the clients namespace).
-    pub fn new(interface: &str) -> Self {
+    pub(crate) fn new(interface: &str) -> Self {
         let s = socket2::Socket::new(
             socket2::Domain::IPV4,
             socket2::Type::DGRAM,
@@ -153,7 +153,12 @@ impl BroadcastClient {
     }
 
     /// A DISCOVER per MAC (with `secs`), paced in bursts; every OFFER per MAC.
-    pub fn discover(&mut self, macs: &[[u8; 6]], secs: u16, wait: Duration) -> Vec<Vec<Seen>> {
+    pub(crate) fn discover(
+        &mut self,
+        macs: &[[u8; 6]],
+        secs: u16,
+        wait: Duration,
+    ) -> Vec<Vec<Seen>> {
         let mut xids = HashMap::new();
         for (i, mac) in macs.iter().enumerate() {
             let d = self.message(MessageType::Discover, mac, secs);
@@ -170,7 +175,7 @@ impl BroadcastClient {
     }
 
     /// One DISCOVER; the first OFFER and when it arrived, or `None` after `wait`.
-    pub fn first_offer(
+    pub(crate) fn first_offer(
         &mut self,
         mac: &[u8; 6],
         secs: u16,
@@ -205,7 +210,7 @@ impl BroadcastClient {
     }
 
     /// A SELECTING REQUEST per (MAC, server, address); every reply per MAC.
-    pub fn request(
+    pub(crate) fn request(
         &mut self,
         offers: &[([u8; 6], Ipv4Addr, Ipv4Addr)],
         wait: Duration,
@@ -228,7 +233,7 @@ impl BroadcastClient {
     }
 
     /// INIT-REBOOT (no server-id, option 50) per (MAC, address); every reply per MAC.
-    pub fn init_reboot(
+    pub(crate) fn init_reboot(
         &mut self,
         clients: &[([u8; 6], Ipv4Addr)],
         wait: Duration,

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 /// Behaviour knobs for [`TestClient::get`].
 #[derive(Debug, Clone, Default)]
-pub struct Faults {
+pub(crate) struct Faults {
     /// Do not send every k-th ACK (k ≥ 2).
     pub drop_ack_every: Option<u32>,
     /// Send every k-th ACK twice.
@@ -16,7 +16,7 @@ pub struct Faults {
 
 /// What a [`TestClient::get`] saw.
 #[derive(Debug, Default)]
-pub struct GetResult {
+pub(crate) struct GetResult {
     pub data: Vec<u8>,
     pub data_packets: u64,
     pub oack: Vec<(String, String)>,
@@ -24,19 +24,19 @@ pub struct GetResult {
 }
 
 /// A small scriptable TFTP client (RFC 1350 + 2347 + 7440 receiver).
-pub struct TestClient {
+pub(crate) struct TestClient {
     pub sock: UdpSocket,
 }
 
 impl TestClient {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
         sock.set_read_timeout(Some(Duration::from_millis(300)))
             .unwrap();
         TestClient { sock }
     }
 
-    pub fn rrq(name: &[u8], mode: &str, options: &[(&str, &str)]) -> Vec<u8> {
+    pub(crate) fn rrq(name: &[u8], mode: &str, options: &[(&str, &str)]) -> Vec<u8> {
         let mut v = vec![0, 1];
         v.extend_from_slice(name);
         v.push(0);
@@ -52,7 +52,11 @@ impl TestClient {
     }
 
     /// Sends `datagram` and returns the first reply (bounded wait).
-    pub fn request(&self, server: SocketAddr, datagram: &[u8]) -> Option<(Vec<u8>, SocketAddr)> {
+    pub(crate) fn request(
+        &self,
+        server: SocketAddr,
+        datagram: &[u8],
+    ) -> Option<(Vec<u8>, SocketAddr)> {
         let mut buf = [0u8; 2048];
         for _ in 0..3 {
             self.sock.send_to(datagram, server).unwrap();
@@ -67,7 +71,7 @@ impl TestClient {
     }
 
     /// Downloads `name` with the given options, injecting `faults`.
-    pub fn get(
+    pub(crate) fn get(
         &self,
         server: SocketAddr,
         name: &str,

@@ -7,8 +7,8 @@
 mod client;
 mod netns;
 
-pub use client::*;
-pub use netns::*;
+pub(crate) use client::*;
+pub(crate) use netns::*;
 
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -22,7 +22,7 @@ use shardboot::tftp::{self, TftpError, TftpMetrics};
 use tokio_util::sync::CancellationToken;
 
 /// The server running `tftp::run` on its own runtime thread; stopped on drop.
-pub struct TestServer {
+pub(crate) struct TestServer {
     pub addr: SocketAddr,
     pub metrics: Arc<TftpMetrics>,
     token: CancellationToken,
@@ -30,7 +30,7 @@ pub struct TestServer {
 }
 
 impl TestServer {
-    pub fn start(settings: TftpSettings, bind: SocketAddr) -> Self {
+    pub(crate) fn start(settings: TftpSettings, bind: SocketAddr) -> Self {
         // RUST_LOG=shardboot=debug shows the server's events in failing tests.
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -66,7 +66,7 @@ impl TestServer {
     }
 
     /// Cancels and waits (bounded) for `run` to return.
-    pub fn stop(mut self) -> Result<(), TftpError> {
+    pub(crate) fn stop(mut self) -> Result<(), TftpError> {
         self.token.cancel();
         let h = self.thread.take().unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -88,7 +88,7 @@ impl Drop for TestServer {
 }
 
 /// Deterministic pseudo-random bytes (xorshift64*), so failures reproduce.
-pub fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+pub(crate) fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..len)
         .map(|_| {
@@ -101,17 +101,17 @@ pub fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
 }
 
 /// A temp root holding copies of the iPXE binaries and random files of awkward sizes.
-pub struct Root {
+pub(crate) struct Root {
     pub dir: tempfile::TempDir,
     pub files: Vec<(String, Vec<u8>)>,
 }
 
 impl Root {
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.dir.path()
     }
 
-    pub fn new() -> Root {
+    pub(crate) fn new() -> Root {
         let dir = tempfile::tempdir().unwrap();
         let mut files = Vec::new();
         for (i, name) in ["ipxe.efi", "snponly.efi", "undionly.kpxe"]
@@ -142,7 +142,7 @@ impl Root {
 }
 
 /// Settings for tests: the temp root, quick retransmission.
-pub fn settings(root: &Path) -> TftpSettings {
+pub(crate) fn settings(root: &Path) -> TftpSettings {
     TftpSettings {
         root: root.to_owned(),
         timeout: Duration::from_millis(200),
@@ -153,7 +153,7 @@ pub fn settings(root: &Path) -> TftpSettings {
 
 /// Runs a command with a hard time limit (coreutils `timeout`), optionally inside a
 /// network namespace; returns (success, combined output).
-pub fn run_cmd(netns: Option<&str>, args: &[&str]) -> (bool, String) {
+pub(crate) fn run_cmd(netns: Option<&str>, args: &[&str]) -> (bool, String) {
     let mut cmd = Command::new("timeout");
     cmd.arg("60");
     if let Some(ns) = netns {
@@ -169,7 +169,7 @@ pub fn run_cmd(netns: Option<&str>, args: &[&str]) -> (bool, String) {
     (out.status.success(), text)
 }
 
-pub fn have(tool: &str) -> bool {
+pub(crate) fn have(tool: &str) -> bool {
     Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
         .output()
@@ -179,7 +179,7 @@ pub fn have(tool: &str) -> bool {
 
 /// External TFTP clients and their option variants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Tool {
+pub(crate) enum Tool {
     TftpHpa,
     Atftp,
     AtftpBlksize,
@@ -188,7 +188,7 @@ pub enum Tool {
     CurlBlksize,
 }
 
-pub const ALL_TOOLS: [Tool; 6] = [
+pub(crate) const ALL_TOOLS: [Tool; 6] = [
     Tool::TftpHpa,
     Tool::Atftp,
     Tool::AtftpBlksize,
@@ -198,7 +198,7 @@ pub const ALL_TOOLS: [Tool; 6] = [
 ];
 
 /// Downloads `name` from `server` with `tool` into `dest`.
-pub fn download(
+pub(crate) fn download(
     tool: Tool,
     netns: Option<&str>,
     server: SocketAddr,
@@ -256,13 +256,13 @@ pub fn download(
     run_cmd(netns, &args)
 }
 
-pub fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
 }
 
 /// Waits until `cond` holds, bounded.
-pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+pub(crate) fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !cond() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
@@ -270,6 +270,6 @@ pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
-pub fn scratch(dir: &Path, name: &str) -> PathBuf {
+pub(crate) fn scratch(dir: &Path, name: &str) -> PathBuf {
     dir.join(format!("dl-{name}"))
 }

@@ -11,7 +11,7 @@ static NS_COUNTER: AtomicU32 = AtomicU32::new(0);
 
 /// A network namespace joined to the host by a veth pair with 198.18.N.1 (host side) and
 /// 198.18.N.2 (inside); deleted on drop, even when the test fails.
-pub struct Netns {
+pub(crate) struct Netns {
     pub name: String,
     pub host_if: String,
     pub ns_if: String,
@@ -29,7 +29,7 @@ fn ip(args: &[&str]) {
 }
 
 impl Netns {
-    pub fn new() -> Netns {
+    pub(crate) fn new() -> Netns {
         let n = NS_COUNTER.fetch_add(1, Ordering::Relaxed);
         let pid = std::process::id();
         // Distinct /30-ish subnets per namespace inside 198.18.0.0/15 (RFC 2544 bench range).
@@ -75,7 +75,7 @@ impl Netns {
 
     /// Adds netem loss on both ends of the veth pair; false when this kernel has no
     /// netem qdisc (the caller then uses [`LossyRelay`]).
-    pub fn netem_loss(&self, percent: u32) -> bool {
+    pub(crate) fn netem_loss(&self, percent: u32) -> bool {
         let loss = format!("{percent}%");
         let run = |args: &[&str]| {
             let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
@@ -135,7 +135,7 @@ impl Drop for Netns {
 /// "unexpected OACK" when its ACK 0 is lost and the server retransmits the OACK, and
 /// both clients wait 5 s before resending a request. Server-to-client loss, including
 /// the OACK, is unrestricted.
-pub struct LossyRelay {
+pub(crate) struct LossyRelay {
     pub addr: SocketAddr,
     stop: Arc<std::sync::atomic::AtomicBool>,
     threads: Vec<JoinHandle<()>>,
@@ -143,7 +143,7 @@ pub struct LossyRelay {
 }
 
 impl LossyRelay {
-    pub fn start(bind: SocketAddr, server: SocketAddr, loss_percent: u64) -> LossyRelay {
+    pub(crate) fn start(bind: SocketAddr, server: SocketAddr, loss_percent: u64) -> LossyRelay {
         use std::collections::HashMap;
         use std::sync::atomic::{AtomicBool, AtomicU64};
         use std::sync::Mutex;

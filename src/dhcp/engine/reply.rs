@@ -56,6 +56,7 @@ impl Timers {
 }
 
 /// Everything a reply carries besides the request it answers.
+#[derive(Debug)]
 pub struct ReplyParts<'a> {
     /// OFFER, ACK or NAK.
     pub kind: MessageType,

@@ -20,7 +20,7 @@ use super::{HostPolicies, HostPolicy};
 const MAX_FILE_BYTES: u64 = 64 * 1024;
 
 /// What was read of one file, and the stamp that tells whether to read it again.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Read {
     len: u64,
     modified: Option<SystemTime>,
