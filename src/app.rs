@@ -100,6 +100,7 @@ pub async fn run(
     };
     let store = store::open(&config.state_dir).map_err(store_err)?;
     let snapshot = store.load().map_err(store_err)?;
+    handles.store.set_aside.set(snapshot.set_aside.len() as u64);
     let committer =
         Committer::start(store.clone(), handles.store.clone()).map_err(AppError::Committer)?;
     let policies = Arc::new(HostPolicies::new(snapshot.host_policies));
@@ -147,6 +148,7 @@ pub async fn run(
             leases: snapshot.leases,
             reservations: snapshot.reservations,
             membership: snapshot.membership,
+            set_aside: snapshot.set_aside,
         };
         let parts = dhcp::Parts {
             stored,

@@ -7,6 +7,23 @@ use crate::owner::MemberList;
 use crate::store::LeaseView;
 use crate::tftp::check_boot_files;
 
+/// An error and its causes on one line, each cause once: a message that already quotes
+/// its cause (`"lease store in …: {source}"`) is not followed by that cause again.
+pub fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
 /// Prints a summary of a valid configuration (errors are printed by the loader).
 pub fn check_config(config: &Config) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
@@ -108,7 +125,9 @@ pub fn print_leases(
         "IP", "MAC", "STATE", "EXPIRES (UTC)"
     )?;
     let field = |v: &serde_json::Value, k: &str| match &v[k] {
-        serde_json::Value::String(s) => s.escape_default().to_string(),
+        // Host names arrive in the kept form (`store::text`); anything else is put in it.
+        serde_json::Value::String(s) if crate::store::text::is_shown(s) => s.clone(),
+        serde_json::Value::String(s) => crate::store::text::shown(s),
         serde_json::Value::Null => String::new(),
         other => other.to_string(),
     };

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::dhcp::metrics::DhcpMetrics;
 use crate::http::metrics::HttpMetrics;
 use crate::ra::server::RaMetrics;
-use crate::store::CommitMetrics;
+use crate::store::StoreMetrics;
 use crate::tftp::TftpMetrics;
 
 /// Shared handles of a running instance, for the HTTP listener and tests.
@@ -15,7 +15,7 @@ pub struct Handles {
     /// DHCP metrics.
     pub dhcp: Arc<DhcpMetrics>,
     /// The store's commit path.
-    pub store: Arc<CommitMetrics>,
+    pub store: Arc<StoreMetrics>,
     /// TFTP metrics.
     pub tftp: Arc<TftpMetrics>,
     /// HTTP metrics.

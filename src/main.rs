@@ -148,7 +148,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("shardboot: {e:#}");
+            eprintln!("shardboot: {}", cli::one_line(&e));
             ExitCode::FAILURE
         }
     }

@@ -216,7 +216,7 @@ fn sled_survives_reopen() {
 fn the_committer_answers_after_the_commit_in_order() {
     use std::sync::Arc;
     let store = Arc::new(crate::store::MemoryStore::new());
-    let metrics = Arc::new(super::CommitMetrics::default());
+    let metrics = Arc::new(super::StoreMetrics::default());
     let committer = super::Committer::start(store.clone(), metrics.clone()).unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     for i in 1..=20u8 {
@@ -234,4 +234,63 @@ fn the_committer_answers_after_the_commit_in_order() {
     let heard: Vec<_> = rx.try_iter().collect();
     assert_eq!(heard, (1..=20).map(|i| (i, true)).collect::<Vec<_>>());
     assert_eq!(metrics.committed_changes.get(), 20);
+}
+
+#[test]
+fn a_store_held_by_another_opener_is_refused_with_a_message_that_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let _held = super::SledStore::open(dir.path()).unwrap();
+    let err = super::SledStore::open(dir.path()).unwrap_err();
+    assert!(matches!(err, super::StoreError::InUse(_)), "{err}");
+    assert!(err.to_string().contains("in use by another process"), "{err}");
+}
+
+#[test]
+fn a_record_that_does_not_decode_is_set_aside_and_the_rest_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = super::SledStore::open(dir.path()).unwrap();
+        store.commit(&[put(&lease(1, 1)), put(&lease(3, 3))]).unwrap();
+    }
+    {
+        // Damage one record behind the store's back, as a bug or a bad disk would.
+        let db = ::sled::open(dir.path()).unwrap();
+        let leases = db.open_tree("leases").unwrap();
+        leases.insert([192, 0, 2, 2], vec![2, 9, 9]).unwrap();
+        leases.insert([1, 2, 3], vec![2]).unwrap();
+        db.flush().unwrap();
+    }
+    for _ in 0..2 {
+        let store = super::SledStore::open(dir.path()).unwrap();
+        let snap = store.load().unwrap();
+        assert_eq!(snap.leases, vec![lease(1, 1), lease(3, 3)]);
+        let aside: Vec<_> = snap.set_aside.iter().map(|s| s.key.clone()).collect();
+        assert_eq!(aside, vec![vec![1, 2, 3], vec![192, 0, 2, 2]]);
+        assert_eq!(
+            snap.set_aside[1].address(),
+            Some(Ipv4Addr::new(192, 0, 2, 2))
+        );
+        // Pages and lookups skip nothing readable and fail on nothing.
+        assert_eq!(store.leases(&LeaseQuery::default(), 10).unwrap().len(), 2);
+        assert_eq!(store.lease(Ipv4Addr::new(192, 0, 2, 2)).unwrap(), None);
+    }
+}
+
+#[test]
+fn a_first_format_store_opens_and_is_marked_for_this_format() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = ::sled::open(dir.path()).unwrap();
+        db.open_tree("meta")
+            .unwrap()
+            .insert("format_version", &[1])
+            .unwrap();
+        db.flush().unwrap();
+    }
+    let store = super::SledStore::open(dir.path()).unwrap();
+    store.commit(&[put(&lease(5, 5))]).unwrap();
+    drop(store);
+    let db = ::sled::open(dir.path()).unwrap();
+    let v = db.open_tree("meta").unwrap().get("format_version").unwrap();
+    assert_eq!(v.as_deref(), Some(&[super::LEASE_FORMAT_VERSION][..]));
 }

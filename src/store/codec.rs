@@ -1,9 +1,14 @@
-//! Binary encoding of a [`Lease`] record. The first byte is the format version so a
-//! future layout can be read alongside this one.
+//! Binary encoding of a [`Lease`] record. The first byte is the format version so an
+//! older layout is read alongside the current one.
 //!
-//! Layout v1: version, state, mac[6], starts u64 BE, expires u64 BE, arch u16 BE
-//! (0xffff = none), then three length-prefixed (u8) fields: hostname, client id,
-//! machine id, where length 0xff means "absent".
+//! Both layouts: version, state, mac[6], starts u64 BE, expires u64 BE, arch u16 BE
+//! (0xffff = none), then three fields: hostname, client id, machine id.
+//! - v2 (written): each field is a presence byte (0 absent, 1 present) and, when
+//!   present, a u32 BE length and the bytes. Nothing is cut: values concatenated from
+//!   several options (RFC 3396) are longer than 255 octets, and whatever a client sent
+//!   must read back exactly as it was written.
+//! - v1 (read only): each field is a u8 length (0xff absent) and the bytes; v1 wrote at
+//!   most 254 octets, cut without regard to UTF-8 boundaries.
 
 use std::net::Ipv4Addr;
 
@@ -11,8 +16,10 @@ use super::{Lease, LeaseState};
 use crate::mac::MacAddr;
 
 /// The record format this build writes.
-pub const LEASE_FORMAT_VERSION: u8 = 1;
-const ABSENT: u8 = 0xff;
+pub const LEASE_FORMAT_VERSION: u8 = 2;
+/// The first format, still read.
+const V1: u8 = 1;
+const V1_ABSENT: u8 = 0xff;
 const NO_ARCH: u16 = 0xffff;
 
 /// A record that cannot be decoded.
@@ -33,6 +40,12 @@ pub enum CodecError {
     /// The key is not a 4-byte IPv4 address.
     #[error("key is not an IPv4 address")]
     Key,
+    /// A field's presence byte is neither 0 nor 1.
+    #[error("field presence byte {0}")]
+    Presence(u8),
+    /// Bytes after the last field.
+    #[error("{0} bytes after the record")]
+    Trailing(usize),
 }
 
 fn state_byte(s: LeaseState) -> u8 {
@@ -46,19 +59,25 @@ fn state_byte(s: LeaseState) -> u8 {
 
 fn push_field(out: &mut Vec<u8>, field: Option<&[u8]>) {
     match field {
-        // Fields come from DHCP options, which are at most 255 bytes; 254 keeps 0xff free.
         Some(b) => {
-            let b = &b[..b.len().min(254)];
-            out.push(b.len() as u8);
+            // A field comes from one datagram, far below 4 GiB.
+            let len = u32::try_from(b.len()).expect("a field from one datagram");
+            out.push(1);
+            out.extend_from_slice(&len.to_be_bytes());
             out.extend_from_slice(b);
         }
-        None => out.push(ABSENT),
+        None => out.push(0),
     }
 }
 
 /// Encodes `lease` (without its address, which is the key).
 pub fn encode_lease(lease: &Lease) -> Vec<u8> {
-    let mut out = Vec::with_capacity(40);
+    let fields = [
+        lease.hostname.as_ref().map_or(0, String::len),
+        lease.client_id.as_ref().map_or(0, Vec::len),
+        lease.machine_id.as_ref().map_or(0, Vec::len),
+    ];
+    let mut out = Vec::with_capacity(26 + 15 + fields.iter().sum::<usize>());
     out.push(LEASE_FORMAT_VERSION);
     out.push(state_byte(lease.state));
     out.extend_from_slice(&lease.mac.0);
@@ -90,10 +109,20 @@ impl<'a> Reader<'a> {
             self.take(8)?.try_into().expect("8 bytes"),
         ))
     }
-    fn field(&mut self) -> Result<Option<Vec<u8>>, CodecError> {
+    fn field(&mut self, version: u8) -> Result<Option<Vec<u8>>, CodecError> {
+        if version == V1 {
+            return match self.u8()? {
+                V1_ABSENT => Ok(None),
+                n => Ok(Some(self.take(n as usize)?.to_vec())),
+            };
+        }
         match self.u8()? {
-            ABSENT => Ok(None),
-            n => Ok(Some(self.take(n as usize)?.to_vec())),
+            0 => Ok(None),
+            1 => {
+                let len = u32::from_be_bytes(self.take(4)?.try_into().expect("4 bytes"));
+                Ok(Some(self.take(len as usize)?.to_vec()))
+            }
+            p => Err(CodecError::Presence(p)),
         }
     }
 }
@@ -103,7 +132,7 @@ pub fn decode_lease(key: &[u8], value: &[u8]) -> Result<Lease, CodecError> {
     let ip: [u8; 4] = key.try_into().map_err(|_| CodecError::Key)?;
     let mut r = Reader(value);
     let version = r.u8()?;
-    if version != LEASE_FORMAT_VERSION {
+    if version != LEASE_FORMAT_VERSION && version != V1 {
         return Err(CodecError::Version(version));
     }
     let state = match r.u8()? {
@@ -117,10 +146,18 @@ pub fn decode_lease(key: &[u8], value: &[u8]) -> Result<Lease, CodecError> {
     let starts = r.u64()?;
     let expires = r.u64()?;
     let arch = u16::from_be_bytes(r.take(2)?.try_into().expect("2 bytes"));
-    let hostname = r
-        .field()?
-        .map(|b| String::from_utf8(b).map_err(|_| CodecError::Hostname))
-        .transpose()?;
+    let hostname = match (r.field(version)?, version) {
+        (None, _) => None,
+        // v1 kept the client's text raw and could cut it inside a character: read it
+        // into the kept form (`store::text`), which v2 writes.
+        (Some(b), V1) => Some(super::text::shown(&String::from_utf8_lossy(&b))),
+        (Some(b), _) => Some(String::from_utf8(b).map_err(|_| CodecError::Hostname)?),
+    };
+    let client_id = r.field(version)?;
+    let machine_id = r.field(version)?;
+    if !r.0.is_empty() {
+        return Err(CodecError::Trailing(r.0.len()));
+    }
     Ok(Lease {
         ip: Ipv4Addr::from(ip),
         mac,
@@ -128,8 +165,8 @@ pub fn decode_lease(key: &[u8], value: &[u8]) -> Result<Lease, CodecError> {
         starts,
         expires,
         hostname,
-        client_id: r.field()?,
-        machine_id: r.field()?,
+        client_id,
+        machine_id,
         arch: (arch != NO_ARCH).then_some(arch),
     })
 }
@@ -137,6 +174,7 @@ pub fn decode_lease(key: &[u8], value: &[u8]) -> Result<Lease, CodecError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn sample() -> Lease {
         Lease {
@@ -176,6 +214,119 @@ mod tests {
             decode_lease(&l.ip.octets(), &v),
             Err(CodecError::Version(9))
         );
+        let mut long = bytes.clone();
+        long.push(0);
+        assert_eq!(
+            decode_lease(&l.ip.octets(), &long),
+            Err(CodecError::Trailing(1))
+        );
         assert_eq!(decode_lease(&[1, 2, 3], &bytes), Err(CodecError::Key));
+    }
+
+    /// A v1 record as the first format wrote it, with a host name cut inside a
+    /// two-byte character (the poisoned record of CVE-2019-6474's class).
+    fn v1_record(hostname: &[u8]) -> Vec<u8> {
+        let mut v = vec![V1, 1, 0x52, 0x54, 0, 1, 2, 3];
+        v.extend_from_slice(&1_700_000_000u64.to_be_bytes());
+        v.extend_from_slice(&1_700_003_600u64.to_be_bytes());
+        v.extend_from_slice(&7u16.to_be_bytes());
+        v.push(hostname.len() as u8);
+        v.extend_from_slice(hostname);
+        v.push(V1_ABSENT);
+        v.push(V1_ABSENT);
+        v
+    }
+
+    #[test]
+    fn v1_records_read_with_their_host_name_in_the_kept_form() {
+        let mut name = "a".repeat(253).into_bytes();
+        name.push(0xc3); // the first byte of "é", the second one cut off
+        let l = decode_lease(&[192, 0, 2, 10], &v1_record(&name)).unwrap();
+        let h = l.hostname.unwrap();
+        assert!(
+            h.starts_with(&"a".repeat(253)) && crate::store::text::is_shown(&h),
+            "{h}"
+        );
+        // Written again, it is a v2 record that reads back exactly.
+        let again = encode_lease(&decode_lease(&[192, 0, 2, 10], &v1_record(b"node\\n")).unwrap());
+        assert_eq!(again[0], LEASE_FORMAT_VERSION);
+        assert_eq!(
+            decode_lease(&[192, 0, 2, 10], &again)
+                .unwrap()
+                .hostname
+                .as_deref(),
+            Some("node\\x5cn")
+        );
+    }
+
+    fn any_field() -> impl Strategy<Value = Option<Vec<u8>>> {
+        // Every length a single option can carry (0-255), and the longer values RFC 3396
+        // concatenation builds from several options of the same code.
+        prop_oneof![
+            Just(None),
+            proptest::collection::vec(any::<u8>(), 0..=255).prop_map(Some),
+            proptest::collection::vec(any::<u8>(), 256..=1500).prop_map(Some),
+        ]
+    }
+
+    fn any_lease() -> impl Strategy<Value = Lease> {
+        (
+            any::<[u8; 4]>(),
+            any::<[u8; 6]>(),
+            0u8..4,
+            any::<(u64, u64)>(),
+            proptest::option::of(any::<String>()),
+            any_field(),
+            any_field(),
+            proptest::option::of(0u16..0xffff),
+        )
+            .prop_map(
+                |(ip, mac, state, (starts, expires), hostname, client_id, machine_id, arch)| {
+                    Lease {
+                        ip: Ipv4Addr::from(ip),
+                        mac: MacAddr(mac),
+                        state: [
+                            LeaseState::Offered,
+                            LeaseState::Bound,
+                            LeaseState::Released,
+                            LeaseState::Declined,
+                        ][usize::from(state)],
+                        starts,
+                        expires,
+                        hostname,
+                        client_id,
+                        machine_id,
+                        arch,
+                    }
+                },
+            )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// Whatever a client sent reads back exactly as it was written.
+        #[test]
+        fn every_record_round_trips(l in any_lease()) {
+            let bytes = encode_lease(&l);
+            prop_assert_eq!(decode_lease(&l.ip.octets(), &bytes), Ok(l));
+        }
+
+        /// Host names of every length 0-255 octets, of any characters, round-trip.
+        #[test]
+        fn host_names_of_every_length_round_trip(len in 0usize..=255, c in any::<char>()) {
+            let mut name: String = std::iter::repeat_n(c, len).collect();
+            while name.len() > 255 {
+                name.pop();
+            }
+            let l = Lease { hostname: Some(name), ..sample() };
+            prop_assert_eq!(decode_lease(&l.ip.octets(), &encode_lease(&l)), Ok(l));
+        }
+
+        /// Garbage never panics the decoder.
+        #[test]
+        fn damage_is_an_error_not_a_panic(v in proptest::collection::vec(any::<u8>(), 0..600)) {
+            let _ = decode_lease(&[192, 0, 2, 1], &v);
+        }
     }
 }

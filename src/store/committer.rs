@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use tracing::error;
 
 use super::{Change, Store, StoreError};
-use crate::metrics::{header, Counter, Histogram};
+use crate::metrics::{header, Counter, Gauge, Histogram};
 
 /// Most queued jobs folded into one flush.
 const MAX_BATCH: usize = 16_384;
@@ -42,7 +42,7 @@ pub enum CommitFailed {
 
 /// Counters of the commit path.
 #[derive(Debug, Default)]
-pub struct CommitMetrics {
+pub struct StoreMetrics {
     /// Commits (each one flush).
     pub commits: Counter,
     /// Changes made durable.
@@ -51,9 +51,11 @@ pub struct CommitMetrics {
     pub commit_errors: Counter,
     /// Time from queuing a change to its flush completing.
     pub commit_latency: Histogram,
+    /// Lease records that did not decode and were set aside.
+    pub set_aside: Gauge,
 }
 
-impl CommitMetrics {
+impl StoreMetrics {
     /// Writes the Prometheus exposition.
     pub fn render_prometheus(&self, out: &mut String) {
         for (name, help, c) in [
@@ -81,6 +83,16 @@ impl CommitMetrics {
             "shardboot_lease_commit_seconds",
             "Time from a lease change to its durable flush",
         );
+        header(
+            out,
+            "shardboot_store_set_aside_records",
+            "gauge",
+            "Lease records that did not decode, set aside at start",
+        );
+        out.push_str(&format!(
+            "shardboot_store_set_aside_records {}\n",
+            self.set_aside.get()
+        ));
     }
 }
 
@@ -93,7 +105,7 @@ pub struct Committer {
 
 impl Committer {
     /// Starts the committer thread over `store`.
-    pub fn start(store: Arc<dyn Store>, metrics: Arc<CommitMetrics>) -> std::io::Result<Self> {
+    pub fn start(store: Arc<dyn Store>, metrics: Arc<StoreMetrics>) -> std::io::Result<Self> {
         let (jobs, queue) = mpsc::channel();
         std::thread::Builder::new()
             .name("store-commit".into())
@@ -138,7 +150,7 @@ impl Committer {
     }
 }
 
-fn commit_loop(store: &dyn Store, queue: &mpsc::Receiver<Job>, metrics: &CommitMetrics) {
+fn commit_loop(store: &dyn Store, queue: &mpsc::Receiver<Job>, metrics: &StoreMetrics) {
     let mut under_load = false;
     while let Ok(first) = queue.recv() {
         let mut jobs = vec![first];

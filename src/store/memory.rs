@@ -48,6 +48,7 @@ impl Store for MemoryStore {
                 .map(|(m, p)| (MacAddr(*m), *p))
                 .collect(),
             membership: r.membership.clone(),
+            set_aside: Vec::new(),
         })
     }
 

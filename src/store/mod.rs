@@ -11,6 +11,7 @@ mod memory;
 mod query;
 mod records;
 mod sled_store;
+pub mod text;
 mod view;
 
 use std::net::Ipv4Addr;
@@ -20,7 +21,7 @@ use std::sync::Arc;
 use crate::mac::MacAddr;
 
 pub use codec::{decode_lease, encode_lease, CodecError, LEASE_FORMAT_VERSION};
-pub use committer::{CommitFailed, CommitMetrics, Committer};
+pub use committer::{CommitFailed, Committer, StoreMetrics};
 pub use lease::{Lease, LeaseEffect, LeaseState};
 pub use memory::MemoryStore;
 pub use query::LeaseQuery;
@@ -52,6 +53,28 @@ pub struct Snapshot {
     pub host_policies: Vec<(MacAddr, HostPolicy)>,
     /// The membership record, if one was written.
     pub membership: Option<Membership>,
+    /// Lease records that did not decode and were set aside.
+    pub set_aside: Vec<SetAside>,
+}
+
+/// A lease record that did not decode, kept aside for the operator. Its address (the
+/// key) is held back from new clients for a longest lease, since its holder and expiry
+/// cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetAside {
+    /// The record's key: the address's 4 octets, unless the key itself is damaged.
+    pub key: Vec<u8>,
+    /// Unix seconds when it was set aside.
+    pub since: u64,
+}
+
+impl SetAside {
+    /// The address the record was about, when its key is one.
+    pub fn address(&self) -> Option<Ipv4Addr> {
+        <[u8; 4]>::try_from(self.key.as_slice())
+            .ok()
+            .map(Ipv4Addr::from)
+    }
 }
 
 /// Errors from a store.
@@ -79,6 +102,12 @@ pub enum StoreError {
         /// Version this build writes.
         supported: u8,
     },
+    /// Another process holds the store (a running `shardboot serve`).
+    #[error("{} is in use by another process (is `shardboot serve` running on this state_dir?)", .0.display())]
+    InUse(PathBuf),
+    /// The flush could not be made durable (fsync failed).
+    #[error("lease store fsync: {0}")]
+    Sync(std::io::Error),
     /// The state directory cannot be created.
     #[error("state_dir {}: {source}", path.display())]
     StateDir {

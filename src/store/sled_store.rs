@@ -11,7 +11,7 @@ use std::sync::Mutex;
 
 use super::{
     decode_lease, encode_lease, Change, HostPolicy, Lease, LeaseEffect, LeaseQuery, Membership,
-    Reservation, Snapshot, Store, StoreError, LEASE_FORMAT_VERSION,
+    Reservation, SetAside, Snapshot, Store, StoreError, LEASE_FORMAT_VERSION,
 };
 use crate::mac::MacAddr;
 
@@ -21,6 +21,9 @@ const FORMAT_KEY: &str = "format_version";
 const MEMBERSHIP_KEY: &str = "membership";
 const RESERVATIONS_TREE: &str = "reservations";
 const HOST_POLICY_TREE: &str = "host_policy";
+/// Lease records that did not decode, moved out of the way at start: key → the Unix
+/// time they were set aside (u64 BE) and the record as it was.
+const SET_ASIDE_TREE: &str = "set_aside";
 
 /// A [`Store`] in a sled database directory.
 pub struct SledStore {
@@ -29,8 +32,40 @@ pub struct SledStore {
     meta: sled::Tree,
     reservations: sled::Tree,
     host_policies: sled::Tree,
+    set_aside: sled::Tree,
     /// Which addresses each MAC has records on, so lookups by MAC read only those.
     by_mac: Mutex<MacIndex>,
+    /// sled's log file and the store directory, for the fsync after each flush.
+    durable: Durable,
+}
+
+/// What makes a sled flush durable. sled 0.34's `flush` ends in `sync_file_range`,
+/// which writes the pages but neither the file's metadata (its grown size) nor a cache
+/// flush to the drive (sync_file_range(2): "This system call is extremely dangerous and
+/// should not be used in portable programs"). An `fdatasync` of the log (which sled
+/// writes in place, one inode for the life of the store) and an `fsync` of the
+/// directory (for the files sled creates and renames: `conf`, snapshots) after every
+/// flush make a returned commit survive a power cut.
+#[derive(Debug)]
+struct Durable {
+    log: std::fs::File,
+    dir: std::fs::File,
+}
+
+impl Durable {
+    fn open(dir: &Path) -> std::io::Result<Self> {
+        let d = Self {
+            log: std::fs::File::open(dir.join("db"))?,
+            dir: std::fs::File::open(dir)?,
+        };
+        d.sync()?;
+        Ok(d)
+    }
+
+    fn sync(&self) -> std::io::Result<()> {
+        self.log.sync_data()?;
+        self.dir.sync_all()
+    }
 }
 
 impl std::fmt::Debug for SledStore {
@@ -45,7 +80,17 @@ impl SledStore {
     /// Opens (or creates) the store in `dir`.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
         // Our own commits flush explicitly; the background flusher only adds I/O.
-        let db = sled::Config::new().path(dir).flush_every_ms(None).open()?;
+        let db = sled::Config::new()
+            .path(dir)
+            .flush_every_ms(None)
+            .open()
+            .map_err(|e| match e {
+                // sled's exclusive lock on its log is taken: another process has it.
+                sled::Error::Io(io) if io.to_string().contains("could not acquire lock") => {
+                    StoreError::InUse(dir.to_path_buf())
+                }
+                other => StoreError::Db(other),
+            })?;
         let meta = db.open_tree(META_TREE)?;
         match meta.get(FORMAT_KEY)? {
             Some(v) if v.first().copied().unwrap_or(0) > LEASE_FORMAT_VERSION => {
@@ -54,21 +99,46 @@ impl SledStore {
                     supported: LEASE_FORMAT_VERSION,
                 })
             }
-            Some(_) => {}
-            None => {
+            Some(v) if v.first() == Some(&LEASE_FORMAT_VERSION) => {}
+            // An older format is read as it is; this build's records go in beside its
+            // records, and an older build is told to stand back.
+            found => {
+                if let Some(v) = found {
+                    tracing::info!(found = v.first().copied().unwrap_or(0), writes = LEASE_FORMAT_VERSION, "lease store of an older format: its records are read as they are, new ones written in this format");
+                }
                 meta.insert(FORMAT_KEY, &[LEASE_FORMAT_VERSION])?;
                 db.flush()?;
             }
         }
+        let durable = Durable::open(dir).map_err(StoreError::Sync)?;
         let leases = db.open_tree(LEASES_TREE)?;
+        let set_aside = db.open_tree(SET_ASIDE_TREE)?;
         let mut index = MacIndex::default();
+        let mut moved = 0;
         for kv in leases.iter() {
             let (k, v) = kv?;
-            if let Ok(lease) = decode_lease(&k, &v) {
-                index.put(lease.ip, lease.mac);
+            match decode_lease(&k, &v) {
+                Ok(lease) => index.put(lease.ip, lease.mac),
+                Err(e) => {
+                    // One record a client could have poisoned must not stop every start:
+                    // keep it for the operator, out of the way of everything else.
+                    let since = unix_now();
+                    let mut kept = since.to_be_bytes().to_vec();
+                    kept.extend_from_slice(&v);
+                    set_aside.insert(&k, kept)?;
+                    leases.remove(&k)?;
+                    moved += 1;
+                    tracing::warn!(key = %hex(&k), error = %e, "lease record set aside: it does not decode; its address is held back");
+                }
             }
         }
+        if moved > 0 {
+            db.flush()?;
+            durable.sync().map_err(StoreError::Sync)?;
+        }
         Ok(Self {
+            durable,
+            set_aside,
             reservations: db.open_tree(RESERVATIONS_TREE)?,
             host_policies: db.open_tree(HOST_POLICY_TREE)?,
             by_mac: Mutex::new(index),
@@ -114,6 +184,16 @@ impl SledStore {
     }
 }
 
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 fn json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, StoreError> {
     serde_json::to_vec(value).map_err(|e| StoreError::Meta(e.to_string()))
 }
@@ -128,11 +208,26 @@ impl Store for SledStore {
                 Self::decode(&k, &v)
             })
             .collect::<Result<_, _>>()?;
+        let set_aside = self
+            .set_aside
+            .iter()
+            .map(|kv| {
+                let (k, v) = kv?;
+                let since = v
+                    .get(..8)
+                    .map_or(0, |b| u64::from_be_bytes(b.try_into().expect("8 bytes")));
+                Ok(SetAside {
+                    key: k.to_vec(),
+                    since,
+                })
+            })
+            .collect::<Result<_, StoreError>>()?;
         Ok(Snapshot {
             leases,
             reservations: self.reservations()?,
             host_policies: self.host_policies()?,
             membership: self.membership()?,
+            set_aside,
         })
     }
 
@@ -194,6 +289,7 @@ impl Store for SledStore {
             self.meta.apply_batch(meta)?;
         }
         self.db.flush()?;
+        self.durable.sync().map_err(StoreError::Sync)?;
         Ok(())
     }
 

@@ -185,8 +185,9 @@ pub(super) fn new_lease(
         state,
         starts: now,
         expires: now + u64::from(secs),
+        // Kept the way every reader shows it (see `store::text`).
         hostname: match opts.get(OptionCode::Hostname) {
-            Some(DhcpOption::Hostname(h)) => Some(h.clone()),
+            Some(DhcpOption::Hostname(h)) => Some(crate::store::text::shown(h)),
             _ => None,
         },
         client_id: match opts.get(OptionCode::ClientIdentifier) {

@@ -14,10 +14,13 @@ use crate::dhcp::engine::Engine;
 use crate::dhcp::host_policy::HostPolicies;
 use crate::dhcp::metrics::DhcpMetrics;
 use crate::dhcp::responsibility::Responder;
+use crate::mac::MacAddr;
 use crate::owner::health::{check_member_lists, MemberListMismatch};
 use crate::owner::membership::{settle, transition_span};
 use crate::owner::{MemberList, Resolver};
-use crate::store::{Change, CommitFailed, Committer, Lease, Membership, Reservation};
+use crate::store::{
+    Change, CommitFailed, Committer, Lease, LeaseState, Membership, Reservation, SetAside,
+};
 
 /// Why the DHCP server cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +45,8 @@ pub struct Stored {
     pub reservations: Vec<Reservation>,
     /// The member list this store last served with.
     pub membership: Option<Membership>,
+    /// Lease records that did not decode: their addresses are held back.
+    pub set_aside: Vec<SetAside>,
 }
 
 /// Everything [`prepare`] wires together.
@@ -83,20 +88,36 @@ pub async fn prepare(config: &Config, parts: Parts) -> Result<Server, StartError
     }
     info!(leases = stored.leases.len(), state_dir = %config.state_dir.display(), "lease store open");
     let now = unix_now();
-    let mut engine = Engine::new(config, stored.leases, now);
+    // An address whose record could not be read may still be in use by a client we
+    // cannot name: held back like a declined address, for a longest lease.
+    let span = transition_span(config);
+    let mut leases = stored.leases;
+    for (ip, since) in stored
+        .set_aside
+        .iter()
+        .filter_map(|r| Some((r.address()?, r.since)))
+    {
+        warn!(%ip, until = since + span, "address held back: its lease record was set aside");
+        leases.push(Lease {
+            ip,
+            mac: MacAddr([0; 6]),
+            state: LeaseState::Declined,
+            starts: since,
+            expires: since + span,
+            hostname: None,
+            client_id: None,
+            machine_id: None,
+            arch: None,
+        });
+    }
+    let mut engine = Engine::new(config, leases, now);
     for r in &stored.reservations {
         if let Err(e) = engine.reserve(r, now) {
             warn!(mac = %r.mac, ip = %r.ip, error = %e, "stored reservation not applied");
         }
     }
     let members = MemberList::of(&config.members);
-    let settled = settle(
-        stored.membership,
-        &members,
-        transition_span(config),
-        peer_transition,
-        now,
-    );
+    let settled = settle(stored.membership, &members, span, peer_transition, now);
     if let Some(record) = settled.record {
         committer.commit_blocking(vec![Change::Membership(record)])?;
     }
