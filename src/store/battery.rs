@@ -242,7 +242,10 @@ fn a_store_held_by_another_opener_is_refused_with_a_message_that_says_so() {
     let _held = super::SledStore::open(dir.path()).unwrap();
     let err = super::SledStore::open(dir.path()).unwrap_err();
     assert!(matches!(err, super::StoreError::InUse(_)), "{err}");
-    assert!(err.to_string().contains("in use by another process"), "{err}");
+    assert!(
+        err.to_string().contains("in use by another process"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -250,7 +253,9 @@ fn a_record_that_does_not_decode_is_set_aside_and_the_rest_loads() {
     let dir = tempfile::tempdir().unwrap();
     {
         let store = super::SledStore::open(dir.path()).unwrap();
-        store.commit(&[put(&lease(1, 1)), put(&lease(3, 3))]).unwrap();
+        store
+            .commit(&[put(&lease(1, 1)), put(&lease(3, 3))])
+            .unwrap();
     }
     {
         // Damage one record behind the store's back, as a bug or a bad disk would.
