@@ -144,11 +144,30 @@ pub fn path_in(state_dir: &Path) -> PathBuf {
 
 /// Opens (or creates) the store under `state_dir`, creating the directory if needed.
 pub fn open(state_dir: &Path) -> Result<Arc<dyn Store>, StoreError> {
-    std::fs::create_dir_all(state_dir).map_err(|source| StoreError::StateDir {
+    let dir_err = |source| StoreError::StateDir {
         path: state_dir.to_path_buf(),
         source,
-    })?;
-    Ok(Arc::new(SledStore::open(&path_in(state_dir))?))
+    };
+    // The directories created here, deepest last: their names are durable only once
+    // their parents are fsynced (a power cut could otherwise take the whole store).
+    let created: Vec<&Path> = state_dir
+        .ancestors()
+        .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
+        .collect();
+    std::fs::create_dir_all(state_dir).map_err(dir_err)?;
+    let store = SledStore::open(&path_in(state_dir))?;
+    sync_dir(state_dir).map_err(dir_err)?;
+    for dir in created {
+        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            sync_dir(parent).map_err(dir_err)?;
+        }
+    }
+    Ok(Arc::new(store))
+}
+
+/// fsync of a directory: makes the entries in it durable.
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
 }
 
 #[cfg(test)]

@@ -54,6 +54,8 @@ struct Durable {
 
 impl Durable {
     fn open(dir: &Path) -> std::io::Result<Self> {
+        // sled writes its `conf` once, at creation, and never syncs it.
+        std::fs::File::open(dir.join("conf"))?.sync_all()?;
         let d = Self {
             log: std::fs::File::open(dir.join("db"))?,
             dir: std::fs::File::open(dir)?,

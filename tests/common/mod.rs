@@ -6,9 +6,11 @@
 
 pub(crate) mod api_lab;
 pub(crate) mod members;
+pub(crate) mod powercut;
 pub(crate) mod qemu;
 pub(crate) mod relay_client;
 pub(crate) mod segment;
+pub(crate) mod storm;
 
 use std::fs::File;
 use std::os::fd::AsFd;
@@ -179,12 +181,17 @@ impl Server {
     /// Writes `config` into `dir` and starts `shardboot serve` in `ns`; waits until the
     /// DHCP socket is bound.
     pub(crate) fn start(ns: &Netns, dir: &Path, config: &str) -> Self {
+        Self::start_with_state(ns, dir, config, &dir.join("state"))
+    }
+
+    /// Like [`Server::start`], with the store in `state_dir` (another file system).
+    pub(crate) fn start_with_state(ns: &Netns, dir: &Path, config: &str, state_dir: &Path) -> Self {
         let path = dir.join("shardboot.toml");
         std::fs::write(&path, config).unwrap();
         let mut s = Self {
             child: None,
             log: dir.join("shardboot.log"),
-            state_dir: dir.join("state"),
+            state_dir: state_dir.to_path_buf(),
             config: path,
             ns: ns.name.clone(),
         };
