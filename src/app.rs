@@ -153,6 +153,7 @@ pub async fn run(
         let parts = dhcp::Parts {
             stored,
             committer,
+            store: handles.store.clone(),
             policies,
             resolver,
             metrics: handles.dhcp.clone(),

@@ -8,6 +8,17 @@ use std::os::fd::AsRawFd;
 /// capped there. Best effort: a smaller buffer only means more kernel drops, which the
 /// clients' retransmissions cover.
 pub fn enlarge_recv_buffer(socket: &impl AsRawFd, bytes: usize) {
+    enlarge(socket, bytes, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF);
+}
+
+/// Asks for a send buffer of `bytes`, the same way: the DHCP committer sends a whole
+/// group commit's ACKs at once and never waits for room (a full buffer drops, and the
+/// client retransmits its REQUEST).
+pub fn enlarge_send_buffer(socket: &impl AsRawFd, bytes: usize) {
+    enlarge(socket, bytes, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF);
+}
+
+fn enlarge(socket: &impl AsRawFd, bytes: usize, forced: libc::c_int, capped: libc::c_int) {
     let size = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
     let set = |opt| {
         // SAFETY: a valid fd and a pointer to a c_int of the stated length.
@@ -21,8 +32,8 @@ pub fn enlarge_recv_buffer(socket: &impl AsRawFd, bytes: usize) {
             )
         }
     };
-    if set(libc::SO_RCVBUFFORCE) != 0 {
-        set(libc::SO_RCVBUF);
+    if set(forced) != 0 {
+        set(capped);
     }
 }
 
@@ -34,6 +45,10 @@ mod tests {
         let before = socket2::SockRef::from(&s).recv_buffer_size().unwrap();
         super::enlarge_recv_buffer(&s, 4 << 20);
         let after = socket2::SockRef::from(&s).recv_buffer_size().unwrap();
+        assert!(after >= before, "{before} -> {after}");
+        let before = socket2::SockRef::from(&s).send_buffer_size().unwrap();
+        super::enlarge_send_buffer(&s, 4 << 20);
+        let after = socket2::SockRef::from(&s).send_buffer_size().unwrap();
         assert!(after >= before, "{before} -> {after}");
     }
 }

@@ -40,6 +40,8 @@ pub struct DhcpMetrics {
     pub send_errors: Counter,
     /// Datagrams dropped because the engine queue was full.
     pub queue_full: Counter,
+    /// DISCOVERs left unanswered while the lease store fails writes.
+    pub store_failing: Counter,
     /// Lease records held in memory.
     pub leases: Gauge,
     /// 1 while the DHCP sockets are bound and served.
@@ -65,6 +67,7 @@ impl Default for DhcpMetrics {
             sent: Counter::default(),
             send_errors: Counter::default(),
             queue_full: Counter::default(),
+            store_failing: Counter::default(),
             leases: Gauge::default(),
             listening: Gauge::default(),
             transition_until: Gauge::default(),
@@ -166,6 +169,11 @@ impl DhcpMetrics {
                 "shardboot_dhcp_queue_full_total",
                 "Datagrams dropped on a full engine queue",
                 &self.queue_full,
+            ),
+            (
+                "shardboot_dhcp_store_failing_unanswered_total",
+                "DISCOVERs left unanswered while the lease store fails writes",
+                &self.store_failing,
             ),
         ] {
             header(out, name, "counter", help);

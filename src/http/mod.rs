@@ -299,11 +299,16 @@ async fn openapi() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
 }
 
-/// Ready to serve: the store is open (it is, or `serve` would have stopped) and, when
-/// DHCP is enabled, its sockets are bound.
+/// Ready to serve: when DHCP is enabled its sockets are bound, and the store takes
+/// writes (after a failed commit, not ready, with the reason, until it does again).
 async fn readyz(State(s): State<Arc<HttpState>>) -> Response {
     if s.config.dhcp.enabled && s.handles.dhcp.listening.get() == 0 {
         return (StatusCode::SERVICE_UNAVAILABLE, "DHCP not listening\n").into_response();
+    }
+    if let Some(why) = s.handles.store.status.reason() {
+        // The reason is the store's own error text (paths, OS errors), not request data.
+        let body = format!("lease store fails writes: {}\n", why.escape_default());
+        return (StatusCode::SERVICE_UNAVAILABLE, body).into_response();
     }
     "ready\n".into_response()
 }

@@ -299,3 +299,86 @@ fn a_first_format_store_opens_and_is_marked_for_this_format() {
     let v = db.open_tree("meta").unwrap().get("format_version").unwrap();
     assert_eq!(v.as_deref(), Some(&[super::LEASE_FORMAT_VERSION][..]));
 }
+
+/// A store whose writes fail while `failing` is set, and whose commits wait while
+/// `gate` is held: the faults a disk gives the committer.
+#[derive(Debug, Default)]
+struct FaultyStore {
+    inner: crate::store::MemoryStore,
+    failing: std::sync::atomic::AtomicBool,
+    gate: std::sync::Mutex<()>,
+}
+
+impl Store for FaultyStore {
+    fn load(&self) -> Result<super::Snapshot, super::StoreError> {
+        self.inner.load()
+    }
+    fn commit(&self, changes: &[Change]) -> Result<(), super::StoreError> {
+        let _wait = self.gate.lock().unwrap();
+        if self.failing.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(super::StoreError::Meta("no space left on device".into()));
+        }
+        self.inner.commit(changes)
+    }
+    fn lease(&self, ip: Ipv4Addr) -> Result<Option<Lease>, super::StoreError> {
+        self.inner.lease(ip)
+    }
+    fn lease_of(&self, mac: MacAddr) -> Result<Option<Lease>, super::StoreError> {
+        self.inner.lease_of(mac)
+    }
+    fn leases(&self, q: &LeaseQuery, limit: usize) -> Result<Vec<Lease>, super::StoreError> {
+        self.inner.leases(q, limit)
+    }
+    fn reservations(&self) -> Result<Vec<Reservation>, super::StoreError> {
+        self.inner.reservations()
+    }
+    fn probe(&self) -> Result<(), super::StoreError> {
+        self.commit(&[])
+    }
+}
+
+#[test]
+fn a_failing_store_is_reported_and_recovers_by_itself() {
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::sync::Arc;
+    let store = Arc::new(FaultyStore::default());
+    let metrics = Arc::new(super::StoreMetrics::default());
+    let committer = super::Committer::start(store.clone(), metrics.clone()).unwrap();
+    store.failing.store(true, Relaxed);
+    let err = committer
+        .commit_blocking(vec![put(&lease(1, 1))])
+        .unwrap_err();
+    assert!(err.to_string().contains("no space left"), "{err}");
+    assert!(metrics.status.is_failing());
+    assert!(metrics.status.reason().unwrap().contains("no space left"));
+    assert_eq!(store.lease(lease(1, 1).ip).unwrap(), None);
+    // Space comes back; nothing else is asked, and the committer notices on its own.
+    store.failing.store(false, Relaxed);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while metrics.status.is_failing() {
+        assert!(std::time::Instant::now() < deadline, "never recovered");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    committer.commit_blocking(vec![put(&lease(1, 1))]).unwrap();
+    assert_eq!(metrics.commit_errors.get(), 1);
+}
+
+#[test]
+fn a_full_commit_queue_drops_and_counts_instead_of_growing() {
+    use std::sync::Arc;
+    let store = Arc::new(FaultyStore::default());
+    let metrics = Arc::new(super::StoreMetrics::default());
+    let committer = super::Committer::start(store.clone(), metrics.clone()).unwrap();
+    let stalled = store.gate.lock().unwrap();
+    let mut refused = 0;
+    for i in 0..40_000u32 {
+        let l = lease((i % 250) as u8 + 1, 1);
+        if committer.submit(vec![put(&l)], |_| {}) == Err(super::CommitFailed::QueueFull) {
+            refused += 1;
+        }
+    }
+    drop(stalled);
+    assert!(refused > 0 && refused < 40_000, "{refused}");
+    assert_eq!(metrics.queue_full.get(), refused);
+    committer.commit_blocking(Vec::new()).unwrap();
+}

@@ -13,6 +13,11 @@ use crate::metrics::{header, Counter, Gauge, Histogram};
 
 /// Most queued jobs folded into one flush.
 const MAX_BATCH: usize = 16_384;
+/// Most jobs waiting for the committer. A full queue drops the newest job, as a full
+/// socket buffer drops a datagram: its client retries, and memory stays bounded.
+const QUEUE_CAPACITY: usize = 16_384;
+/// How often a failing store is tried again while nothing else is queued.
+const RETRY_EVERY: Duration = Duration::from_secs(1);
 /// Under load (the previous flush covered more than one job), the committer waits this
 /// long for more changes before flushing: fewer, larger flushes cost far less CPU, and a
 /// few milliseconds on an ACK are invisible to DHCP clients. An idle store flushes at
@@ -38,6 +43,43 @@ pub enum CommitFailed {
     /// The committer thread is gone (shutting down).
     #[error("the lease store is closed")]
     Stopped,
+    /// The commit queue is full; nothing was queued.
+    #[error("the lease store is overloaded")]
+    QueueFull,
+}
+
+/// Whether the store takes writes, for readiness and for the DHCP server, which stops
+/// offering new addresses while it does not: an OFFER it could never ACK only delays the
+/// client (another server, or this one once the disk is back, can serve it).
+#[derive(Debug, Default)]
+pub struct StoreStatus {
+    failing: std::sync::atomic::AtomicBool,
+    reason: std::sync::Mutex<String>,
+}
+
+impl StoreStatus {
+    /// Whether the last commit failed (and no retry has succeeded since).
+    pub fn is_failing(&self) -> bool {
+        self.failing.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Why, while failing.
+    pub fn reason(&self) -> Option<String> {
+        self.is_failing().then(|| {
+            self.reason
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone()
+        })
+    }
+
+    fn set(&self, failure: Option<&StoreError>) {
+        if let Some(e) = failure {
+            *self.reason.lock().unwrap_or_else(|p| p.into_inner()) = e.to_string();
+        }
+        self.failing
+            .store(failure.is_some(), std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// Counters of the commit path.
@@ -53,6 +95,10 @@ pub struct StoreMetrics {
     pub commit_latency: Histogram,
     /// Lease records that did not decode and were set aside.
     pub set_aside: Gauge,
+    /// Jobs dropped on a full commit queue.
+    pub queue_full: Counter,
+    /// Whether the store takes writes.
+    pub status: StoreStatus,
 }
 
 impl StoreMetrics {
@@ -74,6 +120,11 @@ impl StoreMetrics {
                 "Failed lease store commits",
                 &self.commit_errors,
             ),
+            (
+                "shardboot_lease_commit_queue_full_total",
+                "Changes dropped on a full commit queue (their answers withheld)",
+                &self.queue_full,
+            ),
         ] {
             header(out, name, "counter", help);
             out.push_str(&format!("{name} {}\n", c.get()));
@@ -93,6 +144,16 @@ impl StoreMetrics {
             "shardboot_store_set_aside_records {}\n",
             self.set_aside.get()
         ));
+        header(
+            out,
+            "shardboot_store_failing",
+            "gauge",
+            "1 while the lease store fails writes (no new addresses are offered)",
+        );
+        out.push_str(&format!(
+            "shardboot_store_failing {}\n",
+            u8::from(self.status.is_failing())
+        ));
     }
 }
 
@@ -100,17 +161,40 @@ impl StoreMetrics {
 /// which ends once every sender is dropped, after finishing what was queued.
 #[derive(Clone, Debug)]
 pub struct Committer {
-    jobs: mpsc::Sender<Job>,
+    jobs: mpsc::SyncSender<Job>,
+    metrics: Arc<StoreMetrics>,
 }
 
 impl Committer {
     /// Starts the committer thread over `store`.
     pub fn start(store: Arc<dyn Store>, metrics: Arc<StoreMetrics>) -> std::io::Result<Self> {
-        let (jobs, queue) = mpsc::channel();
+        let (jobs, queue) = mpsc::sync_channel(QUEUE_CAPACITY);
+        let m = metrics.clone();
         std::thread::Builder::new()
             .name("store-commit".into())
-            .spawn(move || commit_loop(&*store, &queue, &metrics))?;
-        Ok(Self { jobs })
+            .spawn(move || {
+                let died = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    commit_loop(&*store, &queue, &m)
+                }));
+                if died.is_err() {
+                    // Without the committer nothing is ever ACKed again: a process that
+                    // stops is restarted by its supervisor; one that lingers is not.
+                    error!("the lease store committer died; stopping shardboot");
+                    std::process::exit(70);
+                }
+            })?;
+        Ok(Self { jobs, metrics })
+    }
+
+    fn job(
+        changes: Vec<Change>,
+        then: impl FnOnce(Result<(), &StoreError>) + Send + 'static,
+    ) -> Job {
+        Job {
+            changes,
+            queued: Instant::now(),
+            then: Box::new(then),
+        }
     }
 
     /// Queues `changes`; `then` runs once they are durable or have failed. Without
@@ -120,12 +204,14 @@ impl Committer {
         changes: Vec<Change>,
         then: impl FnOnce(Result<(), &StoreError>) + Send + 'static,
     ) -> Result<(), CommitFailed> {
-        let job = Job {
-            changes,
-            queued: Instant::now(),
-            then: Box::new(then),
-        };
-        self.jobs.send(job).map_err(|_| CommitFailed::Stopped)
+        match self.jobs.try_send(Self::job(changes, then)) {
+            Ok(()) => Ok(()),
+            Err(mpsc::TrySendError::Full(_)) => {
+                self.metrics.queue_full.inc();
+                Err(CommitFailed::QueueFull)
+            }
+            Err(mpsc::TrySendError::Disconnected(_)) => Err(CommitFailed::Stopped),
+        }
     }
 
     /// Makes `changes` durable and waits for it, blocking this thread (start-up, and the
@@ -133,9 +219,12 @@ impl Committer {
     /// queued before.
     pub fn commit_blocking(&self, changes: Vec<Change>) -> Result<(), CommitFailed> {
         let (tx, rx) = mpsc::sync_channel(1);
-        self.submit(changes, move |r| {
-            let _ = tx.send(r.map_err(|e| CommitFailed::Store(e.to_string())));
-        })?;
+        // Waits for room in a full queue: this caller waits for the flush anyway.
+        self.jobs
+            .send(Self::job(changes, move |r| {
+                let _ = tx.send(r.map_err(|e| CommitFailed::Store(e.to_string())));
+            }))
+            .map_err(|_| CommitFailed::Stopped)?;
         rx.recv().unwrap_or(Err(CommitFailed::Stopped))
     }
 
@@ -152,7 +241,24 @@ impl Committer {
 
 fn commit_loop(store: &dyn Store, queue: &mpsc::Receiver<Job>, metrics: &StoreMetrics) {
     let mut under_load = false;
-    while let Ok(first) = queue.recv() {
+    loop {
+        let first = if metrics.status.is_failing() {
+            // A failing store is tried again on its own, so that it recovers (and offers
+            // resume) even when no client asks anything.
+            match queue.recv_timeout(RETRY_EVERY) {
+                Ok(job) => job,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    retry(store, metrics);
+                    continue;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            }
+        } else {
+            match queue.recv() {
+                Ok(job) => job,
+                Err(_) => return,
+            }
+        };
         let mut jobs = vec![first];
         if under_load {
             // Sleep out the window rather than wait on the channel: a waiting receiver
@@ -167,6 +273,11 @@ fn commit_loop(store: &dyn Store, queue: &mpsc::Receiver<Job>, metrics: &StoreMe
             changes.extend(job.changes);
             waiting.push((job.queued, job.then));
         }
+        if metrics.status.is_failing() {
+            if let Err(e) = store.recover() {
+                tracing::debug!(error = %e, "lease store not back yet");
+            }
+        }
         let result = store.commit(&changes);
         match &result {
             Ok(()) => {
@@ -177,15 +288,37 @@ fn commit_loop(store: &dyn Store, queue: &mpsc::Receiver<Job>, metrics: &StoreMe
                         .commit_latency
                         .observe(queued.elapsed().as_secs_f64());
                 }
+                recovered(metrics);
             }
-            Err(e) => {
-                // Every answer is withheld: DHCP clients retry and the engine writes again.
-                metrics.commit_errors.inc();
-                error!(error = %e, changes = changes.len(), "lease commit failed; answers withheld");
-            }
+            Err(e) => failed(metrics, e, changes.len()),
         }
         for (_, then) in waiting {
             then(result.as_ref().map(|_| ()));
         }
     }
+}
+
+/// One attempt to bring a failing store back: reopen what a failure left broken, then
+/// a small durable write, which needs the disk to take data again.
+fn retry(store: &dyn Store, metrics: &StoreMetrics) {
+    match store.recover().and_then(|()| store.probe()) {
+        Ok(()) => recovered(metrics),
+        Err(e) => tracing::debug!(error = %e, "lease store not back yet"),
+    }
+}
+
+fn recovered(metrics: &StoreMetrics) {
+    if metrics.status.is_failing() {
+        metrics.status.set(None);
+        tracing::warn!("lease store writes again; offering addresses again");
+    }
+}
+
+fn failed(metrics: &StoreMetrics, e: &StoreError, changes: usize) {
+    // Every answer is withheld: DHCP clients retry and the engine writes again.
+    metrics.commit_errors.inc();
+    if !metrics.status.is_failing() {
+        error!(error = %e, changes, "lease commit failed; answers withheld and no new addresses offered until the store writes again");
+    }
+    metrics.status.set(Some(e));
 }

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use crate::mac::MacAddr;
 
 pub use codec::{decode_lease, encode_lease, CodecError, LEASE_FORMAT_VERSION};
-pub use committer::{CommitFailed, Committer, StoreMetrics};
+pub use committer::{CommitFailed, Committer, StoreMetrics, StoreStatus};
 pub use lease::{Lease, LeaseEffect, LeaseState};
 pub use memory::MemoryStore;
 pub use query::LeaseQuery;
@@ -105,6 +105,9 @@ pub enum StoreError {
     /// Another process holds the store (a running `shardboot serve`).
     #[error("{} is in use by another process (is `shardboot serve` running on this state_dir?)", .0.display())]
     InUse(PathBuf),
+    /// The store could not be reopened after a failure; it is tried again.
+    #[error("the lease store is closed after a failure and not yet reopened")]
+    Closed,
     /// The flush could not be made durable (fsync failed).
     #[error("lease store fsync: {0}")]
     Sync(std::io::Error),
@@ -135,6 +138,16 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
     fn leases(&self, query: &LeaseQuery, limit: usize) -> Result<Vec<Lease>, StoreError>;
     /// The run-time reservations, sorted by MAC.
     fn reservations(&self) -> Result<Vec<Reservation>, StoreError>;
+    /// A small durable write, to learn whether the store takes writes again after a
+    /// failure (a full disk, an I/O error).
+    fn probe(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+    /// Makes the store usable again after a failed write, if the failure left it
+    /// broken (reopening it); a store that is not broken does nothing.
+    fn recover(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 /// Where the store lives inside `state_dir`.

@@ -7,7 +7,8 @@
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use super::{
     decode_lease, encode_lease, Change, HostPolicy, Lease, LeaseEffect, LeaseQuery, Membership,
@@ -19,14 +20,18 @@ const LEASES_TREE: &str = "leases";
 const META_TREE: &str = "meta";
 const FORMAT_KEY: &str = "format_version";
 const MEMBERSHIP_KEY: &str = "membership";
+/// Written by [`Store::probe`]: a write that needs the disk to take data.
+const PROBE_KEY: &str = "probe";
 const RESERVATIONS_TREE: &str = "reservations";
 const HOST_POLICY_TREE: &str = "host_policy";
 /// Lease records that did not decode, moved out of the way at start: key → the Unix
 /// time they were set aside (u64 BE) and the record as it was.
 const SET_ASIDE_TREE: &str = "set_aside";
 
-/// A [`Store`] in a sled database directory.
-pub struct SledStore {
+/// The open database: its trees, the MAC index and the files to fsync. Replaced whole
+/// when a failed write left it broken (sled's errors are sticky).
+#[derive(Debug)]
+struct Trees {
     db: sled::Db,
     leases: sled::Tree,
     meta: sled::Tree,
@@ -70,17 +75,8 @@ impl Durable {
     }
 }
 
-impl std::fmt::Debug for SledStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SledStore")
-            .field("leases", &self.leases.len())
-            .finish_non_exhaustive()
-    }
-}
-
-impl SledStore {
-    /// Opens (or creates) the store in `dir`.
-    pub fn open(dir: &Path) -> Result<Self, StoreError> {
+impl Trees {
+    fn open(dir: &Path) -> Result<Self, StoreError> {
         // Our own commits flush explicitly; the background flusher only adds I/O.
         let db = sled::Config::new()
             .path(dir)
@@ -200,7 +196,102 @@ fn json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, StoreError> {
     serde_json::to_vec(value).map_err(|e| StoreError::Meta(e.to_string()))
 }
 
+/// A [`Store`] in a sled database directory.
+pub struct SledStore {
+    dir: std::path::PathBuf,
+    /// `None` after a failed reopen: every call fails until [`Store::recover`] works.
+    trees: std::sync::RwLock<Option<Arc<Trees>>>,
+    /// A write failed: the database is reopened before the next one.
+    broken: AtomicBool,
+}
+
+impl std::fmt::Debug for SledStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SledStore")
+            .field("dir", &self.dir)
+            .field("broken", &self.broken.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl SledStore {
+    /// Opens (or creates) the store in `dir`.
+    pub fn open(dir: &Path) -> Result<Self, StoreError> {
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            trees: std::sync::RwLock::new(Some(Arc::new(Trees::open(dir)?))),
+            broken: AtomicBool::new(false),
+        })
+    }
+
+    fn trees(&self) -> Result<Arc<Trees>, StoreError> {
+        self.trees
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .ok_or(StoreError::Closed)
+    }
+
+    /// Runs a write; a failure marks the database for reopening.
+    fn write(&self, w: impl FnOnce(&Trees) -> Result<(), StoreError>) -> Result<(), StoreError> {
+        let result = self.trees().and_then(|t| w(&t));
+        if result.is_err() {
+            self.broken.store(true, Ordering::Relaxed);
+        }
+        result
+    }
+}
+
 impl Store for SledStore {
+    fn load(&self) -> Result<Snapshot, StoreError> {
+        self.trees()?.load()
+    }
+
+    fn commit(&self, changes: &[Change]) -> Result<(), StoreError> {
+        self.write(|t| t.commit(changes))
+    }
+
+    fn lease(&self, ip: Ipv4Addr) -> Result<Option<Lease>, StoreError> {
+        self.trees()?.lease(ip)
+    }
+
+    fn lease_of(&self, mac: MacAddr) -> Result<Option<Lease>, StoreError> {
+        self.trees()?.lease_of(mac)
+    }
+
+    fn leases(&self, query: &LeaseQuery, limit: usize) -> Result<Vec<Lease>, StoreError> {
+        self.trees()?.leases(query, limit)
+    }
+
+    fn reservations(&self) -> Result<Vec<Reservation>, StoreError> {
+        self.trees()?.reservations()
+    }
+
+    fn probe(&self) -> Result<(), StoreError> {
+        self.write(|t| {
+            t.meta.insert(PROBE_KEY, &unix_now().to_be_bytes())?;
+            t.db.flush()?;
+            t.durable.sync().map_err(StoreError::Sync)
+        })
+    }
+
+    fn recover(&self) -> Result<(), StoreError> {
+        if !self.broken.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let mut slot = self.trees.write().unwrap_or_else(|p| p.into_inner());
+        // The old database must be gone (its lock released) before it opens again;
+        // what it held in memory but never made durable is dropped with it.
+        *slot = None;
+        let trees = Trees::open(&self.dir)?;
+        *slot = Some(Arc::new(trees));
+        self.broken.store(false, Ordering::Relaxed);
+        tracing::info!(dir = %self.dir.display(), "lease store reopened");
+        Ok(())
+    }
+}
+
+impl Store for Trees {
     fn load(&self) -> Result<Snapshot, StoreError> {
         let leases = self
             .leases

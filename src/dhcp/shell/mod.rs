@@ -15,7 +15,6 @@ mod start;
 
 use std::io::ErrorKind;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -31,7 +30,7 @@ use super::responsibility::Responder;
 use super::wire::{self, MAX_REQUEST_LEN};
 use crate::dhcp::engine::reply::Destination;
 use crate::mac::MacAddr;
-use crate::store::{Change, Committer};
+use crate::store::{Change, Committer, StoreMetrics, StoreStatus};
 pub use control::{ControlError, ControlReceiver, DhcpHandle};
 pub use start::{prepare, Parts, StartError, Stored};
 
@@ -56,6 +55,8 @@ pub struct Server {
     pub engine: Engine,
     /// Where lease changes are made durable.
     pub committer: Committer,
+    /// Whether the store takes writes (and its counters).
+    pub store: Arc<StoreMetrics>,
     /// Metrics to update.
     pub metrics: Arc<DhcpMetrics>,
     /// Server port; relays are answered on it and clients on `port + 1` (67 → 68).
@@ -128,6 +129,7 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
         listeners,
         mut engine,
         committer,
+        store,
         metrics,
         port,
         reclaim_interval,
@@ -151,6 +153,7 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
     }
 
     let mut ctx = LoopState {
+        store: &store.status,
         interfaces: &interfaces,
         metrics: &metrics,
         responder: responder.as_ref(),
@@ -260,7 +263,8 @@ fn submit(
     let metrics = metrics.clone();
     let _ = committer.submit(changes, move |r| {
         if let (Ok(()), Some((bytes, to)), Some(socket)) = (r, reply, socket) {
-            count_send(send_blocking(&socket, &bytes, to), to, &metrics);
+            // Never waits for room: the committer must not stall on one slow socket.
+            count_send(socket.send_to(&bytes, to), to, &metrics);
         }
     });
 }
@@ -286,6 +290,7 @@ enum Action {
 }
 
 struct LoopState<'a> {
+    store: &'a StoreStatus,
     interfaces: &'a [Interface],
     metrics: &'a DhcpMetrics,
     responder: Option<&'a Responder>,
@@ -325,6 +330,13 @@ impl LoopState<'_> {
         );
         let _entered = span.enter();
         use dhcproto::v4::MessageType as T;
+        if self.store.is_failing() && msg.opts().msg_type() == Some(T::Discover) {
+            // No OFFER that could never be ACKed: another server, or this one once the
+            // store writes again, serves the client.
+            self.metrics.store_failing.inc();
+            debug!("DISCOVER unanswered: the lease store fails writes");
+            return Action::Nothing;
+        }
         self.metrics.requests.inc(match msg.opts().msg_type() {
             Some(T::Discover) => "discover",
             Some(T::Request) => "request",
@@ -399,26 +411,6 @@ fn count_send(res: std::io::Result<usize>, to: SocketAddr, metrics: &DhcpMetrics
         Err(e) => {
             metrics.send_errors.inc();
             debug!(%to, error = %e, "send failed");
-        }
-    }
-}
-
-/// Sends on a non-blocking std socket, waiting (bounded) for buffer space.
-fn send_blocking(
-    socket: &std::net::UdpSocket,
-    bytes: &[u8],
-    to: SocketAddr,
-) -> std::io::Result<usize> {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    let mut tries = 0;
-    loop {
-        match socket.send_to(bytes, to) {
-            Err(e) if e.kind() == ErrorKind::WouldBlock && tries < 10 => {
-                tries += 1;
-                let mut fds = [PollFd::new(socket.as_fd(), PollFlags::POLLOUT)];
-                let _ = poll(&mut fds, PollTimeout::from(100u16));
-            }
-            other => return other,
         }
     }
 }

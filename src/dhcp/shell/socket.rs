@@ -127,6 +127,7 @@ pub fn bind(interface: &str, port: u16) -> Result<std::net::UdpSocket, SocketErr
     s.bind_device(Some(interface.as_bytes())).map_err(err)?;
     // Room for bursts: a boot storm sends thousands of DISCOVERs at once.
     crate::sockopt::enlarge_recv_buffer(&s, 4 << 20);
+    crate::sockopt::enlarge_send_buffer(&s, 4 << 20);
     let _ = s.set_send_buffer_size(4 << 20);
     s.set_nonblocking(true).map_err(err)?;
     s.bind(&SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port)).into())

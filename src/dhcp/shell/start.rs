@@ -20,6 +20,7 @@ use crate::owner::membership::{settle, transition_span};
 use crate::owner::{MemberList, Resolver};
 use crate::store::{
     Change, CommitFailed, Committer, Lease, LeaseState, Membership, Reservation, SetAside,
+    StoreMetrics,
 };
 
 /// Why the DHCP server cannot start.
@@ -56,6 +57,8 @@ pub struct Parts {
     pub stored: Stored,
     /// Where changes are made durable.
     pub committer: Committer,
+    /// The store's counters and whether it takes writes.
+    pub store: Arc<StoreMetrics>,
     /// Host policies, shared with the operator API and the hosts-directory watcher.
     pub policies: Arc<HostPolicies>,
     /// Owner lookups, for who answers.
@@ -72,6 +75,7 @@ pub async fn prepare(config: &Config, parts: Parts) -> Result<Server, StartError
     let Parts {
         stored,
         committer,
+        store,
         policies,
         resolver,
         metrics,
@@ -143,6 +147,7 @@ pub async fn prepare(config: &Config, parts: Parts) -> Result<Server, StartError
         listeners,
         engine,
         committer,
+        store,
         responder: Responder::new(config, resolver, metrics.clone()),
         metrics,
         port: config.dhcp.port,
