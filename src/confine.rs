@@ -34,6 +34,21 @@ pub enum BadName {
     TooDeep,
 }
 
+impl BadName {
+    /// A stable label for metrics.
+    pub fn label(self) -> &'static str {
+        match self {
+            BadName::Empty => "empty",
+            BadName::TooLong => "too_long",
+            BadName::ControlChar => "control_char",
+            BadName::BadChar => "bad_char",
+            BadName::DotDot => "dot_dot",
+            BadName::Hidden => "hidden",
+            BadName::TooDeep => "too_deep",
+        }
+    }
+}
+
 fn allowed_byte(b: u8) -> bool {
     // No URL decoding ever happens, and `%` is refused outright so an encoded `..`
     // cannot reach some later decoder. `:` is refused so `C:\...` is never special.

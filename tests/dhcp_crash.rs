@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use common::storm::{assert_store_holds, client_thread, Cmd, Report};
+use common::storm::{assert_all_rebind, assert_store_holds, client_thread, Cmd, Report};
 
 const CYCLES: usize = 4;
 
@@ -55,16 +55,7 @@ fn acked_leases_survive_sigkill_mid_storm() {
         assert_store_holds(&server, &all, &format!("after kill {cycle}"));
 
         server.restart();
-        cmd_tx.send(Cmd::Verify).unwrap();
-        let Report::Verify(failures) = rep_rx.recv().unwrap() else {
-            panic!()
-        };
-        assert!(
-            failures.is_empty(),
-            "cycle {cycle}: {} ACKed clients lost their address after restart, e.g. {:?}",
-            failures.len(),
-            &failures[..failures.len().min(5)]
-        );
+        assert_all_rebind(&cmd_tx, &rep_rx, &format!("cycle {cycle}, after restart"));
     }
     // One more storm after the last restart: new clients never get an ACKed address (the
     // client thread asserts that on every ACK).

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::relay_client::{mac, Answer, RelayClient};
 use common::storm::assert_store_holds;
-use common::{config, sh, Lab, Netns, Server};
+use common::{sh, Netns};
 
 /// A tmpfs mounted for the test, unmounted when dropped.
 struct Tmpfs(std::path::PathBuf);
@@ -53,25 +53,13 @@ fn fill(path: &Path) {
 }
 
 fn get(ns: &Netns, path: &str) -> (u16, String) {
-    let out = ns
-        .command("curl")
-        .args([
-            "-s",
-            "-m",
-            "5",
-            "--noproxy",
-            "*",
-            "-o",
-            "-",
-            "-w",
-            "\n%{http_code}",
-        ])
-        .arg(format!("http://198.18.0.1:8080{path}"))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-    (code.trim().parse().unwrap_or(0), body.to_string())
+    common::api_lab::curl(
+        ns,
+        "GET",
+        &format!("http://198.18.0.1:8080{path}"),
+        None,
+        None,
+    )
 }
 
 /// Obtains leases for `count` fresh MACs from `next` on; returns the ACKed ones and how
@@ -107,16 +95,9 @@ fn obtain(
 #[test]
 fn a_full_disk_stops_offers_loudly_and_the_server_recovers_when_space_is_back() {
     require_root!();
-    let lab = Lab::new(&["198.18.0.1/16"], &["198.18.0.2/16"]);
-    let dir = tempfile::tempdir().unwrap();
-    let disk = Tmpfs::mount(&dir.path().join("disk"), "6m");
-    let cfg = config(
-        &lab.server_if,
-        "198.18.0.0/16",
-        "198.18.1.0 - 198.18.255.254",
-        "",
-    );
-    let mut server = Server::start_with_state(&lab.server, dir.path(), &cfg, &disk.0.join("state"));
+    let scratch = tempfile::tempdir().unwrap();
+    let disk = Tmpfs::mount(&scratch.path().join("disk"), "6m");
+    let (lab, _dir, mut server) = common::relay_lab_storing_in(&disk.0.join("state"));
     assert_eq!(get(&lab.server, "/readyz").0, 200);
 
     // Made in the client namespace; its socket stays there whichever thread uses it.

@@ -14,8 +14,7 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use common::powercut::PowercutFs;
-use common::storm::{assert_store_holds, client_thread, Cmd, Report};
-use common::{config, Lab, Server};
+use common::storm::{assert_all_rebind, assert_store_holds, client_thread, Cmd, Report};
 
 const CUTS: u64 = 6;
 
@@ -23,15 +22,7 @@ const CUTS: u64 = 6;
 fn every_lease_acked_before_a_power_cut_is_there_after_it() {
     require_root!();
     let disk = PowercutFs::start(false);
-    let lab = Lab::new(&["198.18.0.1/16"], &["198.18.0.2/16"]);
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = config(
-        &lab.server_if,
-        "198.18.0.0/16",
-        "198.18.1.0 - 198.18.255.254",
-        "",
-    );
-    let mut server = Server::start_with_state(&lab.server, dir.path(), &cfg, &disk.path("state"));
+    let (lab, _dir, mut server) = common::relay_lab_storing_in(&disk.path("state"));
 
     let (cmd_tx, cmd_rx) = mpsc::channel();
     let (rep_tx, rep_rx) = mpsc::channel();
@@ -57,16 +48,7 @@ fn every_lease_acked_before_a_power_cut_is_there_after_it() {
         checked = all.len();
 
         server.restart();
-        cmd_tx.send(Cmd::Verify).unwrap();
-        let Report::Verify(failures) = rep_rx.recv().unwrap() else {
-            panic!()
-        };
-        assert!(
-            failures.is_empty(),
-            "cut {cut}: {} ACKed clients lost their address after the power came back, e.g. {:?}",
-            failures.len(),
-            &failures[..failures.len().min(5)]
-        );
+        assert_all_rebind(&cmd_tx, &rep_rx, &format!("cut {cut}, power back"));
         eprintln!("cut {cut}: {acked} ACKs in this storm, {checked} checked in all; {note}");
     }
     cmd_tx.send(Cmd::Finish).unwrap();

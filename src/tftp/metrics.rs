@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::path::Refusal;
+use crate::confine::BadName;
 
 /// Why a request or transfer ended in an error; the `reason` label of
 /// `shardboot_tftp_errors_total`.
@@ -28,13 +29,13 @@ pub enum Reason {
 }
 
 const REFUSALS: [Refusal; 14] = [
-    Refusal::Empty,
-    Refusal::TooLong,
-    Refusal::ControlChar,
-    Refusal::BadChar,
-    Refusal::DotDot,
-    Refusal::Hidden,
-    Refusal::TooDeep,
+    Refusal::Name(BadName::Empty),
+    Refusal::Name(BadName::TooLong),
+    Refusal::Name(BadName::ControlChar),
+    Refusal::Name(BadName::BadChar),
+    Refusal::Name(BadName::DotDot),
+    Refusal::Name(BadName::Hidden),
+    Refusal::Name(BadName::TooDeep),
     Refusal::SymlinkDir,
     Refusal::SymlinkEscape,
     Refusal::NotRegular,
@@ -243,7 +244,7 @@ mod tests {
     fn renders() {
         let m = TftpMetrics::default();
         m.transfers_started.fetch_add(3, Relaxed);
-        m.error(Reason::Path(Refusal::DotDot));
+        m.error(Reason::Path(Refusal::Name(BadName::DotDot)));
         m.error(Reason::Path(Refusal::NotFound));
         m.error(Reason::Busy);
         let mut s = String::new();

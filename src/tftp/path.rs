@@ -33,27 +33,9 @@ use crate::confine::BadName;
 /// Why a request was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
-    /// Nothing left after normalisation (`""`, `/`, `.`).
-    #[error("empty file name")]
-    Empty,
-    /// Longer than the configured cap.
-    #[error("file name too long")]
-    TooLong,
-    /// NUL, other C0 controls or DEL.
-    #[error("control character in file name")]
-    ControlChar,
-    /// Outside the accepted character set (non-ASCII, space, `%`, `:`, quotes, ...).
-    #[error("character not allowed in file name")]
-    BadChar,
-    /// A `..` component.
-    #[error("parent directory component")]
-    DotDot,
-    /// A component starting with `.` (hidden files).
-    #[error("hidden file component")]
-    Hidden,
-    /// More than [`MAX_DEPTH`](crate::confine::MAX_DEPTH) components.
-    #[error("path too deep")]
-    TooDeep,
+    /// The name itself breaks the lexical rule ([`crate::confine`]).
+    #[error(transparent)]
+    Name(#[from] BadName),
     /// A directory component is a symlink (rule 1).
     #[error("symlinked directory")]
     SymlinkDir,
@@ -92,13 +74,7 @@ impl Refusal {
     /// A stable label for metrics.
     pub fn label(self) -> &'static str {
         match self {
-            Refusal::Empty => "empty",
-            Refusal::TooLong => "too_long",
-            Refusal::ControlChar => "control_char",
-            Refusal::BadChar => "bad_char",
-            Refusal::DotDot => "dot_dot",
-            Refusal::Hidden => "hidden",
-            Refusal::TooDeep => "too_deep",
+            Refusal::Name(b) => b.label(),
             Refusal::SymlinkDir => "symlink_dir",
             Refusal::SymlinkEscape => "symlink_escape",
             Refusal::NotRegular => "not_regular",
@@ -113,20 +89,6 @@ impl Refusal {
     /// plain missing file.
     pub fn is_policy(self) -> bool {
         !matches!(self, Refusal::NotFound | Refusal::Io | Refusal::TooLarge)
-    }
-}
-
-impl From<BadName> for Refusal {
-    fn from(b: BadName) -> Self {
-        match b {
-            BadName::Empty => Refusal::Empty,
-            BadName::TooLong => Refusal::TooLong,
-            BadName::ControlChar => Refusal::ControlChar,
-            BadName::BadChar => Refusal::BadChar,
-            BadName::DotDot => Refusal::DotDot,
-            BadName::Hidden => Refusal::Hidden,
-            BadName::TooDeep => Refusal::TooDeep,
-        }
     }
 }
 
@@ -164,7 +126,7 @@ pub struct Opened {
 pub fn open_confined(root: &Path, rel: &str, link_targets: &[PathBuf]) -> Result<Opened, Refusal> {
     let root = root.canonicalize().map_err(|e| io_refusal(&e))?;
     let comps: Vec<&str> = rel.split('/').collect();
-    let (last, dirs) = comps.split_last().ok_or(Refusal::Empty)?;
+    let (last, dirs) = comps.split_last().ok_or(Refusal::Name(BadName::Empty))?;
     let mut cur = root.clone();
     for d in dirs {
         cur.push(d);
@@ -212,7 +174,10 @@ mod tests {
     #[test]
     fn name_refusals_keep_their_meaning() {
         // The lexical table itself is tested in `crate::confine`.
-        assert_eq!(confine(b"../x", "/srv/tftp", 255), Err(Refusal::DotDot));
+        assert_eq!(
+            confine(b"../x", "/srv/tftp", 255),
+            Err(Refusal::Name(BadName::DotDot))
+        );
         assert_eq!(
             confine(b"/srv/tftp/a", "/srv/tftp", 255).as_deref(),
             Ok("a")

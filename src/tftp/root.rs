@@ -65,7 +65,10 @@ mod tests {
             assert_eq!(target, "snponly.efi", "{name}");
             assert_eq!(opened.meta.len(), 3);
         }
-        assert_eq!(root.open(b"../etc/passwd").unwrap_err(), Refusal::DotDot);
+        assert_eq!(
+            root.open(b"../etc/passwd").unwrap_err(),
+            Refusal::Name(crate::confine::BadName::DotDot)
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use super::segment::BroadcastClient;
-use super::{config, Lab, Server};
+use super::{config, Lab, Netns, Server};
 
 /// Where the API listens inside the lab.
 pub(crate) const API: &str = "http://192.0.2.1:8080";
@@ -39,6 +39,29 @@ pub(crate) fn start(
     (lab, dir, server, client)
 }
 
+/// curl inside `ns` with `token` (none: no header) and a JSON `body`; (status, body).
+pub(crate) fn curl(
+    ns: &Netns,
+    method: &str,
+    url: &str,
+    token: Option<&str>,
+    body: Option<&str>,
+) -> (u16, String) {
+    let mut c = ns.command("curl");
+    c.args(["-s", "-m", "5", "--noproxy", "*", "-X", method])
+        .args(["-o", "-", "-w", "\n%{http_code}"]);
+    if let Some(t) = token {
+        c.args(["-H", &format!("Authorization: Bearer {t}")]);
+    }
+    if let Some(b) = body {
+        c.args(["-H", "Content-Type: application/json", "--data-binary", b]);
+    }
+    let out = c.arg(url).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
 /// curl against the lab's API from inside the server namespace.
 pub(crate) struct Api<'a> {
     pub lab: &'a Lab,
@@ -55,19 +78,13 @@ impl Api<'_> {
         token: Option<&str>,
         body: Option<&str>,
     ) -> (u16, String) {
-        let mut c = self.lab.server.command("curl");
-        c.args(["-s", "-m", "5", "--noproxy", "*", "-X", method])
-            .args(["-o", "-", "-w", "\n%{http_code}"]);
-        if let Some(t) = token {
-            c.args(["-H", &format!("Authorization: Bearer {t}")]);
-        }
-        if let Some(b) = body {
-            c.args(["-H", "Content-Type: application/json", "--data-binary", b]);
-        }
-        let out = c.arg(format!("{API}{path}")).output().unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
-        let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-        (code.parse().unwrap_or(0), body.to_string())
+        curl(
+            &self.lab.server,
+            method,
+            &format!("{API}{path}"),
+            token,
+            body,
+        )
     }
 
     /// An authorised call that must answer 200; its JSON.

@@ -357,6 +357,15 @@ pub(crate) fn small_lab_with(subnet_keys: &str) -> (Lab, tempfile::TempDir, Serv
 /// A lab with shardboot serving 198.18.0.0/16 (.1.0–.255.254, room for 65,000 clients);
 /// the client side is 198.18.0.2, where load clients act as a relay agent.
 pub(crate) fn relay_lab() -> (Lab, tempfile::TempDir, Server) {
+    relay_lab_with(None)
+}
+
+/// [`relay_lab`] with the store in `state_dir` (another file system).
+pub(crate) fn relay_lab_storing_in(state_dir: &Path) -> (Lab, tempfile::TempDir, Server) {
+    relay_lab_with(Some(state_dir))
+}
+
+fn relay_lab_with(state_dir: Option<&Path>) -> (Lab, tempfile::TempDir, Server) {
     let lab = Lab::new(&["198.18.0.1/16"], &["198.18.0.2/16"]);
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(
@@ -365,6 +374,7 @@ pub(crate) fn relay_lab() -> (Lab, tempfile::TempDir, Server) {
         "198.18.1.0 - 198.18.255.254",
         "",
     );
-    let server = Server::start(&lab.server, dir.path(), &cfg);
+    let state = state_dir.map_or_else(|| dir.path().join("state"), Path::to_path_buf);
+    let server = Server::start_with_state(&lab.server, dir.path(), &cfg, &state);
     (lab, dir, server)
 }

@@ -112,6 +112,25 @@ pub(crate) fn client_thread(cmds: mpsc::Receiver<Cmd>, reports: mpsc::Sender<Rep
     }
 }
 
+/// Asks the client thread to INIT-REBOOT every ACKed client and asserts each got its
+/// own address back (`when` names the moment in the failure).
+pub(crate) fn assert_all_rebind(
+    cmds: &mpsc::Sender<Cmd>,
+    reports: &mpsc::Receiver<Report>,
+    when: &str,
+) {
+    cmds.send(Cmd::Verify).unwrap();
+    let Report::Verify(failures) = reports.recv().unwrap() else {
+        panic!("the storm client answered something else")
+    };
+    assert!(
+        failures.is_empty(),
+        "{when}: {} ACKed clients lost their address, e.g. {:?}",
+        failures.len(),
+        &failures[..failures.len().min(5)]
+    );
+}
+
 /// Every lease in `acked` is in the (stopped) server's store, bound to its client.
 pub(crate) fn assert_store_holds(
     server: &super::Server,
