@@ -305,3 +305,36 @@ pub fn print_owner(config: &Config, mac: &str) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    #[test]
+    fn an_error_line_names_each_cause_once() {
+        // The shape that printed a bad record's cause three times: each layer quotes
+        // its source in its own message and also returns it as `source()`.
+        #[derive(Debug, thiserror::Error)]
+        #[error("record truncated")]
+        struct Codec;
+        #[derive(Debug, thiserror::Error)]
+        #[error("lease record for key [1] is unreadable: {source}")]
+        struct Corrupt {
+            source: Codec,
+        }
+        #[derive(Debug, thiserror::Error)]
+        #[error("lease store in /x: {source}")]
+        struct Store {
+            source: Corrupt,
+        }
+        let e = anyhow::Error::new(Store {
+            source: Corrupt { source: Codec },
+        });
+        assert_eq!(
+            one_line(&e),
+            "lease store in /x: lease record for key [1] is unreadable: record truncated"
+        );
+        let plain = anyhow::Error::new(std::io::Error::other("disk gone")).context("opening");
+        assert_eq!(one_line(&plain), "opening: disk gone");
+    }
+}
