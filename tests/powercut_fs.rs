@@ -1,7 +1,7 @@
 //! The power-cut file system (examples/powercut_fs.rs) keeps exactly what was fsynced.
 //!
-//! Runs the example binary, which `cargo test --all-targets` (and plain `cargo test`) builds
-//! next to this test, at `target/<profile>/examples/powercut_fs`. Needs root and /dev/fuse:
+//! Runs the example binary, which tests/run.sh builds (`cargo build --example powercut_fs`)
+//! before the suite, at `target/<profile>/examples/powercut_fs`. Needs root and /dev/fuse:
 //! without them the tests fail, they do not skip.
 //!
 //! Each case writes some files with and without fsync, cuts the power (SIGUSR1), checks that

@@ -13,6 +13,8 @@ tests/install-deps.sh
 tests/ironic/lab.sh setup
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
+# The power-cut file system the store tests mount (tests/common/powercut.rs runs it).
+cargo build --locked --example powercut_fs
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e

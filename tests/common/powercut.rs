@@ -38,7 +38,7 @@ fn binary() -> PathBuf {
     let bin = profile_dir.join("examples").join("powercut_fs");
     assert!(
         bin.is_file(),
-        "{} is missing: run the suite with `cargo test --all-targets` (or first \
+        "{} is missing: run the suite with tests/run.sh, which builds it (or first \
          `cargo build --example powercut_fs` with the same profile)",
         bin.display()
     );
