@@ -48,6 +48,9 @@ pub fn settle(
     peer_transition: u64,
     now: u64,
 ) -> Settled {
+    // A peer's report is not trusted beyond what a real transition can last: a forged
+    // `u64::MAX` would otherwise stop fresh addresses for ever.
+    let peer_transition = peer_transition.min(now.saturating_add(span));
     let names = members.names().to_vec();
     let current = match stored {
         Some(r) if r.names == names => {
@@ -142,16 +145,19 @@ mod tests {
     #[test]
     fn an_empty_store_adopts_the_peers_transition_and_hands_out_nothing_fresh() {
         let abc = MemberList::new(["a", "b", "c"]);
-        let s = settle(None, &abc, 100, 500, 50);
+        let s = settle(None, &abc, 100, 120, 50);
         assert_eq!(s.record, Some(record(&["a", "b", "c"], 50, None)));
         assert_eq!(
             s.transition,
             Some(Transition {
                 previous: Vec::new(),
-                until: 500
+                until: 120
             })
         );
         assert_eq!(settle(None, &abc, 100, 40, 50).transition, None);
+        // A peer claiming a transition without end gets one longest lease at most.
+        let forged = settle(None, &abc, 100, u64::MAX, 50);
+        assert_eq!(forged.transition.map(|t| t.until), Some(150));
         assert_eq!(
             settle(None, &MemberList::default(), 100, 500, 50).transition,
             None

@@ -509,13 +509,15 @@ impl Engine {
     }
 
     fn inform(&mut self, msg: &Message, mac: &MacAddr, ctx: &PacketContext<'_>) -> Decision {
+        // RFC 2131 §4.3.5: the answer goes to ciaddr. Only for an address on a served
+        // subnet: otherwise any client could aim this server's answers at any host (a
+        // spoofed source and ciaddr make it a reflector).
         let ciaddr = msg.ciaddr();
-        let si = self
+        let Some(si) = self
             .subnets
             .iter()
             .position(|s| s.cfg.network.contains(&ciaddr))
-            .or_else(|| self.select_subnet(msg, ctx));
-        let Some(si) = si else {
+        else {
             return Decision::ignore(IgnoreReason::NoSubnet);
         };
         let host = self.hosts.get(mac);

@@ -557,6 +557,17 @@ fn inform_gets_options_without_an_address() {
 }
 
 #[test]
+fn inform_for_an_address_off_every_served_subnet_is_not_answered() {
+    // A spoofed INFORM with another host's address as ciaddr would aim the answer at it.
+    let (i, mut e) = (iface(), Engine::new(&config(""), vec![], T0));
+    let mut inf = msg(MessageType::Inform, mac(1));
+    inf.set_ciaddr(Ipv4Addr::new(203, 0, 113, 9));
+    let d = e.handle_message(&inf, &ctx(&i, T0));
+    assert_eq!(d.outcome, Outcome::Ignored(IgnoreReason::NoSubnet));
+    assert!(d.reply.is_none());
+}
+
+#[test]
 fn reservations_known_only_and_deny() {
     let hosts = r#"
         [[host]]
