@@ -86,6 +86,7 @@ fn bench_fixtures(c: &mut Criterion) {
                         interface: &iface,
                         responsibility: Responsibility::Mine,
                         policy: None,
+                        known: false,
                         now,
                     };
                     let d = e.handle_message(&msg, &ctx);
@@ -129,6 +130,7 @@ fn bench_exchange(c: &mut Criterion) {
                 interface: &iface,
                 responsibility: Responsibility::Mine,
                 policy: None,
+                known: false,
                 now,
             };
             let offer = e

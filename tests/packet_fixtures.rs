@@ -65,6 +65,7 @@ fn captured_clients_get_the_boot_answer_for_their_firmware() {
         interface: &iface,
         responsibility: Responsibility::Mine,
         policy: None,
+        known: false,
         now: 1_000_000,
     };
     for (name, file, vendor) in CASES {

@@ -24,6 +24,10 @@ pub(super) struct RawDhcp {
     takeover_secs: Option<u16>,
     hostsdir: Option<String>,
     hostsdir_poll_ms: Option<u64>,
+    max_offers: Option<u32>,
+    unknown_discovers_per_sec: Option<u32>,
+    max_declined: Option<u32>,
+    declines_per_mac: Option<u32>,
 }
 
 /// `[dhcp]` after validation.
@@ -54,6 +58,16 @@ pub struct DhcpSettings {
     pub hostsdir: Option<PathBuf>,
     /// How often the hosts directory is read for changes.
     pub hostsdir_poll: Duration,
+    /// Offers outstanding at once; at the cap, unknown machines get no new offer (each
+    /// holds an address for `offer_hold_secs`).
+    pub max_offers: u32,
+    /// DISCOVERs from unknown machines answered per second and per interface or relay;
+    /// 0: no limit.
+    pub unknown_discovers_per_sec: u32,
+    /// Addresses quarantined by DECLINE at once; beyond it a DECLINE is ignored.
+    pub max_declined: u32,
+    /// DECLINEs one MAC may make per `decline_hold_secs`.
+    pub declines_per_mac: u32,
 }
 
 /// Validates `[dhcp]`.
@@ -109,5 +123,29 @@ pub(super) fn validate(raw: RawDhcp, issues: &mut Issues) -> DhcpSettings {
         takeover_secs: raw.takeover_secs.unwrap_or(5),
         hostsdir,
         hostsdir_poll: Duration::from_millis(hostsdir_poll_ms),
+        max_offers: issues.in_range(
+            "dhcp.max_offers",
+            raw.max_offers.unwrap_or(16_384),
+            1,
+            1 << 24,
+        ),
+        unknown_discovers_per_sec: issues.in_range(
+            "dhcp.unknown_discovers_per_sec",
+            raw.unknown_discovers_per_sec.unwrap_or(0),
+            0,
+            10_000_000,
+        ),
+        max_declined: issues.in_range(
+            "dhcp.max_declined",
+            raw.max_declined.unwrap_or(256),
+            0,
+            1 << 24,
+        ),
+        declines_per_mac: issues.in_range(
+            "dhcp.declines_per_mac",
+            raw.declines_per_mac.unwrap_or(2),
+            0,
+            1_000,
+        ),
     }
 }

@@ -27,6 +27,7 @@ pub(super) struct RawSubnet {
     mtu: Option<u16>,
     #[serde(default)]
     ntp: Vec<String>,
+    reserve_for_known: Option<u32>,
 }
 
 /// A served subnet.
@@ -56,6 +57,9 @@ pub struct Subnet {
     pub mtu: Option<u16>,
     /// NTP servers (option 42).
     pub ntp: Vec<Ipv4Addr>,
+    /// Addresses of this member's share of the ranges that only known machines may take
+    /// fresh: a flood of unknown MACs cannot starve the machines the operator knows.
+    pub reserve_for_known: u32,
 }
 
 impl Subnet {
@@ -179,7 +183,20 @@ fn subnet(i: usize, raw: RawSubnet, issues: &mut Issues) -> Option<Subnet> {
             issues.add(k("mtu"), "must be at least 68");
         }
     }
+    // None by default: inspection boots machines nobody enrolled yet, and an operator
+    // expects them to get the whole range unless told otherwise.
+    let size = ranges
+        .iter()
+        .map(|(a, b)| u64::from(u32::from(*b) - u32::from(*a)) + 1)
+        .sum::<u64>();
+    let reserve_for_known = issues.in_range(
+        &k("reserve_for_known"),
+        u64::from(raw.reserve_for_known.unwrap_or(0)),
+        0,
+        size,
+    ) as u32;
     Some(Subnet {
+        reserve_for_known,
         network: network?,
         interface: raw.interface,
         ranges,

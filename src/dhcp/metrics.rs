@@ -6,7 +6,7 @@ use super::engine::{IgnoreReason, Outcome, PoolUsage};
 use super::wire::DropReason;
 use crate::metrics::{header, sample, Counter, Gauge, LabeledCounters};
 
-const IGNORE_REASONS: [IgnoreReason; 9] = [
+const IGNORE_REASONS: [IgnoreReason; 10] = [
     IgnoreReason::NotResponsible,
     IgnoreReason::Denied,
     IgnoreReason::UnknownClient,
@@ -16,6 +16,7 @@ const IGNORE_REASONS: [IgnoreReason; 9] = [
     IgnoreReason::NoRecord,
     IgnoreReason::NakSuppressed,
     IgnoreReason::Unsupported,
+    IgnoreReason::Limited,
 ];
 
 /// Counters for one DHCP server.
@@ -26,7 +27,7 @@ pub struct DhcpMetrics {
     /// Datagrams dropped before the engine, by reason.
     pub drops: LabeledCounters<8>,
     /// Requests the engine ignored, by reason.
-    pub ignored: LabeledCounters<9>,
+    pub ignored: LabeledCounters<10>,
     /// Decisions by outcome: offer, ack, nak, inform, release, decline.
     pub outcomes: LabeledCounters<6>,
     /// Valid requests by message type.

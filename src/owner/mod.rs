@@ -161,6 +161,26 @@ impl Resolver {
         self.resolve_with(mac, true).await
     }
 
+    /// Whether Ironic (from its cache) or the inventory knows the machine, whatever
+    /// member owns it; never waits. Such machines are never held back by the DHCP
+    /// limits on unknown ones.
+    pub fn knows(&self, mac: &MacAddr) -> bool {
+        let in_ironic = self
+            .ironic
+            .as_ref()
+            .is_some_and(|i| matches!(i.cached(mac, Instant::now()), Cached::Hit(Known::Node(_))));
+        in_ironic
+            || self
+                .inventory
+                .as_ref()
+                .is_some_and(|inv| inv.lookup(mac).0.is_some())
+    }
+
+    /// Whether a resolver that can know machines (Ironic, an inventory) is configured.
+    pub fn can_know(&self) -> bool {
+        self.ironic.is_some() || self.inventory.is_some()
+    }
+
     /// Like `resolve`, but answers from what is cached without waiting for Ironic (for
     /// the DHCP path, which must never wait on the network).
     pub fn resolve_cached(&self, mac: &MacAddr) -> Resolution {

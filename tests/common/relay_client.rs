@@ -114,6 +114,15 @@ impl RelayClient {
         (0..macs.len()).map(|i| answer(acks.get(&i))).collect()
     }
 
+    /// A SELECTING REQUEST naming `server` for `ip`, as if answering an OFFER that was
+    /// never made; sent without waiting for an answer.
+    pub(crate) fn request_unoffered(&mut self, mac: &[u8; 6], server: Ipv4Addr, ip: Ipv4Addr) {
+        let mut r = self.message(MessageType::Request, mac);
+        r.opts_mut().insert(DhcpOption::ServerIdentifier(server));
+        r.opts_mut().insert(DhcpOption::RequestedIpAddress(ip));
+        self.send(&r);
+    }
+
     /// INIT-REBOOT REQUEST (RFC 2131 §4.3.2: no server id, no ciaddr, option 50) per pair.
     pub(crate) fn init_reboot(
         &mut self,

@@ -40,6 +40,9 @@ pub struct PacketContext<'a> {
         crate::dhcp::host_policy::HostPolicy,
         crate::dhcp::host_policy::PolicySource,
     )>,
+    /// Whether the owner resolver knows the MAC (Ironic or the inventory names its
+    /// owner): such a machine is never held back by the limits on unknown ones.
+    pub known: bool,
     /// Unix seconds.
     pub now: u64,
 }
@@ -74,6 +77,9 @@ pub enum IgnoreReason {
     NakSuppressed,
     /// A message type clients do not send, or a request missing a required field.
     Unsupported,
+    /// An unknown machine over a limit (outstanding offers, the rate, the addresses
+    /// reserved for known machines, or declines).
+    Limited,
 }
 
 impl IgnoreReason {
@@ -89,6 +95,7 @@ impl IgnoreReason {
             Self::NoRecord => "no_record",
             Self::NakSuppressed => "nak_suppressed",
             Self::Unsupported => "unsupported",
+            Self::Limited => "limited",
         }
     }
 }

@@ -9,6 +9,7 @@ use dhcproto::v4::{DhcpOption, Message, MessageType, OptionCode};
 
 mod allocate;
 pub mod decision;
+mod limits;
 pub mod pool;
 pub mod reply;
 pub mod reserve;
@@ -26,6 +27,7 @@ use allocate::{new_lease, requested_ip};
 pub use decision::{
     Decision, IgnoreReason, Interface, Outcome, PacketContext, PoolUsage, Reply, Responsibility,
 };
+use limits::Limits;
 use pool::Pool;
 use reply::{ReplyParts, Timers};
 use table::LeaseTable;
@@ -50,6 +52,8 @@ pub struct Engine {
     config_hosts: HashMap<MacAddr, Host>,
     /// MACs whose reservation was made at run time.
     runtime_reserved: std::collections::HashSet<MacAddr>,
+    /// The limits that keep known machines served while unknown ones misbehave.
+    limits: Limits,
 }
 
 impl Engine {
@@ -82,6 +86,7 @@ impl Engine {
             transition_until: None,
             config_hosts: config.hosts.iter().map(|h| (h.mac, h.clone())).collect(),
             runtime_reserved: std::collections::HashSet::new(),
+            limits: Limits::default(),
         };
         let blocked: Vec<Ipv4Addr> = config
             .subnets
@@ -101,6 +106,9 @@ impl Engine {
         {
             let active = lease.is_active(now);
             let ip = lease.ip;
+            if lease.state == LeaseState::Declined && active {
+                engine.limits.declined(lease.expires);
+            }
             engine.table.insert(lease);
             engine.set_used(ip, active);
         }
@@ -147,6 +155,31 @@ impl Engine {
         n
     }
 
+    /// A machine the operator knows: a `[[host]]` entry or run-time reservation, an
+    /// allow (API or hosts directory), or an owner the resolver knows.
+    fn is_known(&self, mac: &MacAddr, ctx: &PacketContext<'_>) -> bool {
+        ctx.known
+            || self.hosts.contains_key(mac)
+            || matches!(ctx.policy, Some((HostPolicy::Allow, _)))
+    }
+
+    /// Whether an unknown machine may take a fresh address of subnet `si`: offers
+    /// outstanding are under the cap, and more than the subnet's reserve for known
+    /// machines is left in this member's share (counted from the pools' use counters;
+    /// excluded and reserved addresses count as free, so the reserve errs generous).
+    fn unknown_may_take(&self, si: usize) -> bool {
+        if self.table.offered() >= self.settings.max_offers as usize {
+            return false;
+        }
+        let s = &self.subnets[si];
+        let free: u64 = s
+            .pools
+            .iter()
+            .map(|p| u64::from(p.slice_len().saturating_sub(p.in_use())))
+            .sum();
+        free > u64::from(s.cfg.reserve_for_known)
+    }
+
     fn server_id(&self, ctx: &PacketContext<'_>) -> Ipv4Addr {
         self.settings.server_id.unwrap_or(ctx.interface.addr)
     }
@@ -183,12 +216,25 @@ impl Engine {
         if ctx.responsibility == Responsibility::NotMine {
             return Decision::ignore(IgnoreReason::NotResponsible);
         }
+        let known = self.is_known(mac, ctx);
+        let rate = self.settings.unknown_discovers_per_sec;
+        if !known
+            && !self
+                .limits
+                .admit(ctx.interface.addr, msg.giaddr(), rate, ctx.now)
+        {
+            return Decision::ignore(IgnoreReason::Limited);
+        }
         let Some(si) = self.select_subnet(msg, ctx) else {
             return Decision::ignore(IgnoreReason::NoSubnet);
         };
         let Some(ip) = self.choose_address(si, mac, requested_ip(msg), ctx.now) else {
             return Decision::ignore(IgnoreReason::PoolExhausted);
         };
+        let fresh = !self.pools_for(ip).any(|p| p.is_used(ip));
+        if !known && fresh && !self.unknown_may_take(si) {
+            return Decision::ignore(IgnoreReason::Limited);
+        }
         let already_bound = self
             .table
             .get(ip)
@@ -242,6 +288,14 @@ impl Engine {
             let Some(si) = self.select_subnet(msg, ctx) else {
                 return Decision::ignore(IgnoreReason::NoSubnet);
             };
+            // SELECTING answers an OFFER (RFC 2131 §4.3.2): the address must be one this
+            // server offered or leased to the client, or reserved for it. Otherwise any
+            // client could bind any free address for a full lease without a DISCOVER.
+            let answered_offer = self.table.get(ip).is_some_and(|l| &l.mac == mac)
+                || self.reserved.get(&ip) == Some(mac);
+            if !answered_offer {
+                return self.nak(msg, ours);
+            }
             if self.servable(si, ip, mac)
                 && self.partition_allows(si, ip, mac, ctx.now)
                 && self.available_for(ip, mac, ctx.now)
@@ -467,6 +521,17 @@ impl Engine {
         if self.table.get(ip).is_none_or(|l| &l.mac != mac) {
             return Decision::ignore(IgnoreReason::NoRecord);
         }
+        // Each DECLINE quarantines an address, durably: a client cannot take the pool
+        // out of service by declining everything it is offered.
+        let (cap, per_mac, hold) = (
+            self.settings.max_declined,
+            self.settings.declines_per_mac,
+            self.settings.decline_hold_secs,
+        );
+        if !self.is_known(mac, ctx) && !self.limits.may_decline(mac, cap, per_mac, hold, ctx.now) {
+            return Decision::ignore(IgnoreReason::Limited);
+        }
+        self.limits.declined(ctx.now + u64::from(hold));
         // RFC 2131 §4.3.3: mark the address as not available.
         let lease = new_lease(
             msg,

@@ -14,6 +14,8 @@ pub struct LeaseTable {
     by_mac: HashMap<MacAddr, Ipv4Addr>,
     /// (expires, ip) for reclaiming; entries may be stale and are checked when popped.
     expiry: BTreeSet<(u64, Ipv4Addr)>,
+    /// Records in the Offered state (the cap on outstanding offers counts them).
+    offered: usize,
 }
 
 impl LeaseTable {
@@ -30,6 +32,11 @@ impl LeaseTable {
 
     /// Inserts or replaces the record for `lease.ip`.
     pub fn insert(&mut self, lease: Lease) {
+        self.count(lease.state, 1);
+        if let Some(old) = self.by_ip.get(&lease.ip) {
+            let state = old.state;
+            self.count(state, -1);
+        }
         if let Some(old) = self.by_ip.get(&lease.ip) {
             if old.mac != lease.mac && self.by_mac.get(&old.mac) == Some(&lease.ip) {
                 self.by_mac.remove(&old.mac);
@@ -48,6 +55,7 @@ impl LeaseTable {
     /// Forgets the record for `ip`.
     pub fn remove(&mut self, ip: Ipv4Addr) -> Option<Lease> {
         let old = self.by_ip.remove(&ip)?;
+        self.count(old.state, -1);
         if self.by_mac.get(&old.mac) == Some(&ip) {
             self.by_mac.remove(&old.mac);
         }
@@ -76,6 +84,17 @@ impl LeaseTable {
             out.push(ip);
         }
         out
+    }
+
+    fn count(&mut self, state: LeaseState, by: isize) {
+        if state == LeaseState::Offered {
+            self.offered = self.offered.saturating_add_signed(by);
+        }
+    }
+
+    /// Offers held (expired ones until the next reclaim).
+    pub fn offered(&self) -> usize {
+        self.offered
     }
 
     /// Number of records.

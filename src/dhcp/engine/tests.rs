@@ -33,6 +33,7 @@ fn iface() -> Interface {
 
 fn ctx(i: &Interface, now: u64) -> PacketContext<'_> {
     PacketContext {
+        known: false,
         interface: i,
         responsibility: Responsibility::Mine,
         policy: None,
@@ -1058,4 +1059,139 @@ fn run_time_reservations_are_checked_and_undone() {
     e.unreserve(&mac(2)).unwrap();
     assert_eq!(e.unreserve(&mac(2)), Err(ReserveError::NotFound(mac(2))));
     assert!(e.reservations().is_empty());
+}
+
+/// The default config with one subnet (192.0.2.100-.199) and `edit` applied to it.
+fn limited(edit: impl FnOnce(&mut Config)) -> Engine {
+    let mut cfg = Config::from_toml_with_overrides(DEFAULT_CONFIG_TOML, &[]).unwrap();
+    edit(&mut cfg);
+    Engine::new(&cfg, vec![], T0)
+}
+
+fn known_host(m: MacAddr) -> crate::config::Host {
+    crate::config::Host {
+        mac: m,
+        ip: None,
+        hostname: None,
+        boot_file: None,
+        deny: false,
+        dns: Vec::new(),
+        router: None,
+        lease_time: None,
+    }
+}
+
+#[test]
+fn a_selecting_request_without_an_offer_is_refused() {
+    // RFC 2131 §4.3.2: SELECTING answers an OFFER; a REQUEST naming this server for an
+    // address it never offered the client would otherwise bind it for a full lease.
+    let (i, mut e) = (iface(), Engine::new(&config(""), vec![], T0));
+    let d = e.handle_message(
+        &request_selecting(mac(1), Ipv4Addr::new(192, 0, 2, 150)),
+        &ctx(&i, T0),
+    );
+    assert_eq!(d.outcome, Outcome::Nak);
+    assert!(d.effects.is_empty());
+    // After a DISCOVER the same REQUEST binds.
+    bind(&mut e, &i, mac(1), T0);
+}
+
+#[test]
+fn outstanding_offers_are_capped_for_unknown_machines_only() {
+    let i = iface();
+    let mut e = limited(|c| {
+        c.dhcp.max_offers = 2;
+        c.hosts.push(known_host(mac(9)));
+    });
+    for n in 1..=2 {
+        offered(&e.handle_message(&msg(MessageType::Discover, mac(n)), &ctx(&i, T0)));
+    }
+    let d = e.handle_message(&msg(MessageType::Discover, mac(3)), &ctx(&i, T0));
+    assert_eq!(d.outcome, Outcome::Ignored(IgnoreReason::Limited));
+    // A known machine (a [[host]] entry, or one the owner resolver knows) is not held back.
+    offered(&e.handle_message(&msg(MessageType::Discover, mac(9)), &ctx(&i, T0)));
+    let c = PacketContext {
+        known: true,
+        ..ctx(&i, T0)
+    };
+    offered(&e.handle_message(&msg(MessageType::Discover, mac(4)), &c));
+    // Offers that expire free the cap.
+    e.handle_tick(T0 + 61);
+    offered(&e.handle_message(&msg(MessageType::Discover, mac(3)), &ctx(&i, T0 + 61)));
+}
+
+#[test]
+fn the_reserve_for_known_machines_is_kept_from_unknown_ones() {
+    let i = iface();
+    let mut e = limited(|c| {
+        c.subnets[0].reserve_for_known = 10;
+        c.hosts.push(known_host(mac(200)));
+    });
+    let mut unknown = 0;
+    for n in 0..100u8 {
+        match e
+            .handle_message(&msg(MessageType::Discover, mac(n)), &ctx(&i, T0))
+            .outcome
+        {
+            Outcome::Offer(_) => {
+                bind(&mut e, &i, mac(n), T0);
+                unknown += 1;
+            }
+            Outcome::Ignored(IgnoreReason::Limited) => break,
+            o => panic!("{o:?}"),
+        }
+    }
+    assert_eq!(
+        unknown, 90,
+        "unknown machines stop where the reserve begins"
+    );
+    bind(&mut e, &i, mac(200), T0);
+    // A machine with a lease keeps it.
+    bind(&mut e, &i, mac(1), T0);
+}
+
+#[test]
+fn unknown_discovers_are_rate_limited_per_second_and_source() {
+    let i = iface();
+    let mut e = limited(|c| {
+        c.dhcp.unknown_discovers_per_sec = 2;
+        c.hosts.push(known_host(mac(9)));
+    });
+    let outcome = |e: &mut Engine, n: u8, now: u64| {
+        e.handle_message(&msg(MessageType::Discover, mac(n)), &ctx(&i, now))
+            .outcome
+    };
+    assert!(matches!(outcome(&mut e, 1, T0), Outcome::Offer(_)));
+    assert!(matches!(outcome(&mut e, 2, T0), Outcome::Offer(_)));
+    assert_eq!(
+        outcome(&mut e, 3, T0),
+        Outcome::Ignored(IgnoreReason::Limited)
+    );
+    assert!(matches!(outcome(&mut e, 9, T0), Outcome::Offer(_)), "known");
+    assert!(
+        matches!(outcome(&mut e, 3, T0 + 1), Outcome::Offer(_)),
+        "next second"
+    );
+}
+
+#[test]
+fn declines_are_capped_per_mac() {
+    let i = iface();
+    let mut e = limited(|c| c.dhcp.declines_per_mac = 1);
+    let decline = |e: &mut Engine, ip: Ipv4Addr| {
+        let d = with(
+            msg(MessageType::Decline, mac(1)),
+            DhcpOption::RequestedIpAddress(ip),
+        );
+        e.handle_message(&d, &ctx(&i, T0)).outcome
+    };
+    let first = offered(&e.handle_message(&msg(MessageType::Discover, mac(1)), &ctx(&i, T0)));
+    assert_eq!(decline(&mut e, first), Outcome::Decline(first));
+    let second = offered(&e.handle_message(&msg(MessageType::Discover, mac(1)), &ctx(&i, T0)));
+    assert_ne!(first, second);
+    assert_eq!(
+        decline(&mut e, second),
+        Outcome::Ignored(IgnoreReason::Limited),
+        "a second quarantine from one MAC within the hold"
+    );
 }

@@ -65,6 +65,9 @@ pub struct Server {
     pub reclaim_interval: Duration,
     /// Who answers with several members; `None` answers everything.
     pub responder: Option<Responder>,
+    /// Which machines the owner resolver knows (Ironic, an inventory); `None` when no
+    /// such resolver is configured.
+    pub owners: Option<Arc<crate::owner::Resolver>>,
     /// The operator's run-time allow/deny per MAC.
     pub policies: Arc<HostPolicies>,
     /// Operator changes to apply; `None`: no operator API.
@@ -134,6 +137,7 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
         port,
         reclaim_interval,
         responder,
+        owners,
         policies,
         control,
     } = server;
@@ -157,6 +161,7 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
         interfaces: &interfaces,
         metrics: &metrics,
         responder: responder.as_ref(),
+        owners: owners.as_deref(),
         policies: &policies,
         port,
         out: Vec::with_capacity(600),
@@ -294,6 +299,7 @@ struct LoopState<'a> {
     interfaces: &'a [Interface],
     metrics: &'a DhcpMetrics,
     responder: Option<&'a Responder>,
+    owners: Option<&'a crate::owner::Resolver>,
     policies: &'a HostPolicies,
     port: u16,
     /// Encoded reply of the last `Action::Send`.
@@ -349,10 +355,15 @@ impl LoopState<'_> {
             .responder
             .map_or(Responsibility::Mine, |r| r.decide(&msg));
         let policy = mac.and_then(|m| self.policies.lookup(&m));
+        let known = match (self.owners, mac) {
+            (Some(o), Some(m)) if msg.opts().msg_type() == Some(T::Discover) => o.knows(&m),
+            _ => false,
+        };
         let ctx = PacketContext {
             interface: &self.interfaces[listener],
             responsibility,
             policy,
+            known,
             now,
         };
         let decision = engine.handle_message(&msg, &ctx);

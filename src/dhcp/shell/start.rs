@@ -148,6 +148,7 @@ pub async fn prepare(config: &Config, parts: Parts) -> Result<Server, StartError
         engine,
         committer,
         store,
+        owners: resolver.can_know().then(|| resolver.clone()),
         responder: Responder::new(config, resolver, metrics.clone()),
         metrics,
         port: config.dhcp.port,

@@ -1,0 +1,137 @@
+//! The engine's limits on unknown machines (a provisioning network carries machines
+//! nobody vetted): DISCOVERs answered per second per interface or relay, and DECLINEs
+//! overall and per MAC. Pure: time comes in as `now`; every table is bounded.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::Ipv4Addr;
+
+use crate::mac::MacAddr;
+
+/// Entries a per-source or per-MAC table holds before stale ones are dropped.
+const PRUNE_AT: usize = 4096;
+
+/// Counters behind the limits.
+#[derive(Debug, Default)]
+pub(super) struct Limits {
+    /// (interface address, giaddr) → (second, DISCOVERs answered in it).
+    rates: HashMap<(Ipv4Addr, Ipv4Addr), (u64, u32)>,
+    /// When each quarantine still in force ends, oldest first.
+    declines: VecDeque<u64>,
+    /// MAC → (start of its window, DECLINEs in it).
+    per_mac: HashMap<MacAddr, (u64, u32)>,
+}
+
+impl Limits {
+    /// Whether one more DISCOVER from an unknown machine via (`iface`, `giaddr`) may be
+    /// answered in second `now`, at most `per_sec` (0: no limit).
+    pub(super) fn admit(
+        &mut self,
+        iface: Ipv4Addr,
+        giaddr: Ipv4Addr,
+        per_sec: u32,
+        now: u64,
+    ) -> bool {
+        if per_sec == 0 {
+            return true;
+        }
+        let key = (iface, giaddr);
+        if self.rates.len() >= PRUNE_AT && !self.rates.contains_key(&key) {
+            // giaddr is the sender's word: keys it invents must not grow the table. A
+            // new source in a second that already saw this many is over the limit.
+            self.rates.retain(|_, (sec, _)| *sec == now);
+            if self.rates.len() >= PRUNE_AT {
+                return false;
+            }
+        }
+        let (sec, n) = self.rates.entry(key).or_insert((now, 0));
+        if *sec != now {
+            (*sec, *n) = (now, 0);
+        }
+        if *n >= per_sec {
+            return false;
+        }
+        *n += 1;
+        true
+    }
+
+    /// Whether `mac` may quarantine one more address at `now`: fewer than `cap` are
+    /// quarantined overall and the MAC made fewer than `per_mac` in its last `hold`
+    /// seconds.
+    pub(super) fn may_decline(
+        &mut self,
+        mac: &MacAddr,
+        cap: u32,
+        per_mac: u32,
+        hold: u32,
+        now: u64,
+    ) -> bool {
+        while self.declines.front().is_some_and(|end| *end <= now) {
+            self.declines.pop_front();
+        }
+        if self.declines.len() >= cap as usize {
+            return false;
+        }
+        if self.per_mac.len() >= PRUNE_AT {
+            self.per_mac
+                .retain(|_, (start, _)| *start + u64::from(hold) > now);
+        }
+        let (start, n) = self.per_mac.entry(*mac).or_insert((now, 0));
+        if *start + u64::from(hold) <= now {
+            (*start, *n) = (now, 0);
+        }
+        if *n >= per_mac {
+            return false;
+        }
+        *n += 1;
+        true
+    }
+
+    /// Records a quarantine in force until `until`.
+    pub(super) fn declined(&mut self, until: u64) {
+        // Holds are one length, so ends arrive in order; a stored one loaded at start
+        // may be earlier, and is placed where it belongs.
+        let at = self.declines.partition_point(|end| *end <= until);
+        self.declines.insert(at, until);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rate_is_per_second_and_per_source() {
+        let mut l = Limits::default();
+        let (a, r1, r2) = (
+            Ipv4Addr::new(192, 0, 2, 1),
+            Ipv4Addr::new(198, 18, 0, 2),
+            Ipv4Addr::new(198, 18, 0, 3),
+        );
+        assert!((0..3).all(|_| l.admit(a, r1, 3, 100)));
+        assert!(!l.admit(a, r1, 3, 100));
+        assert!(l.admit(a, r2, 3, 100), "another relay has its own budget");
+        assert!(l.admit(a, r1, 3, 101), "a new second");
+        assert!((0..1000).all(|_| l.admit(a, r1, 0, 101)), "0: no limit");
+        // Invented giaddrs do not grow the table without bound.
+        for n in 0..20_000u32 {
+            l.admit(a, Ipv4Addr::from(n), 3, 200 + u64::from(n / 5000));
+        }
+        assert!(l.rates.len() <= PRUNE_AT);
+    }
+
+    #[test]
+    fn declines_are_capped_overall_and_per_mac_within_the_hold() {
+        let mut l = Limits::default();
+        let m = |n: u8| MacAddr([2, 0, 0, 0, 0, n]);
+        assert!(l.may_decline(&m(1), 3, 2, 600, 0));
+        l.declined(600);
+        assert!(l.may_decline(&m(1), 3, 2, 600, 1));
+        l.declined(601);
+        assert!(!l.may_decline(&m(1), 3, 2, 600, 2), "per MAC");
+        assert!(l.may_decline(&m(2), 3, 2, 600, 2));
+        l.declined(602);
+        assert!(!l.may_decline(&m(3), 3, 2, 600, 3), "overall");
+        // The quarantines end, and with them the limits.
+        assert!(l.may_decline(&m(1), 3, 2, 600, 700));
+    }
+}
