@@ -54,6 +54,7 @@ config() { # index, member-count
   cat <<EOF
 [dhcp]
 interfaces = ["${ifs[$i]}"]
+relays = ["198.18.0.0/16"]
 [tftp]
 enabled = false
 [http]

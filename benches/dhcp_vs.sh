@@ -87,6 +87,7 @@ measure_closed() {
 cat > "$work/shardboot.toml" <<TOML
 [dhcp]
 interfaces = ["$sif"]
+relays = ["198.18.0.0/16"]
 [[subnet]]
 network = "198.18.0.0/16"
 ranges = ["198.18.1.0 - 198.18.255.254"]

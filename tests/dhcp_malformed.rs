@@ -37,7 +37,7 @@ fn malformed_datagrams_are_counted_and_dropped_and_service_continues() {
         &lab.server_if,
         "198.18.0.0/16",
         "198.18.1.0 - 198.18.1.250",
-        "",
+        common::RELAYS,
     );
     let state = dir.path().join("state").display().to_string();
     let config =

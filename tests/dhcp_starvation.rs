@@ -55,7 +55,10 @@ fn known_machines_boot_through_a_flood_of_unknown_ones() {
         &lab.server_if,
         "198.18.0.0/16",
         "198.18.1.0 - 198.18.8.255",
-        "max_offers = 512\nunknown_discovers_per_sec = 1500\n",
+        &format!(
+            "{}max_offers = 512\nunknown_discovers_per_sec = 1500\n",
+            common::RELAYS
+        ),
     )
     .replace(
         "lease_time = 3600",

@@ -24,6 +24,7 @@ pub(super) struct RawDhcp {
     takeover_secs: Option<u16>,
     hostsdir: Option<String>,
     hostsdir_poll_ms: Option<u64>,
+    relays: Option<Vec<String>>,
     max_offers: Option<u32>,
     unknown_discovers_per_sec: Option<u32>,
     max_declined: Option<u32>,
@@ -58,6 +59,10 @@ pub struct DhcpSettings {
     pub hostsdir: Option<PathBuf>,
     /// How often the hosts directory is read for changes.
     pub hostsdir_poll: Duration,
+    /// The DHCP relay agents whose word is taken: a packet with giaddr set is served
+    /// only from a source inside one of these (port 67), and only then are giaddr,
+    /// option 82 link selection and option 118 believed. Empty: no relay is trusted.
+    pub relays: Vec<RelayRule>,
     /// Offers outstanding at once; at the cap, unknown machines get no new offer (each
     /// holds an address for `offer_hold_secs`).
     pub max_offers: u32,
@@ -68,6 +73,45 @@ pub struct DhcpSettings {
     pub max_declined: u32,
     /// DECLINEs one MAC may make per `decline_hold_secs`.
     pub declines_per_mac: u32,
+}
+
+/// One trusted relay source: a network the relay's address is in, and optionally the
+/// interface it must arrive on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RelayRule {
+    /// Where the relay's source address lies.
+    pub network: ipnet::Ipv4Net,
+    /// The interface it must come in on, if only one.
+    pub interface: Option<String>,
+}
+
+impl RelayRule {
+    /// Whether a relayed packet from `source` on `interface` comes from this relay.
+    pub fn allows(&self, source: Ipv4Addr, interface: &str) -> bool {
+        self.network.contains(&source) && self.interface.as_deref().is_none_or(|i| i == interface)
+    }
+}
+
+/// `"198.18.0.2"`, `"10.0.0.0/8"`, either with `@interface`.
+fn relay_rule(i: usize, text: &str, issues: &mut Issues) -> Option<RelayRule> {
+    let (net, interface) = match text.split_once('@') {
+        Some((n, iface)) => (n, Some(iface.to_string())),
+        None => (text, None),
+    };
+    let network = net
+        .trim()
+        .parse::<ipnet::Ipv4Net>()
+        .or_else(|_| net.trim().parse::<Ipv4Addr>().map(ipnet::Ipv4Net::from));
+    match network {
+        Ok(network) if interface.as_deref() != Some("") => Some(RelayRule { network, interface }),
+        _ => {
+            issues.add(
+                format!("dhcp.relays[{i}]"),
+                "must be an address or network, optionally @interface (\"10.0.0.0/8@eth1\")",
+            );
+            None
+        }
+    }
 }
 
 /// Validates `[dhcp]`.
@@ -123,6 +167,13 @@ pub(super) fn validate(raw: RawDhcp, issues: &mut Issues) -> DhcpSettings {
         takeover_secs: raw.takeover_secs.unwrap_or(5),
         hostsdir,
         hostsdir_poll: Duration::from_millis(hostsdir_poll_ms),
+        relays: raw
+            .relays
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| relay_rule(i, r, issues))
+            .collect(),
         max_offers: issues.in_range(
             "dhcp.max_offers",
             raw.max_offers.unwrap_or(16_384),

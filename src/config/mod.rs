@@ -30,7 +30,7 @@ use serde::Deserialize;
 use crate::mac::MacAddr;
 
 pub use boot::BootSettings;
-pub use dhcp::DhcpSettings;
+pub use dhcp::{DhcpSettings, RelayRule};
 pub use health::HealthSettings;
 pub use host::Host;
 pub use http::{HttpSettings, TlsFiles};

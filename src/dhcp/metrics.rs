@@ -43,6 +43,8 @@ pub struct DhcpMetrics {
     pub queue_full: Counter,
     /// DISCOVERs left unanswered while the lease store fails writes.
     pub store_failing: Counter,
+    /// Relayed packets (giaddr set) from a source no `dhcp.relays` entry trusts.
+    pub untrusted_relay: Counter,
     /// Lease records held in memory.
     pub leases: Gauge,
     /// 1 while the DHCP sockets are bound and served.
@@ -69,6 +71,7 @@ impl Default for DhcpMetrics {
             send_errors: Counter::default(),
             queue_full: Counter::default(),
             store_failing: Counter::default(),
+            untrusted_relay: Counter::default(),
             leases: Gauge::default(),
             listening: Gauge::default(),
             transition_until: Gauge::default(),
@@ -175,6 +178,11 @@ impl DhcpMetrics {
                 "shardboot_dhcp_store_failing_unanswered_total",
                 "DISCOVERs left unanswered while the lease store fails writes",
                 &self.store_failing,
+            ),
+            (
+                "shardboot_dhcp_untrusted_relay_total",
+                "Relayed packets from a source no dhcp.relays entry trusts, dropped",
+                &self.untrusted_relay,
             ),
         ] {
             header(out, name, "counter", help);

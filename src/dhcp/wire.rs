@@ -126,6 +126,30 @@ fn walk_options(mut opts: &[u8]) -> Result<u8, DropReason> {
     Ok(message_type)
 }
 
+/// The value of option `code` in a request that [`decode_request`] accepted, all its
+/// instances concatenated (RFC 3396), exactly as they were on the wire; `None` when the
+/// option is absent. Only the options field is read (relay agents never put option 82
+/// in an overloaded `file` or `sname`).
+pub fn raw_option(request: &[u8], code: u8) -> Option<Vec<u8>> {
+    let mut opts = request.get(HEADER_LEN + MAGIC.len()..)?;
+    let mut value: Option<Vec<u8>> = None;
+    while let Some((&c, rest)) = opts.split_first() {
+        match c {
+            0 => opts = rest,
+            255 => break,
+            _ => {
+                let (&len, rest) = rest.split_first()?;
+                let body = rest.get(..len as usize)?;
+                if c == code {
+                    value.get_or_insert_with(Vec::new).extend_from_slice(body);
+                }
+                opts = &rest[len as usize..];
+            }
+        }
+    }
+    value
+}
+
 /// Smallest BOOTP message: RFC 1542 §2.1 lets relay agents and old clients drop
 /// anything shorter, so replies are padded up to it.
 pub const MIN_REPLY_LEN: usize = 300;
@@ -144,6 +168,19 @@ pub fn encode_reply(msg: &Message, buf: &mut Vec<u8>) -> Result<(), dhcproto::er
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_raw_option_is_every_instance_concatenated_as_sent() {
+        let mut p = vec![0u8; HEADER_LEN];
+        p.extend_from_slice(&MAGIC);
+        p.extend_from_slice(&[53, 1, 1, 82, 3, 2, 1, 9, 0, 82, 2, 1, 0, 255]);
+        assert_eq!(raw_option(&p, 82), Some(vec![2, 1, 9, 1, 0]));
+        assert_eq!(raw_option(&p, 61), None);
+        // A length past the end: nothing rather than a guess.
+        let mut cut = p[..p.len() - 3].to_vec();
+        cut.truncate(cut.len() - 1);
+        assert_eq!(raw_option(&cut, 82), None);
+    }
     use dhcproto::v4::{DhcpOption, Opcode};
 
     fn message(xid: u32, kind: MessageType) -> Message {

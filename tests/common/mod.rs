@@ -312,6 +312,9 @@ impl Drop for Server {
     }
 }
 
+/// The `[dhcp]` key that trusts the lab's relays (the client side, 198.18.0.0/16).
+pub(crate) const RELAYS: &str = "relays = [\"198.18.0.0/16\"]\n";
+
 /// A config serving `network` with `range` on `interface`, plus `extra` TOML keys for
 /// the `[dhcp]` section (or whole sections after them). The router is the network's
 /// first host address.
@@ -372,7 +375,7 @@ fn relay_lab_with(state_dir: Option<&Path>) -> (Lab, tempfile::TempDir, Server) 
         &lab.server_if,
         "198.18.0.0/16",
         "198.18.1.0 - 198.18.255.254",
-        "",
+        RELAYS,
     );
     let state = state_dir.map_or_else(|| dir.path().join("state"), Path::to_path_buf);
     let server = Server::start_with_state(&lab.server, dir.path(), &cfg, &state);

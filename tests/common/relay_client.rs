@@ -64,6 +64,26 @@ impl RelayClient {
         self.socket.send_to(bytes, self.server).unwrap();
     }
 
+    /// The next datagram from the server, raw, within `wait`.
+    pub(crate) fn recv_raw(&self, wait: Duration) -> Option<Vec<u8>> {
+        let deadline = Instant::now() + wait;
+        let mut buf = [0u8; 1500];
+        while Instant::now() < deadline {
+            if let Ok((n, _)) = self.socket.recv_from(&mut buf) {
+                return Some(buf[..n].to_vec());
+            }
+        }
+        None
+    }
+
+    /// A relayed DISCOVER for `mac` with `extra` raw option bytes before the End option.
+    pub(crate) fn discover_raw(&mut self, mac: &[u8; 6], extra: &[u8]) -> Vec<u8> {
+        let mut bytes = self.message(MessageType::Discover, mac).to_vec().unwrap();
+        let end = bytes.iter().rposition(|b| *b == 255).unwrap();
+        bytes.splice(end..end, extra.iter().copied());
+        bytes
+    }
+
     fn send(&self, m: &Message) {
         self.send_raw(&m.to_vec().unwrap());
     }

@@ -41,7 +41,10 @@ impl Engine {
             }
             _ => None,
         };
+        // Subnet selection (RFC 3011) is likewise believed only from a relay: a client
+        // on the link must not choose another network's addresses for itself.
         let selection = match msg.opts().get(OptionCode::SubnetSelection) {
+            _ if giaddr.is_none() => None,
             Some(DhcpOption::SubnetSelection(ip)) => Some(*ip),
             _ => None,
         };

@@ -102,10 +102,13 @@ pub fn build(req: &Message, parts: &ReplyParts<'_>) -> Message {
     let o = m.opts_mut();
     o.insert(DhcpOption::MessageType(parts.kind));
     o.insert(DhcpOption::ServerIdentifier(parts.server_id));
-    if let Some(DhcpOption::RelayAgentInformation(info)) =
-        req.opts().get(OptionCode::RelayAgentInformation)
+    if let Some(DhcpOption::RelayAgentInformation(info)) = req
+        .opts()
+        .get(OptionCode::RelayAgentInformation)
+        .filter(|_| !req.giaddr().is_unspecified())
     {
-        // RFC 3046 §2.2: echo the relay agent information unchanged.
+        // RFC 3046 §2.2: echo the relay agent information unchanged, and only to a
+        // relay (the shell puts back the request's very bytes before sending).
         o.insert(DhcpOption::RelayAgentInformation(info.clone()));
     }
     if matches!(parts.kind, MessageType::Nak) {

@@ -1195,3 +1195,24 @@ fn declines_are_capped_per_mac() {
         "a second quarantine from one MAC within the hold"
     );
 }
+
+#[test]
+fn subnet_selection_is_believed_only_from_a_relay() {
+    // RFC 3011 option 118 chooses the subnet; from a client on the link it would let the
+    // client take another network's addresses.
+    let (i, mut e) = (iface(), Engine::new(&config(""), vec![], T0));
+    let other = Ipv4Addr::new(198, 51, 100, 1);
+    let direct = with(
+        msg(MessageType::Discover, mac(1)),
+        DhcpOption::SubnetSelection(other),
+    );
+    let ip = offered(&e.handle_message(&direct, &ctx(&i, T0)));
+    assert!(!Ipv4Net::new(other, 24).unwrap().contains(&ip), "{ip}");
+    let mut relayed = with(
+        msg(MessageType::Discover, mac(2)),
+        DhcpOption::SubnetSelection(other),
+    );
+    relayed.set_giaddr(Ipv4Addr::new(192, 0, 2, 254));
+    let ip = offered(&e.handle_message(&relayed, &ctx(&i, T0)));
+    assert!(Ipv4Net::new(other, 24).unwrap().contains(&ip), "{ip}");
+}

@@ -70,6 +70,8 @@ pub struct Server {
     pub owners: Option<Arc<crate::owner::Resolver>>,
     /// The operator's run-time allow/deny per MAC.
     pub policies: Arc<HostPolicies>,
+    /// The relays whose giaddr is believed.
+    pub relays: Vec<crate::config::RelayRule>,
     /// Operator changes to apply; `None`: no operator API.
     pub control: Option<ControlReceiver>,
 }
@@ -139,6 +141,7 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
         responder,
         owners,
         policies,
+        relays,
         control,
     } = server;
     let mut control = control.map(|c| c.0);
@@ -163,6 +166,7 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
         responder: responder.as_ref(),
         owners: owners.as_deref(),
         policies: &policies,
+        relays: &relays,
         port,
         out: Vec::with_capacity(600),
     };
@@ -301,6 +305,7 @@ struct LoopState<'a> {
     responder: Option<&'a Responder>,
     owners: Option<&'a crate::owner::Resolver>,
     policies: &'a HostPolicies,
+    relays: &'a [crate::config::RelayRule],
     port: u16,
     /// Encoded reply of the last `Action::Send`.
     out: Vec<u8>,
@@ -325,6 +330,24 @@ impl LoopState<'_> {
                 return Action::Nothing;
             }
         };
+        // RFC 3046 §2.1 / RFC 2131 §4.1: giaddr is a relay agent's statement. Anyone on
+        // the link can set it, so it is believed only from a configured relay, sending
+        // from the server port: otherwise it would choose the subnet (and the reply's
+        // destination) for the sender.
+        if !msg.giaddr().is_unspecified() {
+            let trusted = match from {
+                SocketAddr::V4(src) if src.port() == self.port => self
+                    .relays
+                    .iter()
+                    .any(|r| r.allows(*src.ip(), &self.interfaces[listener].name)),
+                _ => false,
+            };
+            if !trusted {
+                self.metrics.untrusted_relay.inc();
+                debug!(%from, "relayed packet from an untrusted source dropped");
+                return Action::Nothing;
+            }
+        }
         let mac = MacAddr::from_chaddr(msg.chaddr());
         // One span per packet (STYLE §8). At debug level: a span per datagram at the
         // default level would cost more than a tenth of the whole decision.
@@ -369,9 +392,10 @@ impl LoopState<'_> {
         let decision = engine.handle_message(&msg, &ctx);
         self.metrics.outcome(&decision.outcome);
         debug!(kind = ?msg.opts().msg_type(), outcome = ?decision.outcome, "decided");
-        let to = decision
-            .reply
-            .and_then(|r| self.encode(r, listener, socket));
+        let to = decision.reply.and_then(|mut r| {
+            echo_relay_information(data, &mut r);
+            self.encode(r, listener, socket)
+        });
         if decision.effects.is_empty() {
             return to.map_or(Action::Nothing, |to| Action::Send(listener, to));
         }
@@ -405,6 +429,24 @@ impl LoopState<'_> {
             }
         };
         Some(SocketAddr::V4(to))
+    }
+}
+
+/// RFC 3046 §2.2: the relay agent information goes back exactly as the relay sent it.
+/// The engine echoes the decoded option; this puts the request's own bytes (all its
+/// option 82 instances, concatenated per RFC 3396) in its place, so sub-options are
+/// neither reordered nor re-encoded.
+fn echo_relay_information(request: &[u8], reply: &mut Reply) {
+    use dhcproto::v4::{DhcpOption, OptionCode, UnknownOption};
+    let code = OptionCode::RelayAgentInformation;
+    if reply.message.opts().get(code).is_none() {
+        return;
+    }
+    if let Some(raw) = wire::raw_option(request, u8::from(code)) {
+        reply
+            .message
+            .opts_mut()
+            .insert(DhcpOption::Unknown(UnknownOption::new(code, raw)));
     }
 }
 

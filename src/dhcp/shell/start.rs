@@ -154,6 +154,7 @@ pub async fn prepare(config: &Config, parts: Parts) -> Result<Server, StartError
         port: config.dhcp.port,
         reclaim_interval: Duration::from_secs(config.dhcp.reclaim_interval_secs.into()),
         policies,
+        relays: config.dhcp.relays.clone(),
         control,
     })
 }
