@@ -1,14 +1,18 @@
 //! `GET /ipxe/{file}`: the TFTP root over HTTP, for UEFI HTTP Boot of iPXE itself,
 //! through TFTP's own [`FileRoot`](crate::tftp::FileRoot) (the same confinement, aliases,
 //! symlink rule and file cache), with single byte ranges (RFC 9110 §14) and HEAD.
+//! Files over `tftp.max_file_size` are refused as TFTP refuses them; a body is the
+//! cache's own `Arc`ed copy, so parallel downloads of one file hold it once.
 
 use std::sync::Arc;
 
+use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::HttpState;
+use crate::tftp::path::Refusal;
 
 /// A parsed `Range: bytes=…` request against a body of `len` bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +52,12 @@ pub fn parse_range(value: Option<&str>, len: u64) -> RangeRequest {
     RangeRequest::Part(range.0, range.1)
 }
 
+/// The refusal of a file over `tftp.max_file_size`: 403 with TFTP's own words ("file
+/// too large"). Not 413, which RFC 9110 §15.5.14 defines for request content.
+fn too_large() -> Response {
+    (StatusCode::FORBIDDEN, "file too large\n").into_response()
+}
+
 /// Serves one file from the TFTP root.
 pub async fn ipxe_file(
     State(s): State<Arc<HttpState>>,
@@ -59,20 +69,28 @@ pub async fn ipxe_file(
     let files = s.files.clone();
     let loaded = tokio::task::spawn_blocking(move || {
         let (_, opened) = files.open(name.as_bytes())?;
+        // Checked before the load, as TFTP does, so a huge file is never read at all.
+        if opened.meta.len() > files.settings.max_file_size {
+            return Err(Refusal::TooLarge);
+        }
         files.cache.load(opened)
     })
     .await;
-    let Ok(Ok((body, _))) = loaded else {
-        return not_found();
+    let body = match loaded {
+        Ok(Ok((body, _))) => body,
+        Ok(Err(Refusal::TooLarge)) => return too_large(),
+        _ => return not_found(),
     };
+    // The cache's own allocation, shared: no copy per request (ranges slice it too).
+    let body = Bytes::from_owner(body);
     let len = body.len() as u64;
     let range = headers.get(header::RANGE).and_then(|v| v.to_str().ok());
     let mut resp = match parse_range(range, len) {
-        RangeRequest::Full => (StatusCode::OK, body.to_vec()).into_response(),
+        RangeRequest::Full => (StatusCode::OK, body).into_response(),
         RangeRequest::Part(a, b) => {
             let mut r = (
                 StatusCode::PARTIAL_CONTENT,
-                body[a as usize..=b as usize].to_vec(),
+                body.slice(a as usize..=b as usize),
             )
                 .into_response();
             if let Ok(v) = HeaderValue::from_str(&format!("bytes {a}-{b}/{len}")) {
