@@ -117,6 +117,15 @@ pub async fn start(
         Some(files) => Some(tls::acceptor(files)?),
         None => None,
     };
+    for w in [
+        auth::token_file_warning(&state.settings),
+        auth::insecure_api_warning(&state.settings),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        tracing::warn!(warning = %w, "operator API");
+    }
     // With a separate operator listener, TLS (if any) goes there and the boot listener
     // stays plain HTTP, which every firmware speaks.
     let mut plan = Vec::new();
