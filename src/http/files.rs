@@ -58,6 +58,27 @@ fn too_large() -> Response {
     (StatusCode::FORBIDDEN, "file too large\n").into_response()
 }
 
+/// The answer to `range` of a cached file: status, body and `Content-Range`. The body
+/// is a view of the cache's own allocation, never a copy, so a hundred parallel
+/// downloads of a large file hold it once.
+pub fn part(data: Arc<[u8]>, range: Option<&str>) -> (StatusCode, Bytes, Option<String>) {
+    let body = Bytes::from_owner(data);
+    let len = body.len() as u64;
+    match parse_range(range, len) {
+        RangeRequest::Full => (StatusCode::OK, body, None),
+        RangeRequest::Part(a, b) => (
+            StatusCode::PARTIAL_CONTENT,
+            body.slice(a as usize..=b as usize),
+            Some(format!("bytes {a}-{b}/{len}")),
+        ),
+        RangeRequest::Unsatisfiable => (
+            StatusCode::RANGE_NOT_SATISFIABLE,
+            Bytes::new(),
+            Some(format!("bytes */{len}")),
+        ),
+    }
+}
+
 /// Serves one file from the TFTP root.
 pub async fn ipxe_file(
     State(s): State<Arc<HttpState>>,
@@ -81,31 +102,12 @@ pub async fn ipxe_file(
         Ok(Err(Refusal::TooLarge)) => return too_large(),
         _ => return not_found(),
     };
-    // The cache's own allocation, shared: no copy per request (ranges slice it too).
-    let body = Bytes::from_owner(body);
-    let len = body.len() as u64;
     let range = headers.get(header::RANGE).and_then(|v| v.to_str().ok());
-    let mut resp = match parse_range(range, len) {
-        RangeRequest::Full => (StatusCode::OK, body).into_response(),
-        RangeRequest::Part(a, b) => {
-            let mut r = (
-                StatusCode::PARTIAL_CONTENT,
-                body.slice(a as usize..=b as usize),
-            )
-                .into_response();
-            if let Ok(v) = HeaderValue::from_str(&format!("bytes {a}-{b}/{len}")) {
-                r.headers_mut().insert(header::CONTENT_RANGE, v);
-            }
-            r
-        }
-        RangeRequest::Unsatisfiable => {
-            let mut r = StatusCode::RANGE_NOT_SATISFIABLE.into_response();
-            if let Ok(v) = HeaderValue::from_str(&format!("bytes */{len}")) {
-                r.headers_mut().insert(header::CONTENT_RANGE, v);
-            }
-            r
-        }
-    };
+    let (status, body, content_range) = part(body, range);
+    let mut resp = (status, body).into_response();
+    if let Some(v) = content_range.and_then(|v| HeaderValue::from_str(&v).ok()) {
+        resp.headers_mut().insert(header::CONTENT_RANGE, v);
+    }
     let h = resp.headers_mut();
     h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     h.insert(
@@ -118,6 +120,24 @@ pub async fn ipxe_file(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bodies_are_views_of_the_cached_copy() {
+        let data: Arc<[u8]> = (0..=255u8).collect::<Vec<_>>().into();
+        let (status, full, range) = part(data.clone(), None);
+        assert_eq!((status, range), (StatusCode::OK, None));
+        assert_eq!(full.as_ptr(), data.as_ptr());
+        let (status, piece, range) = part(data.clone(), Some("bytes=10-19"));
+        assert_eq!(status, StatusCode::PARTIAL_CONTENT);
+        assert_eq!(range.as_deref(), Some("bytes 10-19/256"));
+        assert_eq!(piece.as_ptr(), data[10..].as_ptr());
+        assert_eq!(&piece[..], &data[10..20]);
+        // Both answers and the cache hold one allocation.
+        assert_eq!(Arc::strong_count(&data), 3);
+        let (status, _, range) = part(data, Some("bytes=300-"));
+        assert_eq!(status, StatusCode::RANGE_NOT_SATISFIABLE);
+        assert_eq!(range.as_deref(), Some("bytes */256"));
+    }
 
     #[test]
     fn range_forms() {
