@@ -248,3 +248,48 @@ fn curl_speaks_tftp() {
     let out = Command::new("curl").arg("--version").output().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("tftp"));
 }
+
+#[test]
+fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() {
+    require_root!();
+    let (lab, _dir, mut server, _) = start("idle_timeout_ms = 1500");
+    let closed_after = lab
+        .client
+        .run(|| {
+            use std::io::{Read, Write};
+            let mut tcp = std::net::TcpStream::connect(HTTP).unwrap();
+            tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            tcp.write_all(b"GET /boot.ipxe HTTP/1.1\r\nHost: 192.0.2.1\r\n\r\n")
+                .unwrap();
+            // The answer, then silence on a connection kept alive.
+            let mut buf = [0u8; 4096];
+            let n = tcp.read(&mut buf).unwrap();
+            assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+            let answered = Instant::now();
+            loop {
+                match tcp.read(&mut buf) {
+                    Ok(0) | Err(_) => return answered.elapsed(),
+                    Ok(_) => {}
+                }
+            }
+        })
+        .join()
+        .unwrap();
+    eprintln!("idle keep-alive connection closed {closed_after:?} after its answer");
+    assert!(
+        closed_after >= Duration::from_millis(1300),
+        "{closed_after:?}"
+    );
+    assert!(
+        closed_after <= Duration::from_millis(3000),
+        "{closed_after:?}"
+    );
+    assert_eq!(
+        metric(
+            &lab.client,
+            "shardboot_http_connections_timed_out_total{timeout=\"idle\"}"
+        ),
+        1
+    );
+    server.stop();
+}
