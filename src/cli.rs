@@ -71,6 +71,17 @@ pub fn check_config(config: &Config) -> anyhow::Result<()> {
             writeln!(out, "warning: {w}")?;
         }
     }
+    // Operator tokens that others can read, or that cross the network in clear by
+    // explicit choice: allowed, but said out loud.
+    for w in [
+        crate::http::auth::token_file_warning(&config.http),
+        crate::http::auth::insecure_api_warning(&config.http),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        writeln!(out, "warning: {w}")?;
+    }
     // Likewise a hosts directory Ironic has not created yet (serve waits for nobody:
     // it refuses to start unfiltered).
     if let Some(dir) = &config.dhcp.hostsdir {

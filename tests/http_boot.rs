@@ -55,6 +55,14 @@ const INVENTORY: &str = r#"
 "#;
 
 fn start(owner: &str) -> TestServer {
+    start_limited(
+        owner,
+        shardboot::config::TftpSettings::default().max_file_size,
+    )
+}
+
+/// Like [`start`], with `tftp.max_file_size` set.
+fn start_limited(owner: &str, max_file_size: u64) -> TestServer {
     let dir = tempfile::tempdir().unwrap();
     let inv = dir.path().join("inventory.toml");
     std::fs::write(&inv, INVENTORY).unwrap();
@@ -71,6 +79,7 @@ fn start(owner: &str) -> TestServer {
     std::os::unix::fs::symlink("/etc/passwd", root.join("passwd")).unwrap();
     let tftp = shardboot::config::TftpSettings {
         root,
+        max_file_size,
         ..Default::default()
     };
     let files = FileRoot::new(tftp);
@@ -390,4 +399,19 @@ fn tftp_and_the_http_file_route_share_one_cache() {
     assert_eq!(s.files.cache.bytes(), want.len() as u64);
     stop.cancel();
     server.join().unwrap();
+}
+
+#[test]
+fn ipxe_files_over_max_file_size_are_refused_unread() {
+    // snponly.efi is 300,000 octets; TFTP would refuse it with "file too large".
+    let s = start_limited("", 200_000);
+    for range in [&[][..], &["-r", "0-9"][..]] {
+        let (code, body, _) = fetch(&s, "/ipxe/snponly.efi", range);
+        assert_eq!(code, 403, "{range:?}");
+        assert_eq!(body, b"file too large\n");
+    }
+    // Refused before it is read: nothing came into the cache.
+    assert_eq!(s.files.cache.bytes(), 0);
+    let s = start_limited("", 300_000);
+    assert_eq!(fetch(&s, "/ipxe/snponly.efi", &[]).0, 200);
 }

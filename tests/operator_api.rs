@@ -343,3 +343,29 @@ fn operator_api_end_to_end() {
     assert_eq!(api.call("GET", "/v1/stats", Some(T2), None).0, 200);
     assert_eq!(api.call("GET", "/v1/stats", Some(T1), None).0, 401);
 }
+
+#[test]
+fn deeply_nested_json_is_a_json_400() {
+    require_root!();
+    let (lab, _dir, mut server, _client) = api_lab::start(T1, "");
+    let api = Api {
+        lab: &lab,
+        token: T1,
+    };
+    // 10,000 levels, inside the 16 KiB body cap: serde_json's recursion limit refuses it
+    // and the answer is the API's JSON 400, not a crash or a plain-text error.
+    for body in ["[".repeat(10_000), "{\"a\":".repeat(2_000)] {
+        for path in [
+            "/v1/hosts/52:54:00:aa:00:09",
+            "/v1/reservations/52:54:00:aa:00:09",
+        ] {
+            let (code, text) = api.call("PUT", path, Some(T1), Some(&body));
+            assert_eq!(code, 400, "{path}: {text}");
+            let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+            assert!(v["error"].is_string(), "{text}");
+        }
+    }
+    // The server is still there.
+    api.json("GET", "/v1/hosts", None);
+    server.stop();
+}

@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -20,6 +21,12 @@ pub(super) struct RawHttp {
     tls_cert: Option<String>,
     tls_key: Option<String>,
     client_ca: Option<String>,
+    header_timeout_ms: Option<u32>,
+    idle_timeout_ms: Option<u32>,
+    request_timeout_ms: Option<u32>,
+    max_connections: Option<u32>,
+    max_connections_per_source: Option<u32>,
+    insecure_operator_api: Option<bool>,
 }
 
 /// `[http]` after validation.
@@ -39,6 +46,39 @@ pub struct HttpSettings {
     pub tls: Option<TlsFiles>,
     /// A separate listener for the operator API; the main one then serves boot routes.
     pub operator_listen: Option<SocketAddr>,
+    /// Connection limits and timeouts of every HTTP listener.
+    pub limits: ConnLimits,
+    /// Allows bearer tokens over plain HTTP on a non-loopback address
+    /// (`http.insecure_operator_api`); `check-config` warns when it is set.
+    pub insecure_operator_api: bool,
+}
+
+/// `[http]` timeouts and connection caps. Any machine on a provisioning segment may be
+/// hostile, so every connection is bounded in time and in number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnLimits {
+    /// A request head (or a TLS handshake) must arrive within this after it is awaited.
+    pub header_timeout: Duration,
+    /// A connection that moves no byte either way for this long is closed.
+    pub idle_timeout: Duration,
+    /// A request must be answered (body included) within this after its head arrived.
+    pub request_timeout: Duration,
+    /// Open connections over all sources, per listener.
+    pub max_connections: u32,
+    /// Open connections from one source address, per listener.
+    pub max_connections_per_source: u32,
+}
+
+impl Default for ConnLimits {
+    fn default() -> Self {
+        Self {
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(30),
+            request_timeout: Duration::from_secs(60),
+            max_connections: 4096,
+            max_connections_per_source: 64,
+        }
+    }
 }
 
 /// `[http] tls_cert`, `tls_key`, `client_ca` after validation.
@@ -75,6 +115,7 @@ pub(super) fn validate(raw: RawHttp, issues: &mut Issues) -> HttpSettings {
         1,
         1000,
     );
+    let limits = validate_limits(&raw, issues);
     let mut file = |key: &str, v: Option<String>| {
         let p = v.map(PathBuf::from)?;
         if !p.is_file() {
@@ -121,6 +162,21 @@ pub(super) fn validate(raw: RawHttp, issues: &mut Issues) -> HttpSettings {
         }
         parsed
     });
+    let insecure_operator_api = raw.insecure_operator_api.unwrap_or(false);
+    // Bearer tokens in clear on the segment would be readable by every machine on it.
+    if token_file.is_some() && tls.is_none() && !insecure_operator_api {
+        let api = operator_listen.unwrap_or(listen);
+        if !api.ip().is_loopback() {
+            issues.add(
+                "http.token_file",
+                format!(
+                    "the operator API would take bearer tokens in clear on {api}: \
+                     set http.tls_cert and http.tls_key, a loopback http.operator_listen, \
+                     or http.insecure_operator_api = true"
+                ),
+            );
+        }
+    }
     HttpSettings {
         enabled: raw.enabled.unwrap_or(true),
         listen,
@@ -129,5 +185,144 @@ pub(super) fn validate(raw: RawHttp, issues: &mut Issues) -> HttpSettings {
         token_file,
         tls,
         operator_listen,
+        limits,
+        insecure_operator_api,
+    }
+}
+
+/// The timeouts and caps of `[http]`, each checked against its range.
+fn validate_limits(raw: &RawHttp, issues: &mut Issues) -> ConnLimits {
+    let d = ConnLimits::default();
+    let ms = |d: Duration| d.as_millis() as u32;
+    let mut timeout = |key: &str, v: Option<u32>, default: Duration, hi: u32| {
+        Duration::from_millis(
+            issues
+                .in_range(key, v.unwrap_or(ms(default)), 100, hi)
+                .into(),
+        )
+    };
+    let header_timeout = timeout(
+        "http.header_timeout_ms",
+        raw.header_timeout_ms,
+        d.header_timeout,
+        600_000,
+    );
+    let idle_timeout = timeout(
+        "http.idle_timeout_ms",
+        raw.idle_timeout_ms,
+        d.idle_timeout,
+        3_600_000,
+    );
+    let request_timeout = timeout(
+        "http.request_timeout_ms",
+        raw.request_timeout_ms,
+        d.request_timeout,
+        3_600_000,
+    );
+    let max_connections = issues.in_range(
+        "http.max_connections",
+        raw.max_connections.unwrap_or(d.max_connections),
+        1,
+        1_000_000,
+    );
+    let max_connections_per_source = issues.in_range(
+        "http.max_connections_per_source",
+        raw.max_connections_per_source
+            .unwrap_or(d.max_connections_per_source),
+        1,
+        max_connections.max(1),
+    );
+    ConnLimits {
+        header_timeout,
+        idle_timeout,
+        request_timeout,
+        max_connections,
+        max_connections_per_source,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{Config, ConfigError};
+
+    fn issues(http: &str) -> Vec<String> {
+        match Config::from_toml_with_overrides(&format!("[http]\n{http}"), &[]) {
+            Ok(_) => vec![],
+            Err(ConfigError::Invalid(v)) => v.iter().map(|i| i.to_string()).collect(),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn limits_have_defaults_and_ranges() {
+        let c = Config::from_toml_with_overrides("", &[]).unwrap();
+        assert_eq!(c.http.limits, super::ConnLimits::default());
+        let got = issues(
+            "header_timeout_ms = 50\nidle_timeout_ms = 4000000\nrequest_timeout_ms = 0\n\
+             max_connections = 0\nmax_connections_per_source = 10",
+        );
+        for key in [
+            "http.header_timeout_ms: must be between 100 and 600000",
+            "http.idle_timeout_ms: must be between 100 and 3600000",
+            "http.request_timeout_ms: must be between 100 and 3600000",
+            "http.max_connections: must be between 1 and 1000000",
+            "http.max_connections_per_source: must be between 1 and 1",
+        ] {
+            assert!(got.iter().any(|g| g == key), "{key} not in {got:?}");
+        }
+        let c = Config::from_toml_with_overrides(
+            "[http]\nheader_timeout_ms = 2000\nmax_connections = 100\nmax_connections_per_source = 100",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(c.http.limits.header_timeout.as_millis(), 2000);
+        assert_eq!(c.http.limits.max_connections_per_source, 100);
+    }
+
+    #[test]
+    fn tokens_in_clear_need_loopback_tls_or_the_insecure_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let tokens = dir.path().join("tokens");
+        std::fs::write(&tokens, "token-0123456789abcdef\n").unwrap();
+        let t = format!("token_file = \"{}\"", tokens.display());
+        let refused = issues(&format!("listen = \"192.0.2.1:8080\"\n{t}"));
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        assert!(
+            refused[0].starts_with("http.token_file: the operator API would take bearer tokens in clear on 192.0.2.1:8080"),
+            "{refused:?}"
+        );
+        // The default listener (every address) is not loopback either.
+        assert_eq!(issues(&t).len(), 1);
+        assert_eq!(
+            issues(&format!("listen = \"127.0.0.1:8080\"\n{t}")),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            issues(&format!("listen = \"[::1]:8080\"\n{t}")),
+            Vec::<String>::new()
+        );
+        // The API on its own loopback listener; the boot listener stays on the segment.
+        assert_eq!(
+            issues(&format!(
+                "listen = \"192.0.2.1:8080\"\noperator_listen = \"127.0.0.1:8443\"\n{t}"
+            )),
+            Vec::<String>::new()
+        );
+        // A separate operator listener that is not loopback is refused too.
+        assert_eq!(
+            issues(&format!(
+                "listen = \"127.0.0.1:8080\"\noperator_listen = \"192.0.2.1:8443\"\n{t}"
+            ))
+            .len(),
+            1
+        );
+        assert_eq!(
+            issues(&format!(
+                "listen = \"192.0.2.1:8080\"\ninsecure_operator_api = true\n{t}"
+            )),
+            Vec::<String>::new()
+        );
+        // Without a token file there are no tokens to leak.
+        assert_eq!(issues("listen = \"192.0.2.1:8080\""), Vec::<String>::new());
     }
 }

@@ -111,6 +111,42 @@ fn reload(path: &PathBuf, loaded: &mut Loaded) {
     }
 }
 
+/// Whether a token file's mode lets anyone but its owner read or write it: a token
+/// readable by other local users is a token they hold.
+pub fn too_open(mode: u32) -> bool {
+    mode & 0o077 != 0
+}
+
+/// The warning for the settings' token file when its permissions are wider than 0600
+/// (`check-config` prints it, `serve` logs it). None when there is no file, it cannot
+/// be read (the loader reports that), or it is private.
+pub fn token_file_warning(settings: &crate::config::HttpSettings) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = settings.token_file.as_ref()?;
+    let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o7777;
+    too_open(mode).then(|| {
+        format!(
+            "http.token_file {}: mode {mode:04o} is wider than 0600; other local users can read the operator tokens",
+            path.display()
+        )
+    })
+}
+
+/// The warning for `http.insecure_operator_api = true` when it takes effect: bearer
+/// tokens in clear on a non-loopback address.
+pub fn insecure_api_warning(settings: &crate::config::HttpSettings) -> Option<String> {
+    let api = settings.operator_listen.unwrap_or(settings.listen);
+    let clear = settings.insecure_operator_api
+        && settings.token_file.is_some()
+        && settings.tls.is_none()
+        && !api.ip().is_loopback();
+    clear.then(|| {
+        format!(
+            "http.insecure_operator_api: the operator API takes bearer tokens in clear on {api}; anyone on that network can read them"
+        )
+    })
+}
+
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
@@ -121,6 +157,39 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_owner_only_modes_are_private() {
+        for mode in [0o600, 0o400, 0o700, 0o100600] {
+            assert!(!too_open(mode & 0o7777), "{mode:o}");
+        }
+        for mode in [0o644, 0o640, 0o604, 0o660, 0o666] {
+            assert!(too_open(mode), "{mode:o}");
+        }
+    }
+
+    #[test]
+    fn a_world_readable_token_file_is_named_in_a_warning() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("tokens");
+        std::fs::write(&f, "token-0123456789abcdef\n").unwrap();
+        let text = format!(
+            "[http]\nlisten = \"127.0.0.1:8080\"\ntoken_file = \"{}\"",
+            f.display()
+        );
+        let config = crate::config::Config::from_toml_with_overrides(&text, &[]).unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let w = token_file_warning(&config.http).unwrap();
+        assert!(
+            w.starts_with("http.token_file ") && w.contains("0644"),
+            "{w}"
+        );
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(token_file_warning(&config.http), None);
+        // Loopback: no clear-text warning either.
+        assert_eq!(insecure_api_warning(&config.http), None);
+    }
 
     #[test]
     fn tokens_are_checked_and_rotated_without_restart() {

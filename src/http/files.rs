@@ -1,14 +1,18 @@
 //! `GET /ipxe/{file}`: the TFTP root over HTTP, for UEFI HTTP Boot of iPXE itself,
 //! through TFTP's own [`FileRoot`](crate::tftp::FileRoot) (the same confinement, aliases,
 //! symlink rule and file cache), with single byte ranges (RFC 9110 §14) and HEAD.
+//! Files over `tftp.max_file_size` are refused as TFTP refuses them; a body is the
+//! cache's own `Arc`ed copy, so parallel downloads of one file hold it once.
 
 use std::sync::Arc;
 
+use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::HttpState;
+use crate::tftp::path::Refusal;
 
 /// A parsed `Range: bytes=…` request against a body of `len` bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +52,33 @@ pub fn parse_range(value: Option<&str>, len: u64) -> RangeRequest {
     RangeRequest::Part(range.0, range.1)
 }
 
+/// The refusal of a file over `tftp.max_file_size`: 403 with TFTP's own words ("file
+/// too large"). Not 413, which RFC 9110 §15.5.14 defines for request content.
+fn too_large() -> Response {
+    (StatusCode::FORBIDDEN, "file too large\n").into_response()
+}
+
+/// The answer to `range` of a cached file: status, body and `Content-Range`. The body
+/// is a view of the cache's own allocation, never a copy, so a hundred parallel
+/// downloads of a large file hold it once.
+pub fn part(data: Arc<[u8]>, range: Option<&str>) -> (StatusCode, Bytes, Option<String>) {
+    let body = Bytes::from_owner(data);
+    let len = body.len() as u64;
+    match parse_range(range, len) {
+        RangeRequest::Full => (StatusCode::OK, body, None),
+        RangeRequest::Part(a, b) => (
+            StatusCode::PARTIAL_CONTENT,
+            body.slice(a as usize..=b as usize),
+            Some(format!("bytes {a}-{b}/{len}")),
+        ),
+        RangeRequest::Unsatisfiable => (
+            StatusCode::RANGE_NOT_SATISFIABLE,
+            Bytes::new(),
+            Some(format!("bytes */{len}")),
+        ),
+    }
+}
+
 /// Serves one file from the TFTP root.
 pub async fn ipxe_file(
     State(s): State<Arc<HttpState>>,
@@ -59,35 +90,24 @@ pub async fn ipxe_file(
     let files = s.files.clone();
     let loaded = tokio::task::spawn_blocking(move || {
         let (_, opened) = files.open(name.as_bytes())?;
+        // Checked before the load, as TFTP does, so a huge file is never read at all.
+        if opened.meta.len() > files.settings.max_file_size {
+            return Err(Refusal::TooLarge);
+        }
         files.cache.load(opened)
     })
     .await;
-    let Ok(Ok((body, _))) = loaded else {
-        return not_found();
+    let body = match loaded {
+        Ok(Ok((body, _))) => body,
+        Ok(Err(Refusal::TooLarge)) => return too_large(),
+        _ => return not_found(),
     };
-    let len = body.len() as u64;
     let range = headers.get(header::RANGE).and_then(|v| v.to_str().ok());
-    let mut resp = match parse_range(range, len) {
-        RangeRequest::Full => (StatusCode::OK, body.to_vec()).into_response(),
-        RangeRequest::Part(a, b) => {
-            let mut r = (
-                StatusCode::PARTIAL_CONTENT,
-                body[a as usize..=b as usize].to_vec(),
-            )
-                .into_response();
-            if let Ok(v) = HeaderValue::from_str(&format!("bytes {a}-{b}/{len}")) {
-                r.headers_mut().insert(header::CONTENT_RANGE, v);
-            }
-            r
-        }
-        RangeRequest::Unsatisfiable => {
-            let mut r = StatusCode::RANGE_NOT_SATISFIABLE.into_response();
-            if let Ok(v) = HeaderValue::from_str(&format!("bytes */{len}")) {
-                r.headers_mut().insert(header::CONTENT_RANGE, v);
-            }
-            r
-        }
-    };
+    let (status, body, content_range) = part(body, range);
+    let mut resp = (status, body).into_response();
+    if let Some(v) = content_range.and_then(|v| HeaderValue::from_str(&v).ok()) {
+        resp.headers_mut().insert(header::CONTENT_RANGE, v);
+    }
     let h = resp.headers_mut();
     h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     h.insert(
@@ -100,6 +120,24 @@ pub async fn ipxe_file(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bodies_are_views_of_the_cached_copy() {
+        let data: Arc<[u8]> = (0..=255u8).collect::<Vec<_>>().into();
+        let (status, full, range) = part(data.clone(), None);
+        assert_eq!((status, range), (StatusCode::OK, None));
+        assert_eq!(full.as_ptr(), data.as_ptr());
+        let (status, piece, range) = part(data.clone(), Some("bytes=10-19"));
+        assert_eq!(status, StatusCode::PARTIAL_CONTENT);
+        assert_eq!(range.as_deref(), Some("bytes 10-19/256"));
+        assert_eq!(piece.as_ptr(), data[10..].as_ptr());
+        assert_eq!(&piece[..], &data[10..20]);
+        // Both answers and the cache hold one allocation.
+        assert_eq!(Arc::strong_count(&data), 3);
+        let (status, _, range) = part(data, Some("bytes=300-"));
+        assert_eq!(status, StatusCode::RANGE_NOT_SATISFIABLE);
+        assert_eq!(range.as_deref(), Some("bytes */256"));
+    }
 
     #[test]
     fn range_forms() {

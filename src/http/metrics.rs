@@ -1,4 +1,7 @@
-//! HTTP counters: requests by route pattern and status, boot answers by outcome.
+//! HTTP counters: requests by route pattern and status, boot answers by outcome, and
+//! connections refused by a cap or closed by a timeout.
+
+use std::sync::atomic::AtomicU64;
 
 use crate::metrics::LabeledCounters;
 
@@ -14,6 +17,15 @@ pub struct HttpMetrics {
     /// Requests by route pattern and status; a read lock and an atomic add per request,
     /// the write lock only the first time a (route, status) pair is seen.
     pub requests: std::sync::RwLock<RequestCounts>,
+    /// Connections closed at accept because a cap was full, by cap (`global`,
+    /// `per_source`).
+    pub refused: LabeledCounters<2>,
+    /// Connections closed because a timeout ran out, by timeout (`header`: no request
+    /// head or TLS handshake in time; `idle`: no byte moved; `request`: not answered in
+    /// time).
+    pub timed_out: LabeledCounters<3>,
+    /// Connections open now, over every HTTP listener.
+    pub open: AtomicU64,
 }
 
 impl Default for HttpMetrics {
@@ -28,6 +40,9 @@ impl Default for HttpMetrics {
                 "bad_request",
             ]),
             requests: Default::default(),
+            refused: LabeledCounters::new(["global", "per_source"]),
+            timed_out: LabeledCounters::new(["header", "idle", "request"]),
+            open: AtomicU64::new(0),
         }
     }
 }
@@ -91,5 +106,27 @@ impl HttpMetrics {
             "outcome",
             "Boot script requests by outcome",
         );
+        self.refused.render(
+            out,
+            "shardboot_http_connections_refused_total",
+            "cap",
+            "HTTP connections closed at accept because a connection cap was full",
+        );
+        self.timed_out.render(
+            out,
+            "shardboot_http_connections_timed_out_total",
+            "timeout",
+            "HTTP connections closed because a timeout ran out",
+        );
+        crate::metrics::header(
+            out,
+            "shardboot_http_connections_open",
+            "gauge",
+            "HTTP connections open now",
+        );
+        out.push_str(&format!(
+            "shardboot_http_connections_open {}\n",
+            self.open.load(std::sync::atomic::Ordering::Relaxed)
+        ));
     }
 }

@@ -7,6 +7,7 @@ pub mod auth;
 pub mod boot;
 pub mod files;
 pub mod metrics;
+pub mod serve;
 pub mod tls;
 pub mod ui;
 
@@ -116,6 +117,15 @@ pub async fn start(
         Some(files) => Some(tls::acceptor(files)?),
         None => None,
     };
+    for w in [
+        auth::token_file_warning(&state.settings),
+        auth::insecure_api_warning(&state.settings),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        tracing::warn!(warning = %w, "operator API");
+    }
     // With a separate operator listener, TLS (if any) goes there and the boot listener
     // stays plain HTTP, which every firmware speaks.
     let mut plan = Vec::new();
@@ -233,15 +243,9 @@ pub async fn run_with(
     tls: Option<tokio_rustls::TlsAcceptor>,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
+    let (limits, metrics) = (state.settings.limits, state.handles.http.clone());
     let app = router_for(state, serves);
-    match tls {
-        Some(acceptor) => tls::serve(listener, acceptor, app, shutdown).await,
-        None => {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown.cancelled_owned())
-                .await
-        }
-    }
+    serve::serve(listener, app, tls, limits, metrics, shutdown).await
 }
 
 fn ipxe_script(body: String) -> Response {

@@ -6,16 +6,11 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
-use axum::Router;
-use tokio::net::TcpListener;
 use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::TlsAcceptor;
-use tokio_util::sync::CancellationToken;
-use tracing::debug;
 
 use crate::config::TlsFiles;
 
@@ -89,60 +84,4 @@ pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, TlsError> {
     })?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(TlsAcceptor::from(Arc::new(config)))
-}
-
-/// How long a client may take to finish its handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Serves `app` over TLS until `shutdown`; connections already open finish on their own.
-pub async fn serve(
-    listener: TcpListener,
-    acceptor: TlsAcceptor,
-    app: Router,
-    shutdown: CancellationToken,
-) -> std::io::Result<()> {
-    loop {
-        let (tcp, peer) = tokio::select! {
-            _ = shutdown.cancelled() => return Ok(()),
-            r = listener.accept() => match r {
-                Ok(c) => c,
-                // Out of descriptors and the like: keep serving the others.
-                Err(e) => {
-                    debug!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
-        let (acceptor, app) = (acceptor.clone(), app.clone());
-        tokio::spawn(async move {
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => {
-                    debug!(%peer, error = %e, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    debug!(%peer, "TLS handshake timed out");
-                    return;
-                }
-            };
-            let verified = tls.get_ref().1.peer_certificates().is_some();
-            let service = hyper::service::service_fn(
-                move |mut req: hyper::Request<hyper::body::Incoming>| {
-                    if verified {
-                        req.extensions_mut().insert(ClientCertVerified);
-                    }
-                    tower::ServiceExt::oneshot(app.clone(), req)
-                },
-            );
-            let io = hyper_util::rt::TokioIo::new(tls);
-            if let Err(e) = hyper::server::conn::http1::Builder::new()
-                .serve_connection(io, service)
-                .await
-            {
-                debug!(%peer, error = %e, "HTTPS connection ended with an error");
-            }
-        });
-    }
 }
