@@ -570,6 +570,7 @@ takeover_secs = 60
 listen = "{ip}:69"
 [http]
 listen = "{ip}:8080"
+insecure_operator_api = true
 token_file = "{tokens}"
 [health]
 interval_ms = 300

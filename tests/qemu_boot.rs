@@ -45,6 +45,7 @@ interfaces = ["m0"]
 listen = "192.0.2.1:69"
 [http]
 listen = "192.0.2.1:8080"
+insecure_operator_api = true
 token_file = "{tokens}"
 [ra]
 enabled = true

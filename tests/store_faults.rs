@@ -63,7 +63,7 @@ fn a_poisoned_store_starts_and_serves_everything_it_can_read() {
         "192.0.2.150 - 192.0.2.152",
         &format!(
             "\n[tftp]\nenabled = false\n[http]\nlisten = \"192.0.2.1:8080\"\n\
-             token_file = \"{}\"",
+             insecure_operator_api = true\ntoken_file = \"{}\"",
             tokens.display()
         ),
     );

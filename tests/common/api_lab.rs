@@ -25,7 +25,7 @@ pub(crate) fn start(
         "192.0.2.100 - 192.0.2.199",
         &format!(
             "{dhcp_keys}\n[tftp]\nenabled = false\n[http]\nlisten = \"192.0.2.1:8080\"\n\
-             token_file = \"{}\"",
+             insecure_operator_api = true\ntoken_file = \"{}\"",
             tokens.display()
         ),
     );
