@@ -37,6 +37,15 @@ pub enum DropReason {
     /// No option 53, or an unknown message type.
     #[error("bad_message_type")]
     BadMessageType,
+    /// Option 53 appears more than once: which type the client meant is ambiguous, and
+    /// servers that read the first and the last disagree about the same packet.
+    #[error("duplicate_message_type")]
+    DuplicateMessageType,
+    /// dhcproto kept fewer distinct options than the option area carries (it stops at
+    /// the first option whose value it cannot read), so the engine would decide on part
+    /// of what the client sent.
+    #[error("options_lost")]
+    OptionsLost,
     /// dhcproto rejected the packet after our checks passed.
     #[error("undecodable")]
     Undecodable,
@@ -53,12 +62,14 @@ impl DropReason {
             Self::BadMagic => "bad_magic",
             Self::BadOptionLength => "bad_option_length",
             Self::BadMessageType => "bad_message_type",
+            Self::DuplicateMessageType => "duplicate_message_type",
+            Self::OptionsLost => "options_lost",
             Self::Undecodable => "undecodable",
         }
     }
 
     /// Every reason, for metric exposition.
-    pub const ALL: [DropReason; 8] = [
+    pub const ALL: [DropReason; 10] = [
         Self::Truncated,
         Self::Oversized,
         Self::NotRequest,
@@ -66,6 +77,8 @@ impl DropReason {
         Self::BadMagic,
         Self::BadOptionLength,
         Self::BadMessageType,
+        Self::DuplicateMessageType,
+        Self::OptionsLost,
         Self::Undecodable,
     ];
 }
@@ -87,35 +100,60 @@ pub fn decode_request(buf: &[u8]) -> Result<Message, DropReason> {
     if buf[HEADER_LEN..HEADER_LEN + 4] != MAGIC {
         return Err(DropReason::BadMagic);
     }
-    let message_type = walk_options(&buf[HEADER_LEN + 4..])?;
-    if !(1..=8).contains(&message_type) {
+    let walk = walk_options(&buf[HEADER_LEN + 4..])?;
+    if walk.message_types > 1 {
+        return Err(DropReason::DuplicateMessageType);
+    }
+    if !(1..=8).contains(&walk.message_type) {
         return Err(DropReason::BadMessageType);
     }
     let msg = Message::decode(&mut Decoder::new(buf)).map_err(|_| DropReason::Undecodable)?;
+    // dhcproto merges repeated codes (RFC 3396) into one entry, so compare distinct
+    // codes, not option instances.
+    if msg.opts().len() < walk.distinct_codes {
+        return Err(DropReason::OptionsLost);
+    }
     match msg.opts().msg_type() {
         Some(MessageType::Unknown(_)) | None => Err(DropReason::BadMessageType),
         Some(_) => Ok(msg),
     }
 }
 
-/// Walks the TLV option area (RFC 2132 §2); returns the option-53 value (0 if absent).
-fn walk_options(mut opts: &[u8]) -> Result<u8, DropReason> {
-    let mut message_type = 0;
+/// What a walk of the raw option area found.
+#[derive(Debug, Default)]
+struct Walk {
+    /// The option-53 value (0 if absent; the last one if repeated).
+    message_type: u8,
+    /// How many option-53 instances there were.
+    message_types: usize,
+    /// Distinct option codes, Pad and End excluded.
+    distinct_codes: usize,
+}
+
+/// Walks the TLV option area (RFC 2132 §2) up to End (or the end of the packet).
+fn walk_options(mut opts: &[u8]) -> Result<Walk, DropReason> {
+    let mut walk = Walk::default();
+    let mut seen = [false; 256];
     while let Some((&code, rest)) = opts.split_first() {
         match code {
             0 => opts = rest,
-            255 => return Ok(message_type),
+            255 => return Ok(walk),
             _ => {
                 let (&len, rest) = rest.split_first().ok_or(DropReason::BadOptionLength)?;
                 let len = len as usize;
                 if rest.len() < len {
                     return Err(DropReason::BadOptionLength);
                 }
+                if !fixed_length_ok(code, len) {
+                    return Err(DropReason::BadOptionLength);
+                }
                 if code == 53 {
-                    if len != 1 {
-                        return Err(DropReason::BadOptionLength);
-                    }
-                    message_type = rest[0];
+                    walk.message_type = rest[0];
+                    walk.message_types += 1;
+                }
+                // RFC 3396 §6: several instances of one code are one option, split.
+                if !std::mem::replace(&mut seen[usize::from(code)], true) {
+                    walk.distinct_codes += 1;
                 }
                 opts = &rest[len..];
             }
@@ -123,7 +161,27 @@ fn walk_options(mut opts: &[u8]) -> Result<u8, DropReason> {
     }
     // RFC 2131 requires an End option, but some clients omit it when the packet ends
     // exactly at the last option; accept that.
-    Ok(message_type)
+    Ok(walk)
+}
+
+/// Whether `len` is a length the option's RFC allows, for the options whose length
+/// dhcproto checks only with `debug_assert!`: in a build with debug assertions a wrong
+/// length there panics inside its decoder (found by `fuzz/` dhcp_engine), in release
+/// it is read as if right. Either way the packet is malformed.
+fn fixed_length_ok(code: u8, len: usize) -> bool {
+    match code {
+        // RFC 2132 §9.6: one octet.
+        53 => len == 1,
+        // RFC 4039 §4: Rapid Commit carries no value.
+        80 => len == 0,
+        // RFC 4702 §2: flags and two RCODEs before the name.
+        81 => len >= 3,
+        // RFC 4578 §2.2: type, major, minor.
+        94 => len == 3,
+        // RFC 6926 §6.2.3–6.2.6: 32-bit times.
+        152..=155 => len == 4,
+        _ => true,
+    }
 }
 
 /// The value of option `code` in a request that [`decode_request`] accepted, all its
@@ -168,6 +226,7 @@ pub fn encode_reply(msg: &Message, buf: &mut Vec<u8>) -> Result<(), dhcproto::er
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dhcproto::v4::{DhcpOption, Opcode, OptionCode};
 
     #[test]
     fn a_raw_option_is_every_instance_concatenated_as_sent() {
@@ -181,7 +240,6 @@ mod tests {
         cut.truncate(cut.len() - 1);
         assert_eq!(raw_option(&cut, 82), None);
     }
-    use dhcproto::v4::{DhcpOption, Opcode};
 
     fn message(xid: u32, kind: MessageType) -> Message {
         let z = [0, 0, 0, 0].into();
@@ -245,5 +303,96 @@ mod tests {
         for (bytes, want) in cases {
             assert_eq!(decode_request(&bytes).unwrap_err(), want);
         }
+    }
+
+    /// A DISCOVER's fixed part and cookie followed by `opts` (no End added).
+    fn with_options(opts: &[u8]) -> Vec<u8> {
+        let mut b = discover()[..240].to_vec();
+        b.extend_from_slice(opts);
+        b
+    }
+
+    #[test]
+    fn refuses_option_53_twice_adjacent_or_apart() {
+        for opts in [
+            &[53, 1, 1, 53, 1, 1, 255][..],
+            &[53, 1, 1, 12, 1, b'a', 53, 1, 3, 255][..],
+            &[53, 1, 3, 0, 0, 53, 1, 1][..],
+        ] {
+            assert_eq!(
+                decode_request(&with_options(opts)).unwrap_err(),
+                DropReason::DuplicateMessageType,
+                "{opts:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn refuses_a_packet_dhcproto_reads_only_part_of() {
+        // Subnet mask (option 1) with 3 octets: a well-formed TLV whose value dhcproto
+        // cannot read, so it stops there and loses the host name after it.
+        let opts = [
+            53, 1, 1, 1, 3, 255, 255, 0, 12, 4, b'n', b'o', b'd', b'e', 255,
+        ];
+        assert_eq!(
+            decode_request(&with_options(&opts)).unwrap_err(),
+            DropReason::OptionsLost
+        );
+    }
+
+    #[test]
+    fn rfc3396_split_options_are_one_option_not_a_loss() {
+        // Host name split over three instances of option 12, adjacent as RFC 3396 §6
+        // sends them.
+        let opts = [
+            53, 1, 1, 12, 2, b'n', b'o', 12, 1, b'd', 12, 1, b'e', 55, 2, 1, 3, 255,
+        ];
+        let m = decode_request(&with_options(&opts)).unwrap();
+        assert_eq!(
+            m.opts().get(OptionCode::Hostname),
+            Some(&DhcpOption::Hostname("node".into()))
+        );
+        // A parameter request list longer than 255 octets: two instances.
+        let mut opts = vec![53, 1, 1, 55, 255];
+        opts.extend((1..=255).map(|i: u32| i as u8));
+        opts.extend_from_slice(&[55, 10]);
+        opts.extend(1..=10u8);
+        opts.push(255);
+        assert!(decode_request(&with_options(&opts)).is_ok());
+    }
+
+    #[test]
+    fn refuses_lengths_dhcproto_only_debug_asserts() {
+        // fuzz/artifacts-found/dhcp_engine-rapid-commit-len-1.bin, reduced: a Rapid
+        // Commit with a value panicked dhcproto in debug builds.
+        for opts in [
+            &[53, 1, 1, 80, 1, 1, 255][..],
+            &[53, 1, 1, 81, 1, 0, 255][..],
+            &[53, 1, 1, 94, 2, 1, 2, 255][..],
+            &[53, 1, 1, 152, 3, 0, 0, 0, 255][..],
+            &[53, 1, 1, 155, 0, 255][..],
+        ] {
+            assert_eq!(
+                decode_request(&with_options(opts)).unwrap_err(),
+                DropReason::BadOptionLength,
+                "{opts:?}"
+            );
+        }
+        for opts in [
+            &[53, 1, 1, 80, 0, 255][..],
+            &[53, 1, 1, 94, 3, 1, 2, 1, 255][..],
+            &[53, 1, 1, 152, 4, 0, 0, 0, 1, 255][..],
+        ] {
+            assert!(decode_request(&with_options(opts)).is_ok(), "{opts:?}");
+        }
+    }
+
+    #[test]
+    fn walk_counts_distinct_codes_and_message_types() {
+        let w = walk_options(&[53, 1, 1, 12, 1, b'a', 12, 1, b'b', 0, 61, 0, 255, 9, 9]).unwrap();
+        assert_eq!(
+            (w.message_type, w.message_types, w.distinct_codes),
+            (1, 1, 3)
+        );
     }
 }
