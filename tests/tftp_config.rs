@@ -53,3 +53,21 @@ fn full_fixture_values_arrive() {
     assert!(s.single_port);
     assert_eq!(s.aliases["ipxe-arm64.efi"], "arm64/ipxe.efi");
 }
+
+#[test]
+fn timeout_cap_and_deadline_have_safe_defaults_and_are_settable() {
+    let d = parse("[tftp]\n").unwrap();
+    assert_eq!(d.max_timeout, std::time::Duration::from_secs(5));
+    assert_eq!(d.transfer_deadline, std::time::Duration::from_secs(120));
+    let s = parse("[tftp]\nmax_timeout_secs = 255\ntransfer_deadline_secs = 600").unwrap();
+    assert_eq!(s.max_timeout, std::time::Duration::from_secs(255));
+    assert_eq!(s.transfer_deadline, std::time::Duration::from_secs(600));
+    assert_eq!(
+        parse("[tftp]\nmax_timeout_secs = 0").unwrap_err(),
+        "tftp.max_timeout_secs: must be between 1 and 255"
+    );
+    assert_eq!(
+        parse("[tftp]\ntransfer_deadline_secs = 86401").unwrap_err(),
+        "tftp.transfer_deadline_secs: must be between 1 and 86400"
+    );
+}

@@ -100,3 +100,135 @@ fn five_hundred_concurrent_transfers_stay_bounded() {
     assert_eq!(server.metrics.transfers_failed.load(Relaxed), N as u64);
     server.stop().unwrap();
 }
+
+/// Spoofed RRQs (many source ports on several loopback addresses, `timeout 255`, never
+/// an ACK) fill the table; a real client is still served within seconds, a transfer
+/// that has ACKed keeps its slot, and the evictions are counted.
+fn spoofed_flood_does_not_lock_out_real_clients(single_port: bool) {
+    use std::sync::atomic::AtomicBool;
+    use std::time::Instant;
+    const TABLE: usize = 64;
+    const ADDRS: u8 = 10;
+    const PORTS: usize = 30;
+    let root = Root::new();
+    let mut s = settings(root.path());
+    s.single_port = single_port;
+    s.max_transfers = TABLE;
+    s.max_per_client = TABLE;
+    // Slow retransmission, as a 255 s timeout would be if it were accepted: without
+    // eviction nothing frees a slot for the duration of the test.
+    s.timeout = Duration::from_secs(5);
+    let server = TestServer::start(s, "127.0.0.1:0".parse().unwrap());
+    let rrq = TestClient::rrq(
+        b"ipxe.efi",
+        "octet",
+        &[("timeout", "255"), ("blksize", "1468"), ("tsize", "0")],
+    );
+    // A real, slow transfer that has ACKed once before the flood: it must survive it.
+    let held = UdpSocket::bind("127.0.0.1:0").unwrap();
+    held.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    held.send_to(
+        &TestClient::rrq(b"rand-300k.bin", "octet", &[]),
+        server.addr,
+    )
+    .unwrap();
+    let mut buf = [0u8; 2048];
+    let (_, held_tid) = held.recv_from(&mut buf).unwrap();
+    assert_eq!(&buf[..4], &[0, 3, 0, 1]);
+    held.send_to(&[0, 4, 0, 1], held_tid).unwrap();
+    // Sources: 127.0.0.2..=127.0.0.11 (all of 127/8 is local on Linux), many ports each.
+    let spoofers: Vec<UdpSocket> = (0..ADDRS)
+        .flat_map(|a| {
+            (0..PORTS).map(move |_| UdpSocket::bind((format!("127.0.0.{}", a + 2), 0)).unwrap())
+        })
+        .collect();
+    let mut sent = 0usize;
+    for (i, sock) in spoofers.iter().enumerate() {
+        sock.send_to(&rrq, server.addr).unwrap();
+        sent += 1;
+        if i % 25 == 24 {
+            // Let the listener keep up, as the 500-transfer test does.
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    wait_for("flood admitted", || {
+        let m = &server.metrics;
+        m.transfers_evicted.load(Relaxed) + m.errors(shardboot::tftp::metrics::Reason::Busy)
+            >= (sent + 1 - TABLE) as u64
+    });
+    assert_eq!(server.metrics.transfers_active.load(Relaxed), TABLE as u64);
+    // Keep flooding from the same sockets while the real clients run.
+    let stop = AtomicBool::new(false);
+    let (took, background) = std::thread::scope(|sc| {
+        let bg = sc.spawn(|| {
+            let mut n = 0usize;
+            while !stop.load(Relaxed) {
+                spoofers[n % spoofers.len()]
+                    .send_to(&rrq, server.addr)
+                    .unwrap();
+                n += 1;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            n
+        });
+        let mut took = Vec::new();
+        for tool in [Tool::TftpHpa, Tool::Atftp, Tool::Curl] {
+            if !have(match tool {
+                Tool::TftpHpa => "tftp",
+                Tool::Atftp => "atftp",
+                _ => "curl",
+            }) {
+                eprintln!("{tool:?} not installed, skipped");
+                continue;
+            }
+            let dest = scratch(root.path(), &format!("{tool:?}"));
+            let began = Instant::now();
+            let (ok, out) = download(tool, None, server.addr, "ipxe.efi", &dest);
+            let t = began.elapsed();
+            let same = ok && std::fs::read(&dest).is_ok_and(|d| d == root.files[0].1);
+            took.push((tool, t, same, out));
+        }
+        // Stop the flood before any assertion, or a failure would leave the scope
+        // waiting on it forever.
+        stop.store(true, Relaxed);
+        (took, bg.join().unwrap())
+    });
+    for (tool, t, same, out) in &took {
+        assert!(same, "{tool:?} failed under the flood after {t:?}: {out}");
+        assert!(*t < Duration::from_secs(5), "{tool:?} took {t:?}");
+    }
+    let took: Vec<_> = took.iter().map(|(tool, t, ..)| (*tool, *t)).collect();
+    assert!(!took.is_empty(), "no real TFTP client installed");
+    // The transfer that ACKed was never evicted: DATA 2 (sent before the flood, maybe
+    // resent since) is waiting; ACK 2 now brings DATA 3 from the same TID, not an ERROR.
+    let mut next_data = |want: u16| loop {
+        let (n, from) = held.recv_from(&mut buf).expect("held transfer still alive");
+        assert_eq!(from, held_tid);
+        assert_ne!(buf[1], 5, "held transfer got {:?}", &buf[..n]);
+        if buf[..4] == [0, 3, 0, want as u8] {
+            break;
+        }
+    };
+    next_data(2);
+    held.send_to(&[0, 4, 0, 2], held_tid).unwrap();
+    next_data(3);
+    let m = &server.metrics;
+    let evicted = m.transfers_evicted.load(Relaxed);
+    eprintln!(
+        "single_port={single_port}: {sent} spoofed RRQs up front + {background} during the \
+         downloads, {evicted} evictions; real clients took {took:?}"
+    );
+    assert!(evicted >= (sent - TABLE) as u64, "{evicted} evictions");
+    assert_eq!(m.errors(shardboot::tftp::metrics::Reason::Busy), 0);
+    server.stop().unwrap();
+}
+
+#[test]
+fn spoofed_rrq_flood_cannot_lock_out_a_real_client() {
+    spoofed_flood_does_not_lock_out_real_clients(false);
+}
+
+#[test]
+fn spoofed_rrq_flood_cannot_lock_out_a_real_client_in_single_port_mode() {
+    spoofed_flood_does_not_lock_out_real_clients(true);
+}

@@ -426,3 +426,147 @@ fn a_wildcard_listener_answers_from_the_address_the_client_asked() {
         assert_eq!(from.ip(), asked.ip(), "single_port={single_port}");
     }
 }
+
+#[test]
+fn a_timeout_above_the_cap_is_left_out_of_the_oack() {
+    let root = Root::new();
+    let server = start(&root, |s| s.max_timeout = std::time::Duration::from_secs(5));
+    let oack = |timeout: &str| {
+        let r = TestClient::new()
+            .get(
+                server.addr,
+                "one.bin",
+                &[("timeout", timeout), ("tsize", "0")],
+                &Faults::default(),
+            )
+            .unwrap();
+        assert_eq!(r.data.len(), 1);
+        r.oack
+    };
+    // RFC 2349 §2: echo the exact value or omit it; 255 is above the cap, so omitted.
+    assert_eq!(oack("255"), vec![("tsize".to_string(), "1".to_string())]);
+    assert_eq!(
+        oack("5"),
+        vec![
+            ("timeout".to_string(), "5".to_string()),
+            ("tsize".to_string(), "1".to_string())
+        ]
+    );
+}
+
+/// A client that ACKs every block, slowly: it always progresses, so only the deadline
+/// ends it, with an ERROR packet, counted.
+fn slow_client_hits_the_deadline(single_port: bool) {
+    use std::time::{Duration, Instant};
+    let root = Root::new();
+    let server = start(&root, |s| {
+        s.single_port = single_port;
+        s.transfer_deadline = Duration::from_millis(1500);
+        s.timeout = Duration::from_millis(500);
+    });
+    let c = TestClient::new();
+    let began = Instant::now();
+    c.sock
+        .send_to(
+            &TestClient::rrq(b"rand-300k.bin", "octet", &[]),
+            server.addr,
+        )
+        .unwrap();
+    let mut buf = [0u8; 2048];
+    let mut blocks = 0u32;
+    let error = loop {
+        assert!(began.elapsed() < Duration::from_secs(10), "no deadline");
+        let Ok((n, tid)) = c.sock.recv_from(&mut buf) else {
+            continue;
+        };
+        match buf[1] {
+            3 => {
+                blocks += 1;
+                std::thread::sleep(Duration::from_millis(100));
+                c.sock.send_to(&[0, 4, buf[2], buf[3]], tid).unwrap();
+            }
+            5 => break buf[..n].to_vec(),
+            x => panic!("opcode {x}"),
+        }
+    };
+    let took = began.elapsed();
+    eprintln!("single_port={single_port}: deadline error after {took:?}, {blocks} blocks");
+    assert_eq!(error_code(&error), Some(0));
+    assert!(String::from_utf8_lossy(&error).contains("deadline"));
+    assert!(took >= Duration::from_millis(1400) && took < Duration::from_secs(4));
+    assert!(blocks >= 8, "progressed only {blocks} blocks");
+    wait_for("deadline counted", || {
+        server.metrics.transfers_deadline.load(Relaxed) == 1
+    });
+    let m = &server.metrics;
+    assert_eq!(m.errors(shardboot::tftp::metrics::Reason::Deadline), 1);
+    assert_eq!(m.transfers_failed.load(Relaxed), 1);
+    assert_eq!(m.transfers_active.load(Relaxed), 0);
+}
+
+#[test]
+fn a_progressing_transfer_past_its_deadline_ends_with_an_error() {
+    slow_client_hits_the_deadline(false);
+}
+
+#[test]
+fn a_progressing_transfer_past_its_deadline_ends_with_an_error_in_single_port_mode() {
+    slow_client_hits_the_deadline(true);
+}
+
+fn parallel_netascii_costs_one_conversion(single_port: bool) {
+    let root = Root::new();
+    let text: Vec<u8> = b"#!ipxe\nchain http://10.0.0.1/boot.ipxe\r\n"
+        .iter()
+        .copied()
+        .cycle()
+        .take(200_000)
+        .collect();
+    std::fs::write(root.path().join("menu.ipxe"), &text).unwrap();
+    let want = shardboot::tftp::transfer::to_netascii(&text);
+    const N: usize = 24;
+    let server = start(&root, |s| {
+        s.single_port = single_port;
+        s.max_per_client = N;
+    });
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..N)
+            .map(|_| {
+                s.spawn(|| {
+                    TestClient::new()
+                        .get_mode(
+                            server.addr,
+                            "menu.ipxe",
+                            "netascii",
+                            &[("blksize", "1468"), ("tsize", "0")],
+                            &Faults::default(),
+                        )
+                        .unwrap()
+                })
+            })
+            .collect();
+        for h in handles {
+            let r = h.join().unwrap();
+            assert!(r.data == want, "netascii data differs");
+            // RFC 2349 §3: tsize is the size as sent, i.e. converted.
+            assert!(r
+                .oack
+                .contains(&("tsize".to_string(), want.len().to_string())));
+        }
+    });
+    let m = &server.metrics;
+    assert_eq!(m.transfers_completed.load(Relaxed), N as u64);
+    assert_eq!(m.netascii_conversions.load(Relaxed), 1);
+    // The octets were read from disk once, too.
+    assert_eq!(m.cache_misses.load(Relaxed), 1);
+}
+
+#[test]
+fn parallel_netascii_transfers_of_one_file_cost_one_conversion() {
+    parallel_netascii_costs_one_conversion(false);
+}
+
+#[test]
+fn parallel_netascii_transfers_cost_one_conversion_in_single_port_mode() {
+    parallel_netascii_costs_one_conversion(true);
+}

@@ -40,6 +40,10 @@ pub struct RawTftp {
     pub retries: Option<u32>,
     /// [`TftpSettings::timeout`] in milliseconds.
     pub timeout_ms: Option<u64>,
+    /// [`TftpSettings::max_timeout`] in seconds.
+    pub max_timeout_secs: Option<u64>,
+    /// [`TftpSettings::transfer_deadline`] in seconds.
+    pub transfer_deadline_secs: Option<u64>,
     /// See [`TftpSettings::max_blksize`].
     pub max_blksize: Option<u64>,
     /// See [`TftpSettings::max_windowsize`].
@@ -87,6 +91,14 @@ pub struct TftpSettings {
     pub retries: u32,
     /// Retransmission timeout when the client does not negotiate one (RFC 2349).
     pub timeout: Duration,
+    /// Largest `timeout` option a client may negotiate (RFC 2349 allows 1-255 s); a
+    /// larger one is ignored, as RFC 2347 §4 allows, so the OACK never names a value we
+    /// do not use. Keeps a silent client from holding a slot for minutes.
+    pub max_timeout: Duration,
+    /// Longest one transfer may take, progressing or not; then it ends with an ERROR
+    /// packet. The default leaves a 1 MB iPXE binary in lockstep (512-octet blocks) an
+    /// RTT of ~50 ms.
+    pub transfer_deadline: Duration,
     /// Largest blksize agreed (RFC 2348). 1468 fills a 1500-octet Ethernet frame.
     pub max_blksize: u16,
     /// Largest windowsize agreed (RFC 7440).
@@ -121,6 +133,8 @@ impl Default for TftpSettings {
             max_file_size: 64 << 20,
             retries: 5,
             timeout: Duration::from_secs(1),
+            max_timeout: Duration::from_secs(5),
+            transfer_deadline: Duration::from_secs(120),
             max_blksize: 1468,
             max_windowsize: 64,
             single_port: false,
@@ -243,6 +257,19 @@ fn settings(raw: RawTftp, issues: &mut Issues) -> TftpSettings {
         10,
         255_000,
     );
+    let max_timeout_secs = issues.in_range(
+        "tftp.max_timeout_secs",
+        raw.max_timeout_secs.unwrap_or(d.max_timeout.as_secs()),
+        1,
+        255,
+    );
+    let transfer_deadline_secs = issues.in_range(
+        "tftp.transfer_deadline_secs",
+        raw.transfer_deadline_secs
+            .unwrap_or(d.transfer_deadline.as_secs()),
+        1,
+        86_400,
+    );
     TftpSettings {
         root,
         aliases,
@@ -252,6 +279,8 @@ fn settings(raw: RawTftp, issues: &mut Issues) -> TftpSettings {
         max_file_size,
         retries,
         timeout: Duration::from_millis(timeout_ms),
+        max_timeout: Duration::from_secs(max_timeout_secs),
+        transfer_deadline: Duration::from_secs(transfer_deadline_secs),
         max_blksize,
         max_windowsize,
         single_port: raw.single_port.unwrap_or(d.single_port),
@@ -306,6 +335,14 @@ mod tests {
             (
                 "[tftp]\nretries = 0",
                 "tftp.retries: must be between 1 and 100",
+            ),
+            (
+                "[tftp]\nmax_timeout_secs = 256",
+                "tftp.max_timeout_secs: must be between 1 and 255",
+            ),
+            (
+                "[tftp]\ntransfer_deadline_secs = 0",
+                "tftp.transfer_deadline_secs: must be between 1 and 86400",
             ),
         ];
         for (text, want) in cases {

@@ -1,11 +1,19 @@
 //! Admission: turns a datagram on the listening port into "start a transfer", "answer
 //! with an error" or "ignore", and enforces the concurrency limits. Shared by the
 //! per-transfer-port and single-port shells.
+//!
+//! When the table (`max_transfers`) is full, a new request takes the slot of the
+//! oldest transfer that never received an ACK, never that of one that did: source
+//! addresses of UDP requests are spoofable, so a flood of RRQs that nobody answers must
+//! not lock real clients out (the per-client cap alone cannot, as it is keyed on that
+//! same spoofable address).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
+
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use super::cache::Source;
 use super::metrics::{Reason, TftpMetrics};
@@ -13,7 +21,7 @@ use super::options::{negotiate, Limits};
 use super::packet::{ErrorCode, Escaped, Mode, Packet};
 use super::path::Refusal;
 use super::root::FileRoot;
-use super::transfer::{to_netascii, Transfer};
+use super::transfer::{Budget, Transfer};
 use crate::config::TftpSettings;
 
 /// State shared by the listener and all transfers.
@@ -31,7 +39,26 @@ pub(crate) struct Shared {
 struct Slots {
     total: usize,
     per_ip: HashMap<IpAddr, usize>,
-    peers: HashSet<SocketAddr>,
+    peers: HashMap<SocketAddr, Held>,
+    /// Admission order, so "oldest" needs no clock.
+    next_seq: u64,
+}
+
+/// The table's view of one running transfer.
+#[derive(Debug)]
+struct Held {
+    seq: u64,
+    signal: Arc<Signal>,
+}
+
+/// What a slot and the table tell each other without a lock on the table.
+#[derive(Debug, Default)]
+struct Signal {
+    /// Set by the shell at the first ACK that moved the transfer forward: from then on
+    /// the peer has shown it receives our packets, so it is never evicted.
+    acked: AtomicBool,
+    /// Cancelled when the table takes the slot back for a newer request.
+    evicted: CancellationToken,
 }
 
 /// A reserved transfer slot; released on drop, whatever way the transfer ends.
@@ -39,20 +66,67 @@ struct Slots {
 pub(crate) struct Slot {
     shared: Arc<Shared>,
     peer: SocketAddr,
+    seq: u64,
+    signal: Arc<Signal>,
+}
+
+impl Slot {
+    /// Records the first ACK that moved the transfer forward (see [`Shared::admit`]).
+    pub(crate) fn mark_acked(&self) {
+        self.signal.acked.store(true, Relaxed);
+    }
+
+    /// Resolves when the table has taken this slot back for a newer request.
+    pub(crate) fn evicted(&self) -> WaitForCancellationFuture<'_> {
+        self.signal.evicted.cancelled()
+    }
+
+    /// True once the table has taken this slot back.
+    pub(crate) fn is_evicted(&self) -> bool {
+        self.signal.evicted.is_cancelled()
+    }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
         let mut s = self.shared.lock_slots();
-        s.total -= 1;
-        s.peers.remove(&self.peer);
-        if let Some(n) = s.per_ip.get_mut(&self.peer.ip()) {
+        // An evicted slot was released when it was taken; the peer may hold a newer one.
+        if s.peers.get(&self.peer).is_some_and(|h| h.seq == self.seq) {
+            s.release(self.peer);
+            drop(s);
+            self.shared.metrics.transfers_active.fetch_sub(1, Relaxed);
+        }
+    }
+}
+
+impl Slots {
+    fn release(&mut self, peer: SocketAddr) {
+        self.total -= 1;
+        self.peers.remove(&peer);
+        if let Some(n) = self.per_ip.get_mut(&peer.ip()) {
             *n -= 1;
             if *n == 0 {
-                s.per_ip.remove(&self.peer.ip());
+                self.per_ip.remove(&peer.ip());
             }
         }
-        self.shared.metrics.transfers_active.fetch_sub(1, Relaxed);
+    }
+
+    /// The oldest transfer that never received an ACK, if any. Linear in the table
+    /// size, paid only when the table is full.
+    fn oldest_silent(&self) -> Option<SocketAddr> {
+        self.peers
+            .iter()
+            .filter(|(_, h)| !h.signal.acked.load(Relaxed))
+            .min_by_key(|(_, h)| h.seq)
+            .map(|(&peer, _)| peer)
+    }
+
+    /// Takes back `peer`'s slot now and tells its transfer through the signal.
+    fn evict(&mut self, peer: SocketAddr) {
+        if let Some(held) = self.peers.get(&peer) {
+            held.signal.evicted.cancel();
+            self.release(peer);
+        }
     }
 }
 
@@ -62,6 +136,9 @@ pub(crate) struct Accepted {
     pub slot: Slot,
     /// The request datagram, decoded again where it is used.
     pub datagram: Vec<u8>,
+    /// The peer whose transfer was evicted to make room, if any; its slot's
+    /// [`Slot::evicted`] has fired.
+    pub evicted: Option<SocketAddr>,
 }
 
 /// What to do with a datagram received on the listening socket.
@@ -112,33 +189,58 @@ impl Shared {
             return Admission::Reject(ErrorCode::IllegalOperation, "unsupported mode");
         }
         let mut s = self.lock_slots();
-        if s.peers.contains(&peer) {
+        if s.peers.contains_key(&peer) {
             // The client resent its RRQ before our first packet arrived; the running
             // transfer retransmits on its own timer.
             return Admission::Ignore;
         }
+        let mut evicted = None;
         if s.total >= self.settings.max_transfers {
-            m.error(Reason::Busy);
-            tracing::warn!(%peer, max = self.settings.max_transfers, "tftp busy, request refused");
-            return Admission::Reject(ErrorCode::NotDefined, "server busy");
+            // The source address of an RRQ is not verified, so a flood of spoofed
+            // requests would fill the table with transfers that never hear back. Such a
+            // transfer has never seen an ACK; one that has is a real client and keeps
+            // its slot. Oldest first: it has had the longest to answer.
+            evicted = s.oldest_silent();
+            if evicted.is_none() {
+                m.error(Reason::Busy);
+                tracing::warn!(%peer, max = self.settings.max_transfers, "tftp busy, request refused");
+                return Admission::Reject(ErrorCode::NotDefined, "server busy");
+            }
         }
-        let per_ip = s.per_ip.entry(peer.ip()).or_default();
-        if *per_ip >= self.settings.max_per_client {
+        if s.per_ip.get(&peer.ip()).copied().unwrap_or(0) >= self.settings.max_per_client {
             m.error(Reason::PerClientLimit);
             tracing::info!(%peer, max = self.settings.max_per_client, "tftp per-client limit reached");
             return Admission::Reject(ErrorCode::NotDefined, "too many transfers from this client");
         }
-        *per_ip += 1;
+        if let Some(victim) = evicted {
+            s.evict(victim);
+            m.transfers_evicted.fetch_add(1, Relaxed);
+            m.transfers_active.fetch_sub(1, Relaxed);
+            tracing::info!(%peer, %victim, "tftp table full, evicted a transfer that never received an ACK");
+        }
+        *s.per_ip.entry(peer.ip()).or_default() += 1;
         s.total += 1;
-        s.peers.insert(peer);
+        let seq = s.next_seq;
+        s.next_seq += 1;
+        let signal = Arc::new(Signal::default());
+        s.peers.insert(
+            peer,
+            Held {
+                seq,
+                signal: signal.clone(),
+            },
+        );
         drop(s);
         m.transfers_active.fetch_add(1, Relaxed);
         Admission::Start(Accepted {
             slot: Slot {
                 shared: self.clone(),
                 peer,
+                seq,
+                signal,
             },
             datagram: datagram.to_vec(),
+            evicted,
         })
     }
 
@@ -157,26 +259,44 @@ impl Shared {
         if opened.meta.len() > st.max_file_size {
             return Err(Refusal::TooLarge);
         }
-        let (data, source) = self.root.cache.load(opened)?;
-        match source {
+        let count = |source| match source {
             Source::Hit => self.metrics.cache_hits.fetch_add(1, Relaxed),
             Source::Miss => self.metrics.cache_misses.fetch_add(1, Relaxed),
         };
-        let data: Arc<[u8]> = match req.mode {
-            Mode::Netascii => to_netascii(&data).into(),
-            _ => data,
+        let data = match req.mode {
+            Mode::Netascii => {
+                let conv = self.root.cache.load_netascii(opened)?;
+                match conv.converted_from {
+                    None => count(Source::Hit),
+                    Some(source) => {
+                        self.metrics.netascii_conversions.fetch_add(1, Relaxed);
+                        count(source)
+                    }
+                };
+                conv.data
+            }
+            _ => {
+                let (data, source) = self.root.cache.load(opened)?;
+                count(source);
+                data
+            }
         };
         let limits = Limits {
             max_blksize: st.max_blksize,
             max_windowsize: st.max_windowsize,
             default_timeout: st.timeout,
+            max_timeout_secs: st.max_timeout.as_secs(),
         };
         let neg = negotiate(&req.options, &limits, data.len() as u64);
+        let budget = Budget {
+            max_retries: st.retries,
+            lifetime: st.transfer_deadline,
+        };
         Ok(Prepared {
             file: target,
             blksize: neg.blksize,
             windowsize: neg.windowsize,
-            transfer: Transfer::new(data, &neg, st.retries, now),
+            transfer: Transfer::new(data, &neg, budget, now),
         })
     }
 }

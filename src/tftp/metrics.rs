@@ -22,6 +22,10 @@ pub enum Reason {
     BadMode,
     /// No progress after all retries.
     Timeout,
+    /// The transfer's overall deadline (`tftp.transfer_deadline_secs`) passed.
+    Deadline,
+    /// The slot was taken for a newer request before any ACK arrived.
+    Evicted,
     /// The client sent an ERROR packet.
     PeerError,
     /// Sending or receiving on the transfer socket failed.
@@ -44,12 +48,14 @@ const REFUSALS: [Refusal; 14] = [
     Refusal::PermissionDenied,
     Refusal::Io,
 ];
-const OTHER: [Reason; 7] = [
+const OTHER: [Reason; 9] = [
     Reason::Busy,
     Reason::PerClientLimit,
     Reason::WriteRequest,
     Reason::BadMode,
     Reason::Timeout,
+    Reason::Deadline,
+    Reason::Evicted,
     Reason::PeerError,
     Reason::SocketError,
 ];
@@ -80,6 +86,8 @@ impl Reason {
             Reason::WriteRequest => "write_request",
             Reason::BadMode => "bad_mode",
             Reason::Timeout => "timeout",
+            Reason::Deadline => "deadline",
+            Reason::Evicted => "evicted",
             Reason::PeerError => "peer_error",
             Reason::SocketError => "socket_error",
         }
@@ -98,6 +106,14 @@ pub struct TftpMetrics {
     /// Transfers the client ended at the OACK: size probes (UEFI PXE asks `tsize`
     /// first) and declined options. Neither delivered the file nor failed.
     pub transfers_declined: AtomicU64,
+    /// Transfers ended because their overall deadline passed, progressing or not.
+    pub transfers_deadline: AtomicU64,
+    /// Transfers that had never received an ACK, evicted when the table was full so a
+    /// newer request could start (spoofed sources never ACK).
+    pub transfers_evicted: AtomicU64,
+    /// Netascii conversions done (cache misses of the converted form); concurrent
+    /// netascii transfers of one unchanged file share one.
+    pub netascii_conversions: AtomicU64,
     /// Transfers in progress (a gauge).
     pub transfers_active: AtomicU64,
     /// DATA payload octets sent, retransmissions included; added when each transfer
@@ -137,7 +153,7 @@ impl TftpMetrics {
 
     /// Appends all counters in the Prometheus text exposition format.
     pub fn render_prometheus(&self, out: &mut String) {
-        let simple: [(&str, &str, &str, &AtomicU64); 12] = [
+        let simple: [(&str, &str, &str, &AtomicU64); 15] = [
             (
                 "transfers_started_total",
                 "counter",
@@ -161,6 +177,24 @@ impl TftpMetrics {
                 "counter",
                 "TFTP transfers the client ended at the OACK (size probes, declined options).",
                 &self.transfers_declined,
+            ),
+            (
+                "transfers_deadline_total",
+                "counter",
+                "TFTP transfers ended by their overall deadline.",
+                &self.transfers_deadline,
+            ),
+            (
+                "transfers_evicted_total",
+                "counter",
+                "TFTP transfers without any ACK evicted for a newer request.",
+                &self.transfers_evicted,
+            ),
+            (
+                "netascii_conversions_total",
+                "counter",
+                "TFTP netascii conversions (converted-form cache misses).",
+                &self.netascii_conversions,
             ),
             (
                 "transfers_active",
@@ -247,11 +281,16 @@ mod tests {
         m.error(Reason::Path(Refusal::Name(BadName::DotDot)));
         m.error(Reason::Path(Refusal::NotFound));
         m.error(Reason::Busy);
+        m.transfers_evicted.fetch_add(2, Relaxed);
         let mut s = String::new();
         m.render_prometheus(&mut s);
         assert!(s.contains("shardboot_tftp_transfers_started_total 3\n"));
         assert!(s.contains("shardboot_tftp_errors_total{reason=\"dot_dot\"} 1\n"));
         assert!(s.contains("shardboot_tftp_errors_total{reason=\"busy\"} 1\n"));
+        assert!(s.contains("# TYPE shardboot_tftp_transfers_evicted_total counter\n"));
+        assert!(s.contains("shardboot_tftp_transfers_evicted_total 2\n"));
+        assert!(s.contains("shardboot_tftp_transfers_deadline_total 0\n"));
+        assert!(s.contains("shardboot_tftp_errors_total{reason=\"deadline\"} 0\n"));
         // Missing files are errors but not policy refusals.
         assert!(s.contains("shardboot_tftp_refused_paths_total 1\n"));
     }

@@ -21,6 +21,11 @@ pub struct Limits {
     pub max_windowsize: u16,
     /// Retransmission timeout when the client does not ask for one.
     pub default_timeout: Duration,
+    /// Largest `timeout` option accepted, in seconds. A larger request is ignored (the
+    /// option is left out of the OACK and `default_timeout` applies): RFC 2349 §2 lets
+    /// the server only echo the exact value or omit it, and a hostile client asking
+    /// 255 s would otherwise hold its slot for many minutes of retransmissions.
+    pub max_timeout_secs: u64,
 }
 
 /// The parameters a transfer runs with.
@@ -84,8 +89,9 @@ pub fn negotiate(options: &[RawOption<'_>], limits: &Limits, size: u64) -> Negot
                 n.blksize = agreed;
                 n.oack.push(("blksize", u64::from(agreed)));
             }
-            1 if TIMEOUT_RANGE.contains(&value) => {
-                // RFC 2349 §2: the server must echo exactly the requested value or omit it.
+            1 if TIMEOUT_RANGE.contains(&value) && value <= limits.max_timeout_secs => {
+                // RFC 2349 §2: the server must echo exactly the requested value or omit
+                // it; above our cap we omit it (RFC 2347 §4), never echo a smaller one.
                 n.timeout = Duration::from_secs(value);
                 n.oack.push(("timeout", value));
             }
@@ -111,6 +117,7 @@ mod tests {
         max_blksize: 1468,
         max_windowsize: 16,
         default_timeout: Duration::from_secs(1),
+        max_timeout_secs: 5,
     };
 
     fn opts<'a>(pairs: &[(&'a str, &'a str)]) -> Vec<RawOption<'a>> {
@@ -178,5 +185,24 @@ mod tests {
         let n = negotiate(&opts(&[("blksize", "1432")]), &LIMITS, 1);
         assert_eq!(n.blksize, 1432);
         assert_eq!(n.oack, vec![("blksize", 1432)]);
+    }
+
+    #[test]
+    fn timeout_above_the_cap_is_ignored_not_shortened() {
+        // RFC 2349 §2 allows only the exact echo or omission; omission means the client
+        // keeps its own default and we keep ours.
+        let n = negotiate(
+            &opts(&[("timeout", "255"), ("blksize", "1024")]),
+            &LIMITS,
+            1,
+        );
+        assert_eq!(n.timeout, Duration::from_secs(1));
+        assert_eq!(n.oack, vec![("blksize", 1024)]);
+        let n = negotiate(&opts(&[("timeout", "6")]), &LIMITS, 1);
+        assert!(n.oack.is_empty());
+        // At the cap it is accepted and echoed.
+        let n = negotiate(&opts(&[("timeout", "5")]), &LIMITS, 1);
+        assert_eq!(n.timeout, Duration::from_secs(5));
+        assert_eq!(n.oack, vec![("timeout", 5)]);
     }
 }

@@ -11,13 +11,13 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::admission::{note_refusal, Accepted, Admission, Shared};
+use super::admission::{note_refusal, Accepted, Admission, Shared, Slot};
 use super::batch::Batch;
 use super::metrics::{Reason, TftpMetrics};
 use super::packet::{encode_error, ErrorCode};
 use super::pktinfo;
-use super::shell::{finish, started, transfer_span, Outcome, RECV_BUF};
-use super::transfer::{Handled, Transfer};
+use super::shell::{finish, received, started, transfer_span, Outcome, RECV_BUF};
+use super::transfer::Transfer;
 use super::TftpError;
 use crate::net_error::is_transient;
 
@@ -135,6 +135,10 @@ async fn serve_transfer(
             return;
         }
     };
+    if acc.slot.is_evicted() {
+        // Taken back while the file loaded; admission counted it.
+        return;
+    }
     let mut p = match prepared {
         Ok(p) => p,
         Err(r) => {
@@ -149,27 +153,27 @@ async fn serve_transfer(
     started(&tracing::Span::current(), &p);
     let began = Instant::now();
     let mut rbuf = vec![0u8; RECV_BUF];
-    let outcome = drive(
-        &mut p.transfer,
-        &sock,
-        &mut out,
-        &mut rbuf,
-        &metrics,
-        &shutdown,
-    )
-    .await;
+    let io = Io {
+        sock: &sock,
+        slot: &acc.slot,
+        metrics: &metrics,
+        shutdown: &shutdown,
+    };
+    let outcome = drive(&mut p.transfer, &io, &mut out, &mut rbuf).await;
     finish(&metrics, &p.transfer, outcome, began);
     drop(acc.slot);
 }
 
-async fn drive(
-    t: &mut Transfer,
-    sock: &UdpSocket,
-    out: &mut Vec<u8>,
-    rbuf: &mut [u8],
-    metrics: &TftpMetrics,
-    shutdown: &CancellationToken,
-) -> Outcome {
+/// What `drive` reads from and reports to, besides the transfer itself.
+struct Io<'a> {
+    sock: &'a UdpSocket,
+    slot: &'a Slot,
+    metrics: &'a TftpMetrics,
+    shutdown: &'a CancellationToken,
+}
+
+async fn drive(t: &mut Transfer, io: &Io<'_>, out: &mut Vec<u8>, rbuf: &mut [u8]) -> Outcome {
+    let sock = io.sock;
     let mut batch = Batch::default();
     // One timer for the whole transfer, moved rather than re-created per packet.
     let sleep = tokio::time::sleep_until(tokio::time::Instant::now());
@@ -200,24 +204,22 @@ async fn drive(
         }
         tokio::select! {
             biased;
-            _ = shutdown.cancelled() => {
+            _ = io.shutdown.cancelled() => {
                 encode_error(out, ErrorCode::NotDefined, "server shutting down");
                 let _ = sock.send(out).await;
                 return Outcome::Shutdown;
             }
             r = sock.recv(rbuf) => match r {
                 Ok(n) => {
-                    let handled = t.handle_packet(&rbuf[..n], Instant::now());
-                    if handled == Handled::Malformed {
-                        metrics.malformed_packets.fetch_add(1, Relaxed);
-                    }
-                    tracing::trace!(?handled, len = n, "tftp packet");
+                    received(t, io.slot, io.metrics, &rbuf[..n], Instant::now());
                 }
                 // Not `net_error::is_transient`: this socket is connected to one client,
                 // so an ICMP error here (ECONNREFUSED) means that client is gone.
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
                 Err(e) => return Outcome::Socket(e),
             },
+            // The table took the slot for a newer request; the loop sends the ERROR.
+            _ = io.slot.evicted() => t.handle_eviction(),
             _ = &mut sleep => {
                 t.handle_timeout(Instant::now());
                 tracing::trace!(status = ?t.status(), "tftp timeout");

@@ -10,9 +10,9 @@ use std::time::Instant;
 use tracing::field::Empty;
 use tracing::Span;
 
-use super::admission::Prepared;
+use super::admission::{Prepared, Slot};
 use super::metrics::{Reason, TftpMetrics};
-use super::transfer::{FailReason, Status, Transfer};
+use super::transfer::{FailReason, Handled, Status, Transfer};
 
 /// Largest datagram we read. Requests are ≤ 512 octets by RFC 2347 §2; anything we
 /// receive beyond this is truncated and then fails to decode.
@@ -40,6 +40,28 @@ pub(crate) fn started(span: &Span, p: &Prepared) {
     span.in_scope(|| tracing::debug!(size = p.transfer.len(), "tftp transfer started"));
 }
 
+/// Feeds one datagram from the transfer's peer to its state machine at `now`, counts a
+/// malformed one and tells the slot about progress: once the peer has ACKed, admission
+/// never evicts it.
+pub(crate) fn received(
+    t: &mut Transfer,
+    slot: &Slot,
+    metrics: &TftpMetrics,
+    datagram: &[u8],
+    now: Instant,
+) -> Handled {
+    let handled = t.handle_packet(datagram, now);
+    match handled {
+        Handled::Progress => slot.mark_acked(),
+        Handled::Malformed => {
+            metrics.malformed_packets.fetch_add(1, Relaxed);
+        }
+        _ => {}
+    }
+    tracing::trace!(?handled, len = datagram.len(), "tftp packet");
+    handled
+}
+
 /// Why the shell stopped driving a transfer, beyond the state machine's own status.
 #[derive(Debug)]
 pub(crate) enum Outcome {
@@ -62,6 +84,12 @@ pub(crate) fn finish(metrics: &TftpMetrics, t: &Transfer, outcome: Outcome, star
     let failure = match (outcome, t.status()) {
         (Outcome::Finished, Status::Done) => None,
         (Outcome::Finished, Status::Failed(FailReason::Timeout)) => Some(Reason::Timeout),
+        (Outcome::Finished, Status::Failed(FailReason::Deadline)) => {
+            metrics.transfers_deadline.fetch_add(1, Relaxed);
+            Some(Reason::Deadline)
+        }
+        // Counted in `transfers_evicted` by admission, when the slot was taken.
+        (Outcome::Finished, Status::Failed(FailReason::Evicted)) => Some(Reason::Evicted),
         (Outcome::Finished, Status::Failed(FailReason::PeerError(code))) => {
             tracing::info!(code, "tftp client aborted transfer");
             Some(Reason::PeerError)

@@ -18,8 +18,8 @@ use super::admission::{note_refusal, Admission, Prepared, Shared, Slot};
 use super::packet::{encode_error, ErrorCode};
 use super::path::Refusal;
 use super::pktinfo;
-use super::shell::{finish, started, transfer_span, Outcome, RECV_BUF};
-use super::transfer::{Handled, Status};
+use super::shell::{finish, received, started, transfer_span, Outcome, RECV_BUF};
+use super::transfer::Status;
 use super::TftpError;
 use crate::net_error::is_transient;
 
@@ -27,7 +27,7 @@ struct Running {
     p: Prepared,
     /// The local address the request came to, which every reply comes from.
     local: Option<Ipv4Addr>,
-    _slot: Slot,
+    slot: Slot,
     started: Instant,
     /// Deadline last pushed on the timer heap, to avoid pushing duplicates.
     armed: Option<Instant>,
@@ -63,10 +63,13 @@ pub(crate) async fn run(
         let touched: SocketAddr = tokio::select! {
             _ = shutdown.cancelled() => break Ok(()),
             Some(Loaded { peer, local, slot, datagram, span, res }) = rx.recv() => match res {
+                // Taken back while the file loaded (admission counted it), or the peer
+                // has a newer transfer meanwhile.
+                _ if slot.is_evicted() => continue,
                 Ok(p) => {
                     metrics.transfers_started.fetch_add(1, Relaxed);
                     started(&span, &p);
-                    let run = Running { p, local, _slot: slot, started: Instant::now(), armed: None, span };
+                    let run = Running { p, local, slot, started: Instant::now(), armed: None, span };
                     transfers.insert(peer, run);
                     peer
                 }
@@ -101,18 +104,18 @@ pub(crate) async fn run(
                     Err(e) => break Err(TftpError::Recv(e)),
                 };
                 if let Some(run) = transfers.get_mut(&peer) {
-                    if run.p.transfer.handle_packet(&buf[..n], Instant::now()) == Handled::Malformed {
-                        metrics.malformed_packets.fetch_add(1, Relaxed);
-                    }
+                    received(&mut run.p.transfer, &run.slot, &metrics, &buf[..n], Instant::now());
                     peer
                 } else {
                     match shared.admit(&buf[..n], peer) {
-                        Admission::Ignore => {}
+                        Admission::Ignore => continue,
                         Admission::Reject(code, msg) => {
                             encode_error(&mut out, code, msg);
                             let _ = pktinfo::send(&socket, &out, peer, local).await;
+                            continue;
                         }
                         Admission::Start(acc) => {
+                            let evicted = acc.evicted;
                             let (worker, tx) = (shared.clone(), tx.clone());
                             let span = transfer_span(peer);
                             tokio::task::spawn_blocking(move || {
@@ -120,9 +123,18 @@ pub(crate) async fn run(
                                 let (slot, datagram) = (acc.slot, acc.datagram);
                                 let _ = tx.send(Loaded { peer, local, slot, datagram, span, res });
                             });
+                            // This task drives every transfer, so the evicted one is told
+                            // here (its slot's signal is for the per-port shell's tasks);
+                            // the code below sends its ERROR and retires it.
+                            match evicted.and_then(|v| transfers.get_mut(&v).map(|run| (v, run))) {
+                                Some((victim, run)) => {
+                                    run.p.transfer.handle_eviction();
+                                    victim
+                                }
+                                None => continue,
+                            }
                         }
                     }
-                    continue;
                 }
             }
         };

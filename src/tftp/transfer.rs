@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::options::Negotiated;
-use super::packet::{self, Packet};
+use super::packet::{self, ErrorCode, Packet};
 
 /// Longest wait between retransmissions once backed off (unless the negotiated
 /// timeout itself is longer).
@@ -38,6 +38,12 @@ pub enum Status {
 pub enum FailReason {
     /// No progress after the configured number of retransmissions.
     Timeout,
+    /// The transfer's overall deadline passed, progressing or not: a client that ACKs
+    /// just often enough to dodge the retransmission limit cannot hold its slot forever.
+    Deadline,
+    /// The shell took the slot back for a newer request: the table was full and this
+    /// transfer had never received an ACK (see `admission`).
+    Evicted,
     /// The client sent an ERROR packet (code 8 declines our OACK, RFC 2347 §3).
     PeerError(u16),
 }
@@ -80,6 +86,15 @@ pub struct TransferStats {
     pub timeouts: u64,
 }
 
+/// The limits a transfer runs under besides the negotiated options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    /// Retransmissions without progress before the transfer fails.
+    pub max_retries: u32,
+    /// Longest the whole transfer may take, from `new`'s `now`.
+    pub lifetime: Duration,
+}
+
 /// A read transfer of one file to one client.
 #[derive(Debug)]
 pub struct Transfer {
@@ -98,16 +113,22 @@ pub struct Transfer {
     next: u64,
     /// Highest block sequence sent so far.
     sent_max: u64,
+    /// When `handle_timeout` next retransmits.
     deadline: Instant,
+    /// When the transfer fails whatever its progress ([`Budget::lifetime`]).
+    end: Instant,
     retries: u32,
     phase: Phase,
+    /// An ERROR packet still to send after the transfer finished on our side, so the
+    /// client stops at once instead of retrying into a closed port (RFC 1350 §7).
+    farewell: Option<&'static str>,
     stats: TransferStats,
 }
 
 impl Transfer {
-    /// Starts a transfer of `data` with the negotiated parameters; the first packet
-    /// (OACK or DATA 1) is ready in `poll_transmit`.
-    pub fn new(data: Arc<[u8]>, neg: &Negotiated, max_retries: u32, now: Instant) -> Self {
+    /// Starts a transfer of `data` with the negotiated parameters within `budget`; the
+    /// first packet (OACK or DATA 1) is ready in `poll_transmit`.
+    pub fn new(data: Arc<[u8]>, neg: &Negotiated, budget: Budget, now: Instant) -> Self {
         let blksize = usize::from(neg.blksize.max(1));
         // RFC 1350 §6: a block shorter than blksize ends the transfer, so a file whose
         // length is a multiple of blksize ends with an empty block.
@@ -127,15 +148,17 @@ impl Transfer {
             blksize,
             windowsize: u64::from(neg.windowsize.max(1)),
             timeout: neg.timeout,
-            max_retries,
+            max_retries: budget.max_retries,
             oack,
             total,
             acked: 0,
             next: 1,
             sent_max: 0,
             deadline: now + neg.timeout,
+            end: now + budget.lifetime,
             retries: 0,
             phase,
+            farewell: None,
             stats: TransferStats::default(),
         }
     }
@@ -167,13 +190,17 @@ impl Transfer {
     pub fn poll_timeout(&self) -> Option<Instant> {
         match self.phase {
             Phase::Finished(_) => None,
-            _ => Some(self.deadline),
+            _ => Some(self.deadline.min(self.end)),
         }
     }
 
     /// Writes the next datagram to send into `out`; returns false when nothing is due
     /// until the next input or timeout.
     pub fn poll_transmit(&mut self, out: &mut Vec<u8>) -> bool {
+        if let Some(message) = self.farewell.take() {
+            packet::encode_error(out, ErrorCode::NotDefined, message);
+            return true;
+        }
         match self.phase {
             Phase::Oack { due: true } => {
                 out.clear();
@@ -271,7 +298,14 @@ impl Transfer {
     /// Call when `now` has reached `poll_timeout`: resends the OACK or the current
     /// window (RFC 1350 §2 retransmission), or fails after `max_retries` attempts.
     pub fn handle_timeout(&mut self, now: Instant) {
-        if matches!(self.phase, Phase::Finished(_)) || now < self.deadline {
+        if matches!(self.phase, Phase::Finished(_)) {
+            return;
+        }
+        if now >= self.end {
+            self.fail(FailReason::Deadline, "transfer deadline exceeded");
+            return;
+        }
+        if now < self.deadline {
             return;
         }
         if self.retries >= self.max_retries {
@@ -294,10 +328,24 @@ impl Transfer {
             Phase::Finished(_) => {}
         }
     }
+
+    /// Call when the shell takes this transfer's slot for a newer request: it fails
+    /// at once and tells the client with an ERROR packet (due in `poll_transmit`).
+    pub fn handle_eviction(&mut self) {
+        if !matches!(self.phase, Phase::Finished(_)) {
+            self.fail(FailReason::Evicted, "server busy");
+        }
+    }
+
+    fn fail(&mut self, reason: FailReason, message: &'static str) {
+        self.phase = Phase::Finished(Status::Failed(reason));
+        self.farewell = Some(message);
+    }
 }
 
 /// Converts a file to netascii (RFC 764 via RFC 1350 §5): CR LF for every LF, CR NUL
-/// for a bare CR. Done once per transfer; netascii is rare for boot files.
+/// for a bare CR. The file cache keeps the result per file (`cache::FileCache::load_netascii`),
+/// so concurrent netascii transfers of one file share one conversion.
 pub fn to_netascii(data: &[u8]) -> Vec<u8> {
     let extra = data.iter().filter(|&&b| b == b'\n' || b == b'\r').count();
     let mut out = Vec::with_capacity(data.len() + extra);

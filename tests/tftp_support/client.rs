@@ -78,7 +78,19 @@ impl TestClient {
         options: &[(&str, &str)],
         faults: &Faults,
     ) -> Result<GetResult, String> {
-        let rrq = Self::rrq(name.as_bytes(), "octet", options);
+        self.get_mode(server, name, "octet", options, faults)
+    }
+
+    /// [`TestClient::get`] in another transfer mode (`netascii`).
+    pub(crate) fn get_mode(
+        &self,
+        server: SocketAddr,
+        name: &str,
+        mode: &str,
+        options: &[(&str, &str)],
+        faults: &Faults,
+    ) -> Result<GetResult, String> {
+        let rrq = Self::rrq(name.as_bytes(), mode, options);
         self.sock.send_to(&rrq, server).unwrap();
         let mut res = GetResult::default();
         let mut blksize = 512usize;
