@@ -46,6 +46,22 @@ pub struct Host {
     pub lease_time: Option<u32>,
 }
 
+impl Host {
+    /// An entry that only names the MAC: known, with the subnet's settings.
+    pub fn bare(mac: MacAddr) -> Self {
+        Self {
+            mac,
+            ip: None,
+            hostname: None,
+            boot_file: None,
+            deny: false,
+            dns: Vec::new(),
+            router: None,
+            lease_time: None,
+        }
+    }
+}
+
 /// Validates every `[[host]]`; a reserved address must lie in one of `subnets`, and no
 /// MAC or address may appear twice. A host without a usable MAC is left out.
 pub(super) fn validate_all(

@@ -90,16 +90,11 @@ impl Engine {
         if self.runtime_reserved.contains(&r.mac) {
             self.unreserve(&r.mac)?;
         }
-        let mut host = self.config_hosts.get(&r.mac).cloned().unwrap_or(Host {
-            mac: r.mac,
-            ip: None,
-            hostname: None,
-            boot_file: None,
-            deny: false,
-            dns: Vec::new(),
-            router: None,
-            lease_time: None,
-        });
+        let mut host = self
+            .config_hosts
+            .get(&r.mac)
+            .cloned()
+            .unwrap_or_else(|| Host::bare(r.mac));
         host.ip = Some(r.ip);
         if r.hostname.is_some() {
             host.hostname = r.hostname.clone();

@@ -1069,16 +1069,7 @@ fn limited(edit: impl FnOnce(&mut Config)) -> Engine {
 }
 
 fn known_host(m: MacAddr) -> crate::config::Host {
-    crate::config::Host {
-        mac: m,
-        ip: None,
-        hostname: None,
-        boot_file: None,
-        deny: false,
-        dns: Vec::new(),
-        router: None,
-        lease_time: None,
-    }
+    crate::config::Host::bare(m)
 }
 
 #[test]
