@@ -18,11 +18,13 @@ fn check(req: &Request<'_>) {
             max_blksize: 512,
             max_windowsize: 1,
             default_timeout: Duration::from_secs(1),
+            max_timeout_secs: 255,
         },
         Limits {
             max_blksize: *BLKSIZE_RANGE.end() as u16,
             max_windowsize: *WINDOWSIZE_RANGE.end() as u16,
             default_timeout: Duration::from_secs(5),
+            max_timeout_secs: 5,
         },
     ] {
         for size in [
@@ -38,7 +40,10 @@ fn check(req: &Request<'_>) {
             assert!(n.blksize >= 8 && n.blksize <= limits.max_blksize.max(512));
             assert!(n.windowsize >= 1 && n.windowsize <= limits.max_windowsize.max(1));
             let secs = n.timeout.as_secs();
-            assert!(TIMEOUT_RANGE.contains(&secs) || n.timeout == limits.default_timeout);
+            assert!(
+                (TIMEOUT_RANGE.contains(&secs) && secs <= limits.max_timeout_secs)
+                    || n.timeout == limits.default_timeout
+            );
         }
     }
     for prefix in ["", "pxelinux/"] {
