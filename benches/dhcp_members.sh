@@ -22,6 +22,7 @@ bin="$PWD/target/release/shardboot"
 tag="sbm$$"
 srv="$tag-s"; cli="$tag-c"; br="${tag}br"
 work=$(mktemp -d)
+(umask 077 && openssl rand -hex 32 >"$work/member-secret")
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -65,7 +66,7 @@ ranges = ["198.18.1.0 - 198.18.255.254"]
 lease_time = 3600
 EOF
   if [ "$n" -gt 1 ]; then
-    printf '[owner]\nself = "%s"\n' "${names[$i]}"
+    printf '[owner]\nself = "%s"\nmember_secret_file = "%s"\n' "${names[$i]}" "$work/member-secret"
     for k in $(seq 0 $((n - 1))); do
       printf '[[member]]\nname = "%s"\nhttp_url = "http://198.18.0.1%d:8080"\n' "${names[$k]}" $((k + 1))
     done

@@ -63,6 +63,7 @@ wait_http "http://127.0.0.1:$ironic_port/v1/ports/detail"
 
 # ---- shardboot: member a of two, HTTP only
 sb_port=$(free_port)
+(umask 077 && openssl rand -hex 32 >"$work/member-secret")
 cat >"$work/shardboot.toml" <<EOF
 state_dir = "$work/state"
 [dhcp]
@@ -73,6 +74,7 @@ enabled = false
 listen = "127.0.0.1:$sb_port"
 [owner]
 self = "a"
+member_secret_file = "$work/member-secret"
 [owner.ironic]
 url = "http://127.0.0.1:$ironic_port"
 page_size = 10000

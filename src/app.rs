@@ -38,9 +38,9 @@ pub enum AppError {
     /// The DHCP server stopped with an error.
     #[error(transparent)]
     Dhcp(#[from] ServerError),
-    /// The Ironic owner resolver cannot be set up (its CA file).
+    /// The owner resolver cannot be set up (the Ironic CA file, the member secret).
     #[error(transparent)]
-    Ironic(#[from] crate::owner::ironic::IronicError),
+    Owner(#[from] crate::owner::OwnerError),
     /// An HTTP listener cannot start or failed.
     #[error(transparent)]
     Http(#[from] HttpError),

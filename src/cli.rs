@@ -26,6 +26,10 @@ pub fn one_line(e: &anyhow::Error) -> String {
 
 /// Prints a summary of a valid configuration (errors are printed by the loader).
 pub fn check_config(config: &Config) -> anyhow::Result<()> {
+    // The member secret is read the way `serve` reads it, so a bad file fails here.
+    if let Some(path) = &config.owner.member_secret_file {
+        crate::owner::peer_auth::MemberSecret::load(path)?;
+    }
     let mut out = std::io::stdout().lock();
     writeln!(out, "configuration OK")?;
     writeln!(out, "state_dir: {}", config.state_dir.display())?;
@@ -79,9 +83,13 @@ pub fn check_config(config: &Config) -> anyhow::Result<()> {
     ]
     .into_iter()
     .flatten()
-    {
+    .chain(crate::owner::peer_auth::warnings(
+        &config.owner,
+        config.members.len(),
+    )) {
         writeln!(out, "warning: {w}")?;
     }
+
     // Likewise a hosts directory Ironic has not created yet (serve waits for nobody:
     // it refuses to start unfiltered).
     if let Some(dir) = &config.dhcp.hostsdir {

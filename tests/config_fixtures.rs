@@ -142,6 +142,12 @@ fn the_readme_example_config_is_valid() {
         .to_string();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("readme.toml");
+    let secret = dir.path().join("member-secret");
+    std::fs::write(&secret, "0123456789abcdef0123456789abcdef\n").unwrap();
+    let block = block.replace(
+        "/etc/shardboot/member-secret",
+        &secret.display().to_string(),
+    );
     std::fs::write(&path, block).unwrap();
     let (ok, stdout, stderr) = check_config(&path, &[]);
     assert!(ok, "README example rejected:\n{stderr}");

@@ -235,7 +235,7 @@ const BATTERY: &[Case] = &[
     // Option 82 whose first sub-option claims 200 octets of a 6-octet option.
     Case {
         name: "relay-agent-suboption-past-end",
-        expect: Expect::Offer,
+        expect: Expect::Drop(DropReason::BadRelayAgentInfo),
         options: || with_end(discover_then(&[82, 6, 1, 200, b'a', b'b', b'c', b'd'])),
         header: no_change,
     },

@@ -64,7 +64,7 @@ timeout_ms = 250
 dead_after = 2
 [owner]
 self = "{name}"
-{members}
+{secret}{members}
 [[subnet]]
 network = "198.18.0.0/16"
 ranges = ["198.18.1.0 - 198.18.4.255"]
@@ -72,6 +72,7 @@ lease_time = 3600
 "#,
         ip = member_ip(i),
         name = NAMES[i],
+        secret = common::member_secret_line(),
     )
 }
 
@@ -497,4 +498,111 @@ fn adding_a_member_never_hands_out_an_address_twice() {
         );
         assert!(leased.insert(*ip), "{ip} given twice");
     }
+}
+
+/// Stands in for member `b` at its address: answers every `/healthz` with a member list
+/// that differs from a's, a transition that never ends and a proof made without the
+/// secret. Returns how many probes it answered once `stop` is set.
+fn forge_member_b(
+    seg: &Segment,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<usize> {
+    use std::io::{Read, Write};
+    use std::sync::atomic::Ordering;
+    let addr = std::net::SocketAddr::from((member_ip(1), 8080));
+    seg.servers.run(move || {
+        let listener = std::net::TcpListener::bind(addr).expect("bind b's address");
+        listener.set_nonblocking(true).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(90);
+        let mut answered = 0;
+        while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+            let Ok((mut conn, _)) = listener.accept() else {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            };
+            conn.set_nonblocking(false).unwrap();
+            conn.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+            let mut request = [0u8; 4096];
+            let _ = conn.read(&mut request);
+            let forged = format!(
+                "HTTP/1.1 200 OK\r\nx-shardboot-member: b\r\nx-shardboot-members: 0000000000000000\r\n\
+                 x-shardboot-transition-until: {}\r\nx-shardboot-proof: {}\r\n\
+                 content-length: 3\r\nconnection: close\r\n\r\nok\n",
+                u64::MAX,
+                "0".repeat(64),
+            );
+            if conn.write_all(forged.as_bytes()).is_ok() {
+                answered += 1;
+            }
+        }
+        answered
+    })
+}
+
+#[test]
+fn a_forged_member_cannot_stop_a_member_or_freeze_its_allocation() {
+    require_root!();
+    let seg = Segment::new(&["198.18.0.11/16", "198.18.0.12/16"]);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let forger = forge_member_b(&seg, stop.clone());
+    let two = ["a", "b"];
+    let secure = config_with(&seg.member_ifs[0], 0, &two);
+
+    // Without a member secret the forgery works: a believes b's list differs and
+    // refuses to start. This is what the secret is for.
+    let dir = tempfile::tempdir().unwrap();
+    let insecure = secure.replace(&common::member_secret_line(), "insecure_members = true\n");
+    assert_ne!(insecure, secure);
+    let path = dir.path().join("a.toml");
+    std::fs::write(&path, insecure).unwrap();
+    let out = seg
+        .servers
+        .command(env!("CARGO_BIN_EXE_shardboot"))
+        .arg("--config")
+        .arg(&path)
+        .arg("--state-dir")
+        .arg(dir.path().join("insecure-state"))
+        .arg("serve")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("different [[member]] list"), "{err}");
+
+    // With the secret: the forged answers are rejected, so a starts, counts b dead,
+    // adopts no transition and answers every machine itself.
+    let a = Server::start(&seg.servers, dir.path(), &secure);
+    wait_until(
+        "b dead after forged answers",
+        Duration::from_secs(20),
+        || {
+            metric(&seg, 0, "shardboot_member_up{member=\"b\"} ") == Some(0)
+                && metric(
+                    &seg,
+                    0,
+                    "shardboot_member_probe_rejected_total{member=\"b\"} ",
+                )
+                .is_some_and(|n| n >= 2)
+        },
+    );
+    assert_eq!(
+        metric(&seg, 0, "shardboot_dhcp_transition_until_seconds "),
+        Some(0)
+    );
+    assert!(a.log_text().contains("no valid proof"), "{}", a.log_text());
+    let client_if = seg.client_if.clone();
+    let mut client = seg
+        .clients
+        .run(move || BroadcastClient::new(&client_if))
+        .join()
+        .unwrap();
+    let macs: Vec<[u8; 6]> = (5001..5021).map(mac).collect();
+    let seen = client.discover(&macs, 0, Duration::from_millis(1500));
+    for (m, s) in macs.iter().zip(&seen) {
+        let o = offers(s);
+        assert_eq!(o.len(), 1, "{m:02x?}: {o:?}");
+        assert_eq!(o[0].server, member_ip(0));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(forger.join().unwrap() >= 2);
 }

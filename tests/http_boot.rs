@@ -67,7 +67,7 @@ fn start_limited(owner: &str, max_file_size: u64) -> TestServer {
     let inv = dir.path().join("inventory.toml");
     std::fs::write(&inv, INVENTORY).unwrap();
     let text = format!(
-        "[owner]\nself = \"a\"\ninventory = \"{}\"\n{owner}\n{MEMBERS}",
+        "[owner]\nself = \"a\"\ninsecure_members = true\ninventory = \"{}\"\n{owner}\n{MEMBERS}",
         inv.display()
     );
     let config = Config::from_toml_with_overrides(&text, &[]).unwrap();

@@ -445,7 +445,7 @@ interval_ms = 300
 timeout_ms = 250
 [owner]
 self = "{name}"
-[owner.ironic]
+{secret}[owner.ironic]
 url = "{api}"
 [[member]]
 name = "a"
@@ -464,6 +464,7 @@ ranges = ["198.18.1.0 - 198.18.4.255"]
             interface = seg.member_ifs[i],
             ip = ips[i],
             name = ["a", "b"][i],
+            secret = common::member_secret_line(),
             api = lab.api_url(),
             ip_a = ips[0],
             ip_b = ips[1],
@@ -579,7 +580,7 @@ timeout_ms = 250
 enabled = true
 [owner]
 self = "{name}"
-[owner.ironic]
+{secret}[owner.ironic]
 url = "{api}"
 [[member]]
 name = "a"
@@ -597,6 +598,7 @@ ranges = ["198.18.1.0 - 198.18.4.255"]
 "#,
             ip = ips[i],
             name = ["a", "b"][i],
+            secret = common::member_secret_line(),
             tokens = tokens.display(),
             api = lab.api_url(),
             ip_a = ips[0],

@@ -369,3 +369,23 @@ fn deeply_nested_json_is_a_json_400() {
     api.json("GET", "/v1/hosts", None);
     server.stop();
 }
+
+#[test]
+fn operator_metrics_on_a_single_listener_need_the_token() {
+    require_root!();
+    let (lab, _dir, _server, _client) = api_lab::start_with(T1, "", "metrics = \"operator\"\n");
+    let api = Api {
+        lab: &lab,
+        token: T1,
+    };
+    assert_eq!(api.call("GET", "/metrics", None, None).0, 401);
+    assert_eq!(api.call("GET", "/metrics", Some(T2), None).0, 401);
+    let (code, body) = api.call("GET", "/metrics", Some(T1), None);
+    assert_eq!(code, 200);
+    assert!(body.contains("shardboot_dhcp_received_total"), "{body}");
+    // Health stays open (Kubernetes probes send no token) and tells nothing.
+    assert_eq!(
+        api.call("GET", "/healthz", None, None),
+        (200, "ok\n".to_string())
+    );
+}

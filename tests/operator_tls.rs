@@ -252,6 +252,11 @@ fn operator_api_over_tls_with_client_certificates() {
         200
     );
     assert_eq!(plain(boot_port, "/v1/stats"), 404);
+    // `http.metrics` defaults to "operator" with a separate operator listener: pool
+    // fill and member names are not on the boot port.
+    assert_eq!(plain(boot_port, "/metrics"), 404);
+    assert_eq!(plain(boot_port, "/healthz"), 200);
+    assert_eq!(curl(&pki, op_port, "/metrics", &[]).1, 200);
     assert_eq!(
         curl(&pki, op_port, "/v1/stats", &cert_args(&pki, "operator")).1,
         200

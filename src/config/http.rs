@@ -27,6 +27,7 @@ pub(super) struct RawHttp {
     max_connections: Option<u32>,
     max_connections_per_source: Option<u32>,
     insecure_operator_api: Option<bool>,
+    metrics: Option<String>,
 }
 
 /// `[http]` after validation.
@@ -51,6 +52,19 @@ pub struct HttpSettings {
     /// Allows bearer tokens over plain HTTP on a non-loopback address
     /// (`http.insecure_operator_api`); `check-config` warns when it is set.
     pub insecure_operator_api: bool,
+    /// Who may read `/metrics` (pool fill, member names, request counts).
+    pub metrics: MetricsExposure,
+}
+
+/// Who may read `/metrics` (`http.metrics`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricsExposure {
+    /// Anyone who reaches an HTTP listener, boot port included (`"public"`; the
+    /// default with a single listener).
+    Public,
+    /// Operators only (`"operator"`; the default with `http.operator_listen`): served
+    /// on the operator listener, or, with one listener, behind the operator token.
+    Operator,
 }
 
 /// `[http]` timeouts and connection caps. Any machine on a provisioning segment may be
@@ -177,7 +191,23 @@ pub(super) fn validate(raw: RawHttp, issues: &mut Issues) -> HttpSettings {
             );
         }
     }
+    let metrics = match raw.metrics.as_deref() {
+        None if operator_listen.is_some() => MetricsExposure::Operator,
+        None | Some("public") => MetricsExposure::Public,
+        Some("operator") => MetricsExposure::Operator,
+        Some(_) => {
+            issues.add("http.metrics", "must be \"public\" or \"operator\"");
+            MetricsExposure::Public
+        }
+    };
+    if metrics == MetricsExposure::Operator && operator_listen.is_none() && token_file.is_none() {
+        issues.add(
+            "http.metrics",
+            "\"operator\" needs http.operator_listen or http.token_file (the token Prometheus sends)",
+        );
+    }
     HttpSettings {
+        metrics,
         enabled: raw.enabled.unwrap_or(true),
         listen,
         chain_timeout_ms,

@@ -33,7 +33,7 @@ pub use boot::BootSettings;
 pub use dhcp::{DhcpSettings, RelayRule};
 pub use health::HealthSettings;
 pub use host::Host;
-pub use http::{ConnLimits, HttpSettings, TlsFiles};
+pub use http::{ConnLimits, HttpSettings, MetricsExposure, TlsFiles};
 pub use ironic::{IronicSettings, MIN_API_VERSION};
 pub use issues::ConfigIssue;
 pub use member::Member;

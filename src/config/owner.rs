@@ -21,6 +21,8 @@ pub(super) struct RawOwner {
     fallback: Option<String>,
     chain_to: Option<String>,
     ironic: Option<RawIronic>,
+    member_secret_file: Option<String>,
+    insecure_members: Option<bool>,
 }
 
 /// Where owner lookups go, in order.
@@ -71,6 +73,11 @@ pub struct OwnerSettings {
     pub chain_to: ChainTo,
     /// The Ironic API resolver's settings.
     pub ironic: Option<IronicSettings>,
+    /// The secret members prove their health answers with (`owner::peer_auth`).
+    pub member_secret_file: Option<PathBuf>,
+    /// Several members without a secret, by explicit choice: peers' claims are taken
+    /// unauthenticated (`check-config` and `serve` warn).
+    pub insecure_members: bool,
 }
 
 /// Validates `[owner]` against the already validated `members` (`self` must name one).
@@ -137,7 +144,18 @@ pub(super) fn validate(raw: RawOwner, members: &[Member], issues: &mut Issues) -
             ChainTo::Member
         }
     };
+    let insecure_members = raw.insecure_members.unwrap_or(false);
+    if members.len() > 1 && raw.member_secret_file.is_none() && !insecure_members {
+        issues.add(
+            "owner.member_secret_file",
+            "is required with two or more [[member]]s: members authenticate each other's \
+             health answers with it (or set owner.insecure_members = true to trust any \
+             answer from a member's address)",
+        );
+    }
     OwnerSettings {
+        member_secret_file: raw.member_secret_file.map(PathBuf::from),
+        insecure_members,
         ironic: raw.ironic.map(|r| ironic::validate(r, issues)),
         self_name: raw.self_name,
         resolvers,

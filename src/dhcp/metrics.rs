@@ -25,7 +25,7 @@ pub struct DhcpMetrics {
     /// Datagrams received.
     pub received: Counter,
     /// Datagrams dropped before the engine, by reason.
-    pub drops: LabeledCounters<10>,
+    pub drops: LabeledCounters<{ DropReason::ALL.len() }>,
     /// Requests the engine ignored, by reason.
     pub ignored: LabeledCounters<10>,
     /// Decisions by outcome: offer, ack, nak, inform, release, decline.

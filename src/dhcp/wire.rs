@@ -46,6 +46,11 @@ pub enum DropReason {
     /// of what the client sent.
     #[error("options_lost")]
     OptionsLost,
+    /// Option 82's sub-options (RFC 3046 §2.0) do not tile its value: one runs past the
+    /// end. dhcproto would keep a trimmed sub-option, so the relay's circuit and link
+    /// selection would be read differently from what the relay sent.
+    #[error("bad_relay_agent_info")]
+    BadRelayAgentInfo,
     /// dhcproto rejected the packet after our checks passed.
     #[error("undecodable")]
     Undecodable,
@@ -64,12 +69,13 @@ impl DropReason {
             Self::BadMessageType => "bad_message_type",
             Self::DuplicateMessageType => "duplicate_message_type",
             Self::OptionsLost => "options_lost",
+            Self::BadRelayAgentInfo => "bad_relay_agent_info",
             Self::Undecodable => "undecodable",
         }
     }
 
     /// Every reason, for metric exposition.
-    pub const ALL: [DropReason; 10] = [
+    pub const ALL: [DropReason; 11] = [
         Self::Truncated,
         Self::Oversized,
         Self::NotRequest,
@@ -79,6 +85,7 @@ impl DropReason {
         Self::BadMessageType,
         Self::DuplicateMessageType,
         Self::OptionsLost,
+        Self::BadRelayAgentInfo,
         Self::Undecodable,
     ];
 }
@@ -107,6 +114,9 @@ pub fn decode_request(buf: &[u8]) -> Result<Message, DropReason> {
     if !(1..=8).contains(&walk.message_type) {
         return Err(DropReason::BadMessageType);
     }
+    if walk.has_relay_agent_info && !sub_options_tile(&raw_option(buf, 82).unwrap_or_default()) {
+        return Err(DropReason::BadRelayAgentInfo);
+    }
     let msg = Message::decode(&mut Decoder::new(buf)).map_err(|_| DropReason::Undecodable)?;
     // dhcproto merges repeated codes (RFC 3396) into one entry, so compare distinct
     // codes, not option instances.
@@ -128,6 +138,8 @@ struct Walk {
     message_types: usize,
     /// Distinct option codes, Pad and End excluded.
     distinct_codes: usize,
+    /// Option 82 is present (its sub-options are checked once concatenated).
+    has_relay_agent_info: bool,
 }
 
 /// Walks the TLV option area (RFC 2132 §2) up to End (or the end of the packet).
@@ -151,6 +163,7 @@ fn walk_options(mut opts: &[u8]) -> Result<Walk, DropReason> {
                     walk.message_type = rest[0];
                     walk.message_types += 1;
                 }
+                walk.has_relay_agent_info |= code == 82;
                 // RFC 3396 §6: several instances of one code are one option, split.
                 if !std::mem::replace(&mut seen[usize::from(code)], true) {
                     walk.distinct_codes += 1;
@@ -162,6 +175,18 @@ fn walk_options(mut opts: &[u8]) -> Result<Walk, DropReason> {
     // RFC 2131 requires an End option, but some clients omit it when the packet ends
     // exactly at the last option; accept that.
     Ok(walk)
+}
+
+/// Whether `value` is a whole number of sub-options (code, length, value; RFC 3046
+/// §2.0), as option 82 must be once its instances are concatenated (RFC 3396).
+fn sub_options_tile(mut value: &[u8]) -> bool {
+    while let [_, len, rest @ ..] = value {
+        let Some(next) = rest.get(usize::from(*len)..) else {
+            return false;
+        };
+        value = next;
+    }
+    value.is_empty()
 }
 
 /// Whether `len` is a length the option's RFC allows, for the options whose length
@@ -338,6 +363,27 @@ mod tests {
             decode_request(&with_options(&opts)).unwrap_err(),
             DropReason::OptionsLost
         );
+    }
+
+    #[test]
+    fn refuses_relay_agent_info_whose_sub_options_do_not_tile() {
+        for (opts, ok) in [
+            // Circuit id "ab", remote id empty: tiles.
+            (&[53, 1, 1, 82, 6, 1, 2, b'a', b'b', 2, 0, 255][..], true),
+            // Split over two instances, a sub-option straddling the split (RFC 3396).
+            (&[53, 1, 1, 82, 3, 1, 2, b'a', 82, 1, b'b', 255][..], true),
+            // A sub-option claiming more than the option holds.
+            (&[53, 1, 1, 82, 4, 1, 200, b'a', b'b', 255][..], false),
+            // A lone code octet with no length.
+            (&[53, 1, 1, 82, 5, 1, 2, b'a', b'b', 9, 255][..], false),
+        ] {
+            let got = decode_request(&with_options(opts));
+            if ok {
+                assert!(got.is_ok(), "{opts:?}: {got:?}");
+            } else {
+                assert_eq!(got.unwrap_err(), DropReason::BadRelayAgentInfo, "{opts:?}");
+            }
+        }
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Bearer tokens for the operator API, read from a file (one token per line, so a new
 //! token can be added before the old one is removed) and re-read when the file
 //! changes: rotating a token needs no restart. Without a token file the operator API
-//! refuses every request; the boot routes, `/healthz`, `/readyz` and `/metrics` stay
-//! public.
+//! refuses every request; the boot routes, `/healthz` and `/readyz` stay public, and
+//! `/metrics` as `http.metrics` says.
 
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -111,25 +111,11 @@ fn reload(path: &PathBuf, loaded: &mut Loaded) {
     }
 }
 
-/// Whether a token file's mode lets anyone but its owner read or write it: a token
-/// readable by other local users is a token they hold.
-pub fn too_open(mode: u32) -> bool {
-    mode & 0o077 != 0
-}
-
 /// The warning for the settings' token file when its permissions are wider than 0600
-/// (`check-config` prints it, `serve` logs it). None when there is no file, it cannot
-/// be read (the loader reports that), or it is private.
+/// (`check-config` prints it, `serve` logs it).
 pub fn token_file_warning(settings: &crate::config::HttpSettings) -> Option<String> {
-    use std::os::unix::fs::PermissionsExt;
     let path = settings.token_file.as_ref()?;
-    let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o7777;
-    too_open(mode).then(|| {
-        format!(
-            "http.token_file {}: mode {mode:04o} is wider than 0600; other local users can read the operator tokens",
-            path.display()
-        )
-    })
+    crate::secret_file::mode_warning("http.token_file", path, "the operator tokens")
 }
 
 /// The warning for `http.insecure_operator_api = true` when it takes effect: bearer
@@ -157,16 +143,6 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_owner_only_modes_are_private() {
-        for mode in [0o600, 0o400, 0o700, 0o100600] {
-            assert!(!too_open(mode & 0o7777), "{mode:o}");
-        }
-        for mode in [0o644, 0o640, 0o604, 0o660, 0o666] {
-            assert!(too_open(mode), "{mode:o}");
-        }
-    }
 
     #[test]
     fn a_world_readable_token_file_is_named_in_a_warning() {

@@ -170,14 +170,27 @@ pub enum Serves {
 
 /// The router of one listener.
 pub fn router_for(state: Arc<HttpState>, serves: Serves) -> Router {
+    use crate::config::MetricsExposure;
     let mut app = Router::new()
         .route("/readyz", get(readyz))
-        .route("/healthz", get(healthz))
-        .route("/metrics", get(metrics));
+        .route("/healthz", get(healthz));
+    // `http.metrics`: public metrics on every listener; operator metrics on the operator
+    // listener, or behind the token where one listener serves everything.
+    let metrics_behind_token = match (state.settings.metrics, serves) {
+        (MetricsExposure::Public, _) | (MetricsExposure::Operator, Serves::Operator) => {
+            app = app.route("/metrics", get(metrics));
+            false
+        }
+        (MetricsExposure::Operator, Serves::Everything) => true,
+        (MetricsExposure::Operator, Serves::Boot) => false,
+    };
     if serves != Serves::Boot {
         let mut operator = Router::new();
         for (path, _, handler) in api::routes() {
             operator = operator.route(path, handler);
+        }
+        if metrics_behind_token {
+            operator = operator.route("/metrics", get(metrics));
         }
         let operator = operator
             .route_layer(axum::middleware::from_fn_with_state(
@@ -317,18 +330,55 @@ async fn readyz(State(s): State<Arc<HttpState>>) -> Response {
     "ready\n".into_response()
 }
 
-/// Process up; the header tells other members which member list this one runs with.
-async fn healthz(State(s): State<Arc<HttpState>>) -> Response {
+/// Process up. To a member's probe (a challenge header, `owner::peer_auth`; with a
+/// member secret, the prober's proof of it too) the answer also carries this member's
+/// claims — its name, member-list fingerprint and transition end — and their proof.
+/// Anyone else (a Kubernetes probe, a curious client) gets only "ok".
+async fn healthz(State(s): State<Arc<HttpState>>, headers: axum::http::HeaderMap) -> Response {
     use crate::owner::health::{MEMBERS_HEADER, TRANSITION_HEADER};
-    let mut r = (
-        [(MEMBERS_HEADER, s.resolver.members_fingerprint().to_string())],
-        "ok\n",
-    )
-        .into_response();
+    use crate::owner::peer_auth::{self, HealthClaim};
+    let mut r = "ok\n".into_response();
+    let challenge = headers
+        .get(peer_auth::CHALLENGE_HEADER)
+        .and_then(|v| peer_auth::parse_challenge(v.as_bytes()));
+    let (Some(challenge), Some(me)) = (challenge, s.resolver.self_name()) else {
+        return r;
+    };
+    let secret = s.resolver.member_secret();
+    if let Some(secret) = secret {
+        let proof = headers
+            .get(peer_auth::PROBER_PROOF_HEADER)
+            .and_then(|v| v.to_str().ok());
+        if !proof.is_some_and(|p| secret.verify_probe(challenge, p)) {
+            return r;
+        }
+    }
+    let fingerprint = s.resolver.members_fingerprint();
     let until = s.handles.dhcp.transition_until.get();
+    let h = r.headers_mut();
+    // Member names and fingerprints are validated config (`config::member`), valid
+    // header text; the challenge is echoed only inside the proof.
+    for (name, value) in [
+        (peer_auth::MEMBER_HEADER, me),
+        (MEMBERS_HEADER, fingerprint),
+    ] {
+        if let Ok(v) = axum::http::HeaderValue::from_str(value) {
+            h.insert(name, v);
+        }
+    }
     if until > 0 {
-        r.headers_mut()
-            .insert(TRANSITION_HEADER, axum::http::HeaderValue::from(until));
+        h.insert(TRANSITION_HEADER, axum::http::HeaderValue::from(until));
+    }
+    if let Some(secret) = secret {
+        let claim = HealthClaim {
+            challenge,
+            member: me,
+            fingerprint,
+            transition_until: until,
+        };
+        if let Ok(v) = axum::http::HeaderValue::from_str(&secret.prove(&claim)) {
+            h.insert(peer_auth::PROOF_HEADER, v);
+        }
     }
     r
 }

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::peer_auth::{self, HealthClaim, MemberSecret};
 use crate::config::{HealthSettings, Member};
 
 /// What is known of one member.
@@ -25,6 +26,8 @@ pub struct MemberHealth {
     pub failures: u32,
     /// When the last good probe answered.
     pub last_ok: Option<Instant>,
+    /// Answers whose proof did not verify (forged, or another secret), since start.
+    pub rejected: u64,
 }
 
 impl MemberHealth {
@@ -33,6 +36,7 @@ impl MemberHealth {
             alive: true,
             failures: 0,
             last_ok: None,
+            rejected: 0,
         }
     }
 
@@ -100,6 +104,14 @@ impl LiveSet {
             .is_some_and(|h| h.observe(ok, now, dead_after))
     }
 
+    /// Counts an answer from `name` whose proof did not verify.
+    pub fn reject(&self, name: &str) {
+        let mut map = self.health.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(h) = map.get_mut(name) {
+            h.rejected += 1;
+        }
+    }
+
     fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, MemberHealth>> {
         self.health.read().unwrap_or_else(|p| p.into_inner())
     }
@@ -112,9 +124,26 @@ impl LiveSet {
             "gauge",
             "1 while a member answers its health probe (this member: always 1)",
         );
-        for (name, _) in self.snapshot() {
-            let up = u64::from(self.is_alive(&name));
-            crate::metrics::sample(out, "shardboot_member_up", "member", &name, up);
+        let members = self.snapshot();
+        for (name, _) in &members {
+            let up = u64::from(self.is_alive(name));
+            crate::metrics::sample(out, "shardboot_member_up", "member", name, up);
+        }
+        crate::metrics::header(
+            out,
+            "shardboot_member_probe_rejected_total",
+            "counter",
+            "health answers whose proof did not verify under the member secret (forged, or another secret); counted as failed probes",
+        );
+        for (name, h) in &members {
+            let name = name.as_str();
+            crate::metrics::sample(
+                out,
+                "shardboot_member_probe_rejected_total",
+                "member",
+                name,
+                h.rejected,
+            );
         }
     }
 }
@@ -155,27 +184,64 @@ fn probe_client(timeout: Duration) -> reqwest::Result<reqwest::Client> {
 /// What one probe learned.
 #[derive(Debug, Default)]
 struct Probe {
+    /// A 2xx answer whose claims verified (or, without a secret, any 2xx answer).
     ok: bool,
+    /// A 2xx answer whose proof did not verify: its claims are ignored.
+    rejected: bool,
     fingerprint: Option<String>,
     transition_until: Option<u64>,
 }
 
-async fn probe(client: &reqwest::Client, url: &str) -> Probe {
-    match client.get(url).send().await {
-        Ok(r) if r.status().is_success() => {
-            let header = |name: &str| {
-                r.headers()
-                    .get(name)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_string)
+/// Probes `member` with a fresh challenge and checks the answer's proof when a secret
+/// is configured (`peer_auth`): only a verified answer is alive, and only its claims
+/// are believed.
+async fn probe(client: &reqwest::Client, member: &Member, secret: Option<&MemberSecret>) -> Probe {
+    let Some(challenge) = peer_auth::new_challenge() else {
+        return Probe::default();
+    };
+    let url = format!("{}/healthz", member.http_url);
+    let mut request = client
+        .get(url)
+        .header(peer_auth::CHALLENGE_HEADER, &challenge);
+    if let Some(secret) = secret {
+        request = request.header(
+            peer_auth::PROBER_PROOF_HEADER,
+            secret.prove_probe(&challenge),
+        );
+    }
+    let r = match request.send().await {
+        Ok(r) if r.status().is_success() => r,
+        _ => return Probe::default(),
+    };
+    let header = |name: &str| {
+        r.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    let fingerprint = header(MEMBERS_HEADER);
+    let transition_until = header(TRANSITION_HEADER).and_then(|v| v.parse().ok());
+    if let Some(secret) = secret {
+        let claim = HealthClaim {
+            challenge: &challenge,
+            member: &member.name,
+            fingerprint: fingerprint.as_deref().unwrap_or(""),
+            transition_until: transition_until.unwrap_or(0),
+        };
+        let named = header(peer_auth::MEMBER_HEADER).as_deref() == Some(member.name.as_str());
+        let proven = header(peer_auth::PROOF_HEADER).is_some_and(|p| secret.verify(&claim, &p));
+        if !(named && proven) {
+            return Probe {
+                rejected: true,
+                ..Probe::default()
             };
-            Probe {
-                ok: true,
-                fingerprint: header(MEMBERS_HEADER),
-                transition_until: header(TRANSITION_HEADER).and_then(|v| v.parse().ok()),
-            }
         }
-        _ => Probe::default(),
+    }
+    Probe {
+        ok: true,
+        rejected: false,
+        fingerprint,
+        transition_until,
     }
 }
 
@@ -187,6 +253,7 @@ pub async fn check_member_lists(
     members: &[Member],
     self_name: Option<&str>,
     timeout: Duration,
+    secret: Option<&std::sync::Arc<MemberSecret>>,
 ) -> Result<u64, MemberListMismatch> {
     let ours = super::MemberList::of(members).fingerprint();
     let Ok(client) = probe_client(timeout) else {
@@ -197,14 +264,17 @@ pub async fn check_member_lists(
         .iter()
         .filter(|m| Some(m.name.as_str()) != self_name)
     {
-        let (client, m) = (client.clone(), m.clone());
+        let (client, m, secret) = (client.clone(), m.clone(), secret.cloned());
         round.spawn(async move {
-            let p = probe(&client, &format!("{}/healthz", m.http_url)).await;
+            let p = probe(&client, &m, secret.as_deref()).await;
             (m, p)
         });
     }
     let mut until = 0;
     while let Some(Ok((m, p))) = round.join_next().await {
+        if p.rejected {
+            warn!(member = %m.name, url = %m.http_url, "member's health answer has no valid proof under owner.member_secret_file; its claims are ignored");
+        }
         until = until.max(p.transition_until.unwrap_or(0));
         if let Some(theirs) = p.fingerprint.filter(|f| *f != ours) {
             return Err(MemberListMismatch {
@@ -223,6 +293,7 @@ pub async fn run_probes(
     members: Vec<Member>,
     live: std::sync::Arc<LiveSet>,
     settings: HealthSettings,
+    secret: Option<std::sync::Arc<MemberSecret>>,
     shutdown: CancellationToken,
 ) {
     let ours = super::MemberList::of(&members).fingerprint();
@@ -251,15 +322,18 @@ pub async fn run_probes(
         // whole timeout) does not delay the others.
         let mut round = tokio::task::JoinSet::new();
         for m in &others {
-            let client = client.clone();
-            let name = m.name.clone();
-            let url = format!("{}/healthz", m.http_url);
+            let (client, m, secret) = (client.clone(), m.clone(), secret.clone());
             round.spawn(async move {
-                let p = probe(&client, &url).await;
-                (name, p.ok, p.fingerprint)
+                let p = probe(&client, &m, secret.as_deref()).await;
+                (m.name, p)
             });
         }
-        while let Some(Ok((name, ok, fp))) = round.join_next().await {
+        while let Some(Ok((name, p))) = round.join_next().await {
+            let (ok, fp) = (p.ok, p.fingerprint);
+            if p.rejected {
+                // Logged when the member turns dead below, not once per probe.
+                live.reject(&name);
+            }
             if let Some(theirs) = fp.filter(|f| *f != ours) {
                 // A member restarted with another list: its slices overlap ours.
                 warn!(member = %name, theirs, ours, "member lists differ; address slices may overlap");
@@ -268,7 +342,12 @@ pub async fn run_probes(
                 if ok {
                     info!(member = %name, "member is alive again");
                 } else {
-                    warn!(member = %name, failures = settings.dead_after, "member is dead; removed from the hash ring");
+                    let why = if p.rejected {
+                        "its answers have no valid proof under owner.member_secret_file"
+                    } else {
+                        "it does not answer"
+                    };
+                    warn!(member = %name, failures = settings.dead_after, why, "member is dead; removed from the hash ring");
                 }
             }
         }

@@ -10,6 +10,7 @@ pub mod ironic_cache;
 pub mod ironic_wire;
 pub mod members;
 pub mod membership;
+pub mod peer_auth;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -26,6 +27,18 @@ use crate::mac::MacAddr;
 use health::LiveSet;
 use ironic::{IronicError, IronicOwners};
 use ironic_cache::{Cached, Known};
+use peer_auth::MemberSecret;
+
+/// Why the resolver cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum OwnerError {
+    /// The Ironic client (its CA file).
+    #[error(transparent)]
+    Ironic(#[from] IronicError),
+    /// The member secret.
+    #[error(transparent)]
+    Secret(#[from] peer_auth::SecretError),
+}
 
 /// A task that keeps the owner view current, run until shutdown.
 pub type Background = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
@@ -36,9 +49,15 @@ pub type Background = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + S
 pub fn start(
     config: &Config,
     shutdown: &CancellationToken,
-) -> Result<(Arc<Resolver>, Vec<Background>), IronicError> {
+) -> Result<(Arc<Resolver>, Vec<Background>), OwnerError> {
     let mut tasks: Vec<Background> = Vec::new();
     let mut resolver = Resolver::new(config)?;
+    if let Some(path) = &config.owner.member_secret_file {
+        resolver = resolver.with_member_secret(Arc::new(MemberSecret::load(path)?));
+    }
+    for w in peer_auth::warnings(&config.owner, config.members.len()) {
+        warn!(warning = %w, "members");
+    }
     if let Some(ironic) = resolver.ironic().cloned() {
         let (tx, rx) = tokio::sync::mpsc::channel(1024);
         resolver = resolver.with_prefetch(tx);
@@ -50,6 +69,7 @@ pub fn start(
             config.members.clone(),
             resolver.live().clone(),
             config.health,
+            resolver.member_secret().cloned(),
             shutdown.clone(),
         )));
     }
@@ -76,6 +96,7 @@ pub struct Resolver {
     live: Arc<LiveSet>,
     prefetch: Option<tokio::sync::mpsc::Sender<MacAddr>>,
     fingerprint: String,
+    secret: Option<Arc<MemberSecret>>,
 }
 
 impl Resolver {
@@ -97,6 +118,7 @@ impl Resolver {
             )),
             prefetch: None,
             fingerprint: MemberList::of(&config.members).fingerprint(),
+            secret: None,
         })
     }
 
@@ -104,6 +126,13 @@ impl Resolver {
     /// task can look them up before the client's next retransmission.
     pub fn with_prefetch(mut self, tx: tokio::sync::mpsc::Sender<MacAddr>) -> Self {
         self.prefetch = Some(tx);
+        self
+    }
+
+    /// The secret this member proves its health answers with and checks its peers'
+    /// against (`owner.member_secret_file`).
+    pub fn with_member_secret(mut self, secret: Arc<MemberSecret>) -> Self {
+        self.secret = Some(secret);
         self
     }
 
@@ -125,6 +154,11 @@ impl Resolver {
     /// The fingerprint of the member list (see [`MemberList::fingerprint`]).
     pub fn members_fingerprint(&self) -> &str {
         &self.fingerprint
+    }
+
+    /// The secret members prove their health answers with (None: not configured).
+    pub fn member_secret(&self) -> Option<&Arc<MemberSecret>> {
+        self.secret.as_ref()
     }
 
     /// The Ironic resolver, when configured (its refresh task and metrics).

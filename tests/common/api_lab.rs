@@ -15,6 +15,15 @@ pub(crate) fn start(
     token: &str,
     dhcp_keys: &str,
 ) -> (Lab, tempfile::TempDir, Server, BroadcastClient) {
+    start_with(token, dhcp_keys, "")
+}
+
+/// Like [`start`], with extra `[http]` lines.
+pub(crate) fn start_with(
+    token: &str,
+    dhcp_keys: &str,
+    http_keys: &str,
+) -> (Lab, tempfile::TempDir, Server, BroadcastClient) {
     let lab = Lab::new(&["192.0.2.1/24"], &[]);
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens");
@@ -25,7 +34,7 @@ pub(crate) fn start(
         "192.0.2.100 - 192.0.2.199",
         &format!(
             "{dhcp_keys}\n[tftp]\nenabled = false\n[http]\nlisten = \"192.0.2.1:8080\"\n\
-             insecure_operator_api = true\ntoken_file = \"{}\"",
+             insecure_operator_api = true\ntoken_file = \"{}\"\n{http_keys}",
             tokens.display()
         ),
     );

@@ -76,8 +76,9 @@ conductor_url = "{c2}"
 [owner]
 self = "{name}"
 fallback = "{FALLBACK}"
-{owner}
+{secret}{owner}
 "#,
+            secret = super::member_secret_line(),
             state = dir.path().join("state").display(),
             pa = ports.0,
             pb = ports.1,

@@ -161,6 +161,25 @@ impl Lab {
     }
 }
 
+/// The `[owner]` line naming the member secret that every member a test starts shares:
+/// one file per build, under cargo's scratch directory for tests, mode 0600.
+pub(crate) fn member_secret_line() -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("member-secret");
+    if !path.exists() {
+        let tmp = path.with_extension(unique("tmp"));
+        std::fs::write(
+            &tmp,
+            "test-member-secret-0123456789abcdef0123456789abcdef\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600)).unwrap();
+        // Renamed into place, so tests starting at once never read half a file.
+        std::fs::rename(&tmp, &path).unwrap();
+    }
+    format!("member_secret_file = \"{}\"\n", path.display())
+}
+
 /// The shardboot binary built for these tests.
 pub(crate) fn shardboot_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_shardboot"))

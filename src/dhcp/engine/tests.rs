@@ -843,7 +843,9 @@ fn three_members_never_hand_out_the_same_address() {
     let i = iface();
     let mut seen = std::collections::HashMap::new();
     for me in ["a", "b", "c"] {
-        let cfg = config(&format!("[owner]\nself = \"{me}\"\n{THREE_MEMBERS}"));
+        let cfg = config(&format!(
+            "[owner]\ninsecure_members = true\nself = \"{me}\"\n{THREE_MEMBERS}"
+        ));
         let mut e = Engine::new(&cfg, Vec::new(), T0);
         // The default range is 192.0.2.100 - .199: a 33, b 33, c 34 addresses.
         let mut n = 0u8;
@@ -876,7 +878,9 @@ fn three_members_never_hand_out_the_same_address() {
 #[test]
 fn a_requested_address_in_another_members_slice_is_not_given() {
     let i = iface();
-    let cfg = config(&format!("[owner]\nself = \"a\"\n{THREE_MEMBERS}"));
+    let cfg = config(&format!(
+        "[owner]\ninsecure_members = true\nself = \"a\"\n{THREE_MEMBERS}"
+    ));
     let mut e = Engine::new(&cfg, Vec::new(), T0);
     let in_b = Ipv4Addr::new(192, 0, 2, 150);
     // DISCOVER asking for b's address: offered one of a's own instead.
@@ -916,7 +920,9 @@ fn init_reboot_into_another_members_slice_is_never_naked_by_a_stale_record() {
     // before a takeover); the client INIT-REBOOTs the address b gave it since. Only b
     // can judge that binding: a stays silent rather than contradict b's ACK.
     let i = iface();
-    let cfg = config(&format!("[owner]\nself = \"a\"\n{THREE_MEMBERS}"));
+    let cfg = config(&format!(
+        "[owner]\ninsecure_members = true\nself = \"a\"\n{THREE_MEMBERS}"
+    ));
     let mut e = Engine::new(&cfg, Vec::new(), T0);
     let mine = bind(&mut e, &i, mac(1), T0);
     let in_b = Ipv4Addr::new(192, 0, 2, 150);
@@ -954,7 +960,9 @@ fn after_a_membership_change_fresh_addresses_come_from_old_and_new_slice_only() 
     // a, b -> a, b, c over 192.0.2.100-199. b's old slice was .150-.199, its new one is
     // .133-.165: until the transition ends it hands out .150-.165 only.
     let i = iface();
-    let cfg = config(&format!("[owner]\nself = \"b\"\n{THREE_MEMBERS}"));
+    let cfg = config(&format!(
+        "[owner]\ninsecure_members = true\nself = \"b\"\n{THREE_MEMBERS}"
+    ));
     let previous = vec!["a".to_string(), "b".to_string()];
     let until = T0 + 100;
     let mut e = Engine::new(&cfg, Vec::new(), T0);
@@ -977,7 +985,9 @@ fn after_a_membership_change_fresh_addresses_come_from_old_and_new_slice_only() 
     let ip = offered(&d);
     assert!((133..150).contains(&ip.octets()[3]), "{ip}");
     // c, new and with no old slice, hands out nothing fresh during the transition.
-    let cfg_c = config(&format!("[owner]\nself = \"c\"\n{THREE_MEMBERS}"));
+    let cfg_c = config(&format!(
+        "[owner]\ninsecure_members = true\nself = \"c\"\n{THREE_MEMBERS}"
+    ));
     let mut c = Engine::new(&cfg_c, Vec::new(), T0);
     c.begin_transition(&previous, "c", until);
     let d = c.handle_message(&msg(MessageType::Discover, mac(1)), &ctx(&i, T0));
@@ -987,7 +997,9 @@ fn after_a_membership_change_fresh_addresses_come_from_old_and_new_slice_only() 
 #[test]
 fn a_lease_outside_the_new_slice_is_renewed_but_never_extended() {
     let i = iface();
-    let cfg = config(&format!("[owner]\nself = \"b\"\n{THREE_MEMBERS}"));
+    let cfg = config(&format!(
+        "[owner]\ninsecure_members = true\nself = \"b\"\n{THREE_MEMBERS}"
+    ));
     // b handed out .170 under the old list a, b; the new slice b is .133-.165.
     let ip = Ipv4Addr::new(192, 0, 2, 170);
     let held = crate::store::Lease {

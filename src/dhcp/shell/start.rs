@@ -87,6 +87,7 @@ pub async fn prepare(config: &Config, parts: Parts) -> Result<Server, StartError
             &config.members,
             config.owner.self_name.as_deref(),
             config.health.timeout,
+            resolver.member_secret(),
         )
         .await?;
     }
