@@ -232,3 +232,71 @@ fn spoofed_rrq_flood_cannot_lock_out_a_real_client() {
 fn spoofed_rrq_flood_cannot_lock_out_a_real_client_in_single_port_mode() {
     spoofed_flood_does_not_lock_out_real_clients(true);
 }
+
+/// Spoofed RRQs under a real client's own address fill that address's share of the
+/// table (`max_per_client`) with transfers that never ACK; the real client from that
+/// address is still served, because the oldest silent transfer of the address gives
+/// way, and a transfer of the address that has ACKed keeps its slot.
+#[test]
+fn spoofed_rrqs_under_a_clients_own_address_cannot_refuse_it() {
+    const PER_CLIENT: usize = 8;
+    let root = Root::new();
+    let mut s = settings(root.path());
+    s.max_per_client = PER_CLIENT;
+    s.timeout = Duration::from_secs(5);
+    let server = TestServer::start(s, "127.0.0.1:0".parse().unwrap());
+    // A real transfer from 127.0.0.1 that has ACKed once: it must keep its slot.
+    let held = UdpSocket::bind("127.0.0.1:0").unwrap();
+    held.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    held.send_to(
+        &TestClient::rrq(b"rand-300k.bin", "octet", &[]),
+        server.addr,
+    )
+    .unwrap();
+    let mut buf = [0u8; 2048];
+    let (_, held_tid) = held.recv_from(&mut buf).unwrap();
+    held.send_to(&[0, 4, 0, 1], held_tid).unwrap();
+    // Five times the share, from the same address, never answering.
+    let rrq = TestClient::rrq(b"ipxe.efi", "octet", &[("timeout", "255")]);
+    let spoofers: Vec<UdpSocket> = (0..5 * PER_CLIENT)
+        .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
+        .collect();
+    for sock in &spoofers {
+        sock.send_to(&rrq, server.addr).unwrap();
+    }
+    wait_for("flood admitted", || {
+        server.metrics.transfers_evicted.load(Relaxed) >= (4 * PER_CLIENT) as u64
+    });
+    assert_eq!(
+        server.metrics.transfers_active.load(Relaxed),
+        PER_CLIENT as u64
+    );
+    let mut served = 0;
+    for tool in [Tool::TftpHpa, Tool::Curl] {
+        if !have(if tool == Tool::TftpHpa {
+            "tftp"
+        } else {
+            "curl"
+        }) {
+            eprintln!("{tool:?} not installed, skipped");
+            continue;
+        }
+        let dest = scratch(root.path(), &format!("own-{tool:?}"));
+        let (ok, out) = download(tool, None, server.addr, "ipxe.efi", &dest);
+        assert!(ok, "{tool:?} refused under its own address's flood: {out}");
+        assert_eq!(std::fs::read(&dest).unwrap(), root.files[0].1);
+        served += 1;
+    }
+    assert!(served > 0, "no real TFTP client installed");
+    assert_eq!(
+        server
+            .metrics
+            .errors(shardboot::tftp::metrics::Reason::PerClientLimit),
+        0
+    );
+    // The held transfer is alive: ACK 1 was taken, DATA 2 comes (maybe resent).
+    let (_, from) = held.recv_from(&mut buf).expect("held transfer still alive");
+    assert_eq!(from, held_tid);
+    assert_ne!(buf[1], 5, "held transfer got an ERROR");
+    server.stop().unwrap();
+}

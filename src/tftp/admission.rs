@@ -111,12 +111,12 @@ impl Slots {
         }
     }
 
-    /// The oldest transfer that never received an ACK, if any. Linear in the table
-    /// size, paid only when the table is full.
-    fn oldest_silent(&self) -> Option<SocketAddr> {
+    /// The oldest transfer among the peers `scope` picks that never received an ACK, if
+    /// any. Linear in the table size, paid only at a cap.
+    fn oldest_silent(&self, scope: impl Fn(&SocketAddr) -> bool) -> Option<SocketAddr> {
         self.peers
             .iter()
-            .filter(|(_, h)| !h.signal.acked.load(Relaxed))
+            .filter(|(p, h)| scope(p) && !h.signal.acked.load(Relaxed))
             .min_by_key(|(_, h)| h.seq)
             .map(|(&peer, _)| peer)
     }
@@ -194,29 +194,42 @@ impl Shared {
             // transfer retransmits on its own timer.
             return Admission::Ignore;
         }
+        // The source address of an RRQ is not verified, so a flood of spoofed requests
+        // would fill the table (or one client's share of it, under a real client's own
+        // address) with transfers that never hear back. Such a transfer has never seen
+        // an ACK; one that has is a real client and keeps its slot. At either cap the
+        // oldest silent transfer in its scope gives way: it has had the longest to
+        // answer. Only when every transfer in scope has ACKed is the request refused.
+        let ip = peer.ip();
+        let client_full = s.per_ip.get(&ip).copied().unwrap_or(0) >= self.settings.max_per_client;
+        let table_full = s.total >= self.settings.max_transfers;
         let mut evicted = None;
-        if s.total >= self.settings.max_transfers {
-            // The source address of an RRQ is not verified, so a flood of spoofed
-            // requests would fill the table with transfers that never hear back. Such a
-            // transfer has never seen an ACK; one that has is a real client and keeps
-            // its slot. Oldest first: it has had the longest to answer.
-            evicted = s.oldest_silent();
+        if client_full || table_full {
+            // A victim of the same address frees both caps at once.
+            evicted = if client_full {
+                s.oldest_silent(|p| p.ip() == ip)
+            } else {
+                s.oldest_silent(|_| true)
+            };
             if evicted.is_none() {
-                m.error(Reason::Busy);
-                tracing::warn!(%peer, max = self.settings.max_transfers, "tftp busy, request refused");
-                return Admission::Reject(ErrorCode::NotDefined, "server busy");
+                if table_full {
+                    m.error(Reason::Busy);
+                    tracing::warn!(%peer, max = self.settings.max_transfers, "tftp busy, request refused");
+                    return Admission::Reject(ErrorCode::NotDefined, "server busy");
+                }
+                m.error(Reason::PerClientLimit);
+                tracing::info!(%peer, max = self.settings.max_per_client, "tftp per-client limit reached");
+                return Admission::Reject(
+                    ErrorCode::NotDefined,
+                    "too many transfers from this client",
+                );
             }
-        }
-        if s.per_ip.get(&peer.ip()).copied().unwrap_or(0) >= self.settings.max_per_client {
-            m.error(Reason::PerClientLimit);
-            tracing::info!(%peer, max = self.settings.max_per_client, "tftp per-client limit reached");
-            return Admission::Reject(ErrorCode::NotDefined, "too many transfers from this client");
         }
         if let Some(victim) = evicted {
             s.evict(victim);
             m.transfers_evicted.fetch_add(1, Relaxed);
             m.transfers_active.fetch_sub(1, Relaxed);
-            tracing::info!(%peer, %victim, "tftp table full, evicted a transfer that never received an ACK");
+            tracing::info!(%peer, %victim, "tftp at its cap, evicted a transfer that never received an ACK");
         }
         *s.per_ip.entry(peer.ip()).or_default() += 1;
         s.total += 1;
