@@ -43,18 +43,26 @@ pub fn check_config(config: &Config) -> anyhow::Result<()> {
         )?;
     }
     let members = MemberList::of(&config.members);
-    let (me, count) = members.partition(config.owner.self_name.as_deref());
-    if count > 1 {
-        // Every member's slice of every range, so operators can check that the members'
-        // lists agree (the same list gives the same slices everywhere).
+    let me = config.owner.self_name.as_deref();
+    if members.len() > 1 {
+        // Every member's share of every range, so operators can check that the members'
+        // lists agree (the same list gives the same shares everywhere).
         for (i, s) in config.subnets.iter().enumerate() {
             for (first, last) in &s.ranges {
-                for (k, name) in members.names().iter().enumerate() {
-                    let slice = members
-                        .slice_bounds(*first, *last, k)
-                        .map_or("(empty)".to_string(), |(a, b)| format!("{a} - {b}"));
-                    let mark = if k == me { "  <- this member" } else { "" };
-                    writeln!(out, "subnet[{i}] slice of {name}: {slice}{mark}")?;
+                for name in members.names() {
+                    let (n, runs) = members.share_runs(*first, *last, name);
+                    let mark = if Some(name.as_str()) == me {
+                        "  <- this member"
+                    } else {
+                        ""
+                    };
+                    let shown = runs.iter().take(4).cloned().collect::<Vec<_>>().join(", ");
+                    let more = if runs.len() > 4 { ", …" } else { "" };
+                    writeln!(
+                        out,
+                        "subnet[{i}] share of {name}: {n} addresses in {} runs ({shown}{more}){mark}",
+                        runs.len()
+                    )?;
                 }
             }
         }

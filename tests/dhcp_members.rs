@@ -15,7 +15,8 @@ use common::Server;
 use dhcproto::v4::MessageType;
 use shardboot::mac::MacAddr;
 use shardboot::owner::responsible_member;
-use shardboot::owner::slice_of;
+use shardboot::owner::shares::Split;
+use shardboot::owner::MemberList;
 
 const NAMES: [&str; 3] = ["a", "b", "c"];
 const RANGE_START: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 0);
@@ -32,9 +33,15 @@ fn member_index(ip: Ipv4Addr) -> usize {
         .expect("a member's address")
 }
 
+/// Whether `ip` is in member `member`'s share (of `names`) of the range.
+fn in_share_of(names: &[&str], ip: Ipv4Addr, member: usize) -> bool {
+    let last = Ipv4Addr::from(u32::from(RANGE_START) + RANGE_LEN - 1);
+    let shares = MemberList::new(names.iter().copied()).shares(Split::CURRENT, RANGE_START, last);
+    shares.owner_of(u32::from(ip) - u32::from(RANGE_START)) == Some(member)
+}
+
 fn in_slice(ip: Ipv4Addr, member: usize) -> bool {
-    let i = u32::from(ip) - u32::from(RANGE_START);
-    slice_of(RANGE_LEN, member, 3).contains(&i)
+    in_share_of(&NAMES, ip, member)
 }
 
 fn config(interface: &str, i: usize) -> String {
@@ -414,10 +421,7 @@ fn adding_a_member_never_hands_out_an_address_twice() {
             )
         })
         .collect();
-    let old_slice = |ip: Ipv4Addr, m: usize| {
-        let i = u32::from(ip) - u32::from(RANGE_START);
-        slice_of(RANGE_LEN, m, 2).contains(&i)
-    };
+    let old_slice = |ip: Ipv4Addr, m: usize| in_share_of(&two, ip, m);
     let macs: Vec<[u8; 6]> = (3001..3061).map(mac).collect();
     let seen = client.discover(&macs, 0, Duration::from_millis(1500));
     let requests: Vec<_> = macs

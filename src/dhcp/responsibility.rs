@@ -6,7 +6,7 @@
 //! known dead, the bucket over the live members picks exactly one replacement. Other
 //! members stay silent until the client has been trying for `takeover_secs` (RFC 2131
 //! §2: `secs` counts seconds since the client began acquiring), when any member answers
-//! from its own slice; the client takes the first offer.
+//! from its own share; the client takes the first offer.
 
 use std::sync::Arc;
 

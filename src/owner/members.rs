@@ -6,6 +6,16 @@
 use std::net::Ipv4Addr;
 use std::ops::Range;
 
+/// Word `w` of an all-set bitmap over `len` offsets.
+fn full_word(len: u32, w: usize) -> u64 {
+    let lo = w as u32 * 64;
+    match len.saturating_sub(lo) {
+        n if n >= 64 => u64::MAX,
+        n => (1u64 << n) - 1,
+    }
+}
+
+use super::shares::{Shares, Split};
 use crate::config::Member;
 
 /// Member names in the one order every member uses.
@@ -48,40 +58,64 @@ impl MemberList {
         self.names.iter().position(|n| n == name)
     }
 
-    /// (index, count) that member `me`'s slices come from. A single instance, or a
-    /// member that does not know its name, has the whole range: (0, 1).
-    pub fn partition(&self, me: Option<&str>) -> (usize, usize) {
-        match me {
-            Some(me) if !self.is_empty() => (self.index_of(me).unwrap_or(0), self.len()),
-            _ => (0, 1),
+    /// How the range `first..=last` is shared among the members, by `split`.
+    pub fn shares(&self, split: Split, first: Ipv4Addr, last: Ipv4Addr) -> Shares {
+        let start = u32::from(first);
+        Shares::assign(split, start, u32::from(last) - start + 1, &self.names)
+    }
+
+    /// Member `me`'s share of the range `first..=last` as a bitmap over the range's
+    /// offsets. A single instance, or a member not in the list, has all of it.
+    pub fn share_of(
+        &self,
+        split: Split,
+        first: Ipv4Addr,
+        last: Ipv4Addr,
+        me: Option<&str>,
+    ) -> Vec<u64> {
+        match me.and_then(|me| self.index_of(me)) {
+            Some(k) if self.len() > 1 => self.shares(split, first, last).bitmap_of(k),
+            _ => {
+                let len = u32::from(last) - u32::from(first) + 1;
+                (0..len.div_ceil(64) as usize)
+                    .map(|w| full_word(len, w))
+                    .collect()
+            }
         }
     }
 
-    /// The first and last address of member `index`'s slice of the range
-    /// `first..=last`, or `None` when the slice is empty (more members than addresses).
-    pub fn slice_bounds(
-        &self,
-        first: Ipv4Addr,
-        last: Ipv4Addr,
-        index: usize,
-    ) -> Option<(Ipv4Addr, Ipv4Addr)> {
+    /// Member `name`'s share of `first..=last` under the current split: how many
+    /// addresses, and their runs as "a - b" (or "a" for one address), in order. A single
+    /// instance has the whole range.
+    pub fn share_runs(&self, first: Ipv4Addr, last: Ipv4Addr, name: &str) -> (u32, Vec<String>) {
+        let shares = self.shares(Split::CURRENT, first, last);
+        let k = self.index_of(name).unwrap_or(0);
         let start = u32::from(first);
-        let len = u32::from(last) - start + 1;
-        let slice = slice_of(len, index, self.len());
-        (!slice.is_empty()).then(|| {
-            (
-                Ipv4Addr::from(start + slice.start),
-                Ipv4Addr::from(start + slice.end - 1),
-            )
-        })
+        let runs = shares
+            .runs_of(k)
+            .into_iter()
+            .map(|r| {
+                match (
+                    Ipv4Addr::from(start + r.start),
+                    Ipv4Addr::from(start + r.end - 1),
+                ) {
+                    (a, b) if a == b => a.to_string(),
+                    (a, b) => format!("{a} - {b}"),
+                }
+            })
+            .collect();
+        (shares.count_of(k), runs)
     }
 
-    /// A fingerprint of the names (FNV-1a over the sorted names): members whose lists
-    /// differ would compute different slices and could hand out the same address, so
-    /// they compare fingerprints before serving DHCP.
+    /// A fingerprint of the names and the split (FNV-1a over the split's name and the
+    /// sorted names): members whose lists or splits differ would compute different
+    /// shares and could hand out the same address, so they compare fingerprints before
+    /// serving DHCP.
     pub fn fingerprint(&self) -> String {
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for n in &self.names {
+        for n in
+            std::iter::once(Split::CURRENT.as_str()).chain(self.names.iter().map(String::as_str))
+        {
             for b in n.bytes().chain([0]) {
                 h ^= u64::from(b);
                 h = h.wrapping_mul(0x0100_0000_01b3);
@@ -106,19 +140,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn order_index_and_slices_agree_whatever_the_input_order() {
+    fn order_index_and_shares_agree_whatever_the_input_order() {
         let a = MemberList::new(["c", "a", "b", "a"]);
         let b = MemberList::new(["b", "c", "a"]);
         assert_eq!(a, b);
         assert_eq!(a.names(), ["a", "b", "c"]);
-        assert_eq!(a.partition(Some("c")), (2, 3));
-        assert_eq!(a.partition(None), (0, 1));
-        assert_eq!(MemberList::default().partition(Some("x")), (0, 1));
+        assert_eq!(a.index_of("c"), Some(2));
         assert_eq!(a.fingerprint(), b.fingerprint());
         assert_ne!(a.fingerprint(), MemberList::new(["a", "b"]).fingerprint());
         let ip = |n| Ipv4Addr::new(192, 0, 2, n);
-        assert_eq!(a.slice_bounds(ip(10), ip(18), 0), Some((ip(10), ip(12))));
-        assert_eq!(a.slice_bounds(ip(10), ip(18), 2), Some((ip(16), ip(18))));
-        assert_eq!(a.slice_bounds(ip(10), ip(11), 0), None);
+        let split = Split::CURRENT;
+        assert_eq!(
+            a.shares(split, ip(10), ip(18)),
+            b.shares(split, ip(10), ip(18))
+        );
+        // The three shares tile the range.
+        let shares: Vec<Vec<u64>> = ["a", "b", "c"]
+            .iter()
+            .map(|m| a.share_of(split, ip(10), ip(18), Some(m)))
+            .collect();
+        assert_eq!(shares[0][0] & shares[1][0], 0);
+        assert_eq!(shares[0][0] | shares[1][0] | shares[2][0], 0x1ff);
+        // A single instance, or a name not listed, has it all.
+        assert_eq!(
+            MemberList::default().share_of(split, ip(10), ip(18), Some("x")),
+            [0x1ff]
+        );
+        assert_eq!(a.share_of(split, ip(10), ip(18), Some("zz")), [0x1ff]);
+        assert_eq!(
+            MemberList::default().share_of(split, ip(0), ip(127), None),
+            [u64::MAX, u64::MAX]
+        );
     }
 }

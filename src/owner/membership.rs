@@ -4,6 +4,7 @@
 //! empty store adopts the latest transition its peers report, handing out nothing fresh
 //! until it ends (it cannot know which of its addresses they leased).
 
+use super::shares::Split;
 use super::MemberList;
 use crate::config::Config;
 use crate::store::Membership;
@@ -13,6 +14,8 @@ use crate::store::Membership;
 pub struct Transition {
     /// The list served before (empty: this member hands out nothing fresh).
     pub previous: Vec<String>,
+    /// How ranges were shared among `previous`.
+    pub previous_split: Split,
     /// Unix seconds when it ends.
     pub until: u64,
 }
@@ -52,8 +55,14 @@ pub fn settle(
     // `u64::MAX` would otherwise stop fresh addresses for ever.
     let peer_transition = peer_transition.min(now.saturating_add(span));
     let names = members.names().to_vec();
+    let split = Some(Split::CURRENT.as_str().to_string());
+    // A change of split is a change of who owns which address, like a change of names
+    // (a single instance owns everything under any split).
+    let same_split = |r: &Membership| {
+        r.names.len() <= 1 || Split::recorded(r.split.as_deref()) == Split::CURRENT
+    };
     let current = match stored {
-        Some(r) if r.names == names => {
+        Some(r) if r.names == names && same_split(&r) => {
             return Settled {
                 transition: ongoing(&r, span, now),
                 record: None,
@@ -63,15 +72,20 @@ pub fn settle(
             names,
             since: now,
             previous: Some(r.names),
+            split,
+            previous_split: r.split,
         },
         None => {
             let record = Membership {
                 names,
                 since: now,
                 previous: None,
+                split,
+                previous_split: None,
             };
             let adopted = (peer_transition > now && !members.is_empty()).then(|| Transition {
                 previous: Vec::new(),
+                previous_split: Split::CURRENT,
                 until: peer_transition,
             });
             return Settled {
@@ -90,6 +104,7 @@ fn ongoing(record: &Membership, span: u64, now: u64) -> Option<Transition> {
     match &record.previous {
         Some(prev) if record.since + span > now => Some(Transition {
             previous: prev.clone(),
+            previous_split: Split::recorded(record.previous_split.as_deref()),
             until: record.since + span,
         }),
         _ => None,
@@ -102,10 +117,13 @@ mod tests {
 
     fn record(names: &[&str], since: u64, previous: Option<&[&str]>) -> Membership {
         let v = |n: &[&str]| n.iter().map(|s| s.to_string()).collect();
+        let current = Some(Split::CURRENT.as_str().to_string());
         Membership {
             names: v(names),
             since,
             previous: previous.map(v),
+            previous_split: previous.and(current.clone()),
+            split: current,
         }
     }
 
@@ -122,6 +140,7 @@ mod tests {
             s.transition,
             Some(Transition {
                 previous: vec!["a".into(), "b".into()],
+                previous_split: Split::CURRENT,
                 until: 150
             })
         );
@@ -151,6 +170,7 @@ mod tests {
             s.transition,
             Some(Transition {
                 previous: Vec::new(),
+                previous_split: Split::CURRENT,
                 until: 120
             })
         );
@@ -160,6 +180,35 @@ mod tests {
         assert_eq!(forged.transition.map(|t| t.until), Some(150));
         assert_eq!(
             settle(None, &MemberList::default(), 100, 500, 50).transition,
+            None
+        );
+    }
+
+    #[test]
+    fn the_same_names_under_the_old_contiguous_split_start_a_transition_from_it() {
+        let ab = MemberList::new(["a", "b"]);
+        let old = Membership {
+            split: None,
+            ..record(&["a", "b"], 10, None)
+        };
+        let s = settle(Some(old), &ab, 100, 0, 50);
+        let t = s.transition.unwrap();
+        assert_eq!(t.previous, ["a", "b"]);
+        assert_eq!(t.previous_split, Split::Contiguous);
+        assert_eq!(t.until, 150);
+        let r = s.record.unwrap();
+        assert_eq!(r.split.as_deref(), Some("blocks-v1"));
+        assert_eq!(r.previous_split, None);
+        // A restart during it keeps the old split for the old list.
+        let again = settle(Some(r), &ab, 100, 0, 60).transition.unwrap();
+        assert_eq!(again.previous_split, Split::Contiguous);
+        // A single instance owns everything whatever the split: no transition.
+        let single = Membership {
+            split: None,
+            ..record(&[], 10, None)
+        };
+        assert_eq!(
+            settle(Some(single), &MemberList::default(), 100, 0, 50).transition,
             None
         );
     }

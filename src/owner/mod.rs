@@ -11,6 +11,7 @@ pub mod ironic_wire;
 pub mod members;
 pub mod membership;
 pub mod peer_auth;
+pub mod shares;
 
 use std::sync::Arc;
 use std::time::Instant;

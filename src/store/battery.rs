@@ -119,6 +119,8 @@ pub(crate) fn other_records_round_trip(store: &dyn Store) {
         names: vec!["a".into(), "b".into()],
         since: 42,
         previous: Some(vec!["a".into()]),
+        split: Some("blocks-v1".into()),
+        previous_split: None,
     };
     let other = MacAddr([0x52, 0x54, 0, 0, 0, 8]);
     store
@@ -191,6 +193,8 @@ fn sled_survives_reopen() {
         names: vec!["a".into()],
         since: 1,
         previous: None,
+        split: None,
+        previous_split: None,
     };
     let mac = MacAddr([0x52, 0x54, 0, 0, 0, 7]);
     {

@@ -58,4 +58,11 @@ pub struct Membership {
     pub since: u64,
     /// The list served before, if it differed.
     pub previous: Option<Vec<String>>,
+    /// How ranges were shared among the names (`owner::shares::Split`, by name);
+    /// absent in records written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<String>,
+    /// The split of `previous`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_split: Option<String>,
 }

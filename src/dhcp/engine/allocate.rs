@@ -90,10 +90,10 @@ impl Engine {
         }
     }
 
-    /// Whether `ip` is one this member hands out fresh: in its slice (as narrowed
+    /// Whether `ip` is one this member hands out fresh: in its share (as narrowed
     /// after a membership change) or reserved for the MAC.
     pub(super) fn fresh_allowed(&self, si: usize, ip: Ipv4Addr, mac: &MacAddr) -> bool {
-        self.subnets[si].pools.iter().any(|p| p.in_slice(ip)) || self.reserved.get(&ip) == Some(mac)
+        self.subnets[si].pools.iter().any(|p| p.in_share(ip)) || self.reserved.get(&ip) == Some(mac)
     }
 
     /// Whether this member may give `ip` to `mac` without overlapping another member:
@@ -125,7 +125,7 @@ impl Engine {
             return (net.contains(&ip) && self.available_for(ip, mac, now)).then_some(ip);
         }
         // The client's own record, anywhere in the range: this member holds it. A
-        // requested address this member holds no record of must be in its own slice,
+        // requested address this member holds no record of must be in its own share,
         // or two members could hand out the same address.
         let previous = self.table.by_mac(mac).map(|l| l.ip);
         if let Some(ip) = previous {
@@ -144,12 +144,12 @@ impl Engine {
                 return Some(ip);
             }
         }
-        // Each pass marks one stale bitmap bit used, so the slices' size bounds the
+        // Each pass marks one stale bitmap bit used, so the shares' size bounds the
         // loop (counting the free bits instead would scan every bitmap per request).
         let bound: usize = self.subnets[si]
             .pools
             .iter()
-            .map(|p| p.slice_len() as usize)
+            .map(|p| p.share_len() as usize)
             .sum();
         for _ in 0..=bound {
             let ip = self.subnets[si]

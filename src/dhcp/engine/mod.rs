@@ -59,8 +59,9 @@ pub struct Engine {
 impl Engine {
     /// Builds the engine from configuration and the leases loaded from the store.
     pub fn new(config: &Config, stored: Vec<Lease>, now: u64) -> Self {
-        let (part, parts) = crate::owner::MemberList::of(&config.members)
-            .partition(config.owner.self_name.as_deref());
+        let members = crate::owner::MemberList::of(&config.members);
+        let me = config.owner.self_name.as_deref();
+        let split = crate::owner::shares::Split::CURRENT;
         let mut engine = Self {
             settings: config.dhcp.clone(),
             boot: config.boot.clone(),
@@ -72,7 +73,7 @@ impl Engine {
                     pools: s
                         .ranges
                         .iter()
-                        .map(|(a, b)| Pool::partitioned(*a, *b, part, parts))
+                        .map(|(a, b)| Pool::shared(*a, *b, members.share_of(split, *a, *b, me)))
                         .collect(),
                 })
                 .collect(),
@@ -175,7 +176,7 @@ impl Engine {
         let free: u64 = s
             .pools
             .iter()
-            .map(|p| u64::from(p.slice_len().saturating_sub(p.in_use())))
+            .map(|p| u64::from(p.share_len().saturating_sub(p.in_use())))
             .sum();
         free > u64::from(s.cfg.reserve_for_known)
     }
@@ -342,7 +343,7 @@ impl Engine {
             // RFC 2131 §4.3.2: a client in INIT-REBOOT whose notion of its address
             // differs from this server's record of its binding gets a NAK, and
             // DISCOVERs again. Only when no other member can hold that binding: the
-            // address is one only this member hands out (its slice, or reserved for the
+            // address is one only this member hands out (its share, or reserved for the
             // MAC), this member is responsible for the client, and its record is a live
             // binding, not an offer.
             _ if ciaddr.is_none()
@@ -412,7 +413,7 @@ impl Engine {
     }
 
     /// The client's timers. A lease this member holds outside the addresses it may
-    /// hand out fresh (its slice moved with a membership change) runs to its current
+    /// hand out fresh (its share moved with a membership change) runs to its current
     /// expiry and is never extended, so it is gone before another member may hand the
     /// address out.
     fn timers(&self, si: usize, ip: Ipv4Addr, mac: &MacAddr, now: u64) -> Timers {
@@ -440,19 +441,27 @@ impl Engine {
     }
 
     /// After a membership change: until `until`, fresh addresses come only from the
-    /// part of this member's new slice that was also its slice under `previous` (a
+    /// part of this member's new share that was also its share under `previous` (a
     /// member not in `previous` hands out none), because other members may still hold
     /// leases they gave out under the old list. Those are never extended (`timers`), so
     /// by `until` (the longest lease time after the change) they are gone.
-    pub fn begin_transition(&mut self, previous: &[String], me: &str, until: u64) {
+    pub fn begin_transition(
+        &mut self,
+        previous: &[String],
+        previous_split: crate::owner::shares::Split,
+        me: &str,
+        until: u64,
+    ) {
         let previous = crate::owner::MemberList::new(previous.iter().cloned());
-        let old_index = previous.index_of(me);
+        let was_member = previous.index_of(me).is_some();
         for pool in self.subnets.iter_mut().flat_map(|s| s.pools.iter_mut()) {
-            let old = match old_index {
-                Some(i) => crate::owner::slice_of(pool.len(), i, previous.len()),
-                None => 0..0,
+            let old = if was_member {
+                let (first, last) = pool.bounds();
+                previous.share_of(previous_split, first, last, Some(me))
+            } else {
+                Vec::new()
             };
-            pool.restrict(old);
+            pool.restrict(&old);
         }
         self.transition_until = Some(until);
     }

@@ -2,12 +2,11 @@
 //! handed out dynamically (exclusions, reservations), and a next-fit cursor so that
 //! allocation is O(1) amortised and spreads addresses instead of reusing the newest free.
 //!
-//! With several members, the range is split into contiguous slices, one per member in
-//! sorted-name order (ARCHITECTURE.md, "DHCP decisions" 3); a member hands out fresh
-//! addresses only from its own slice, so two members never offer the same address.
+//! With several members, the range is shared among them in blocks (`owner::shares`;
+//! ARCHITECTURE.md, "DHCP decisions" 3); a member hands out fresh addresses only from
+//! its own share, so two members never offer the same address.
 
 use std::net::Ipv4Addr;
-use std::ops::Range;
 
 /// A dynamic address range.
 #[derive(Debug, Clone)]
@@ -15,10 +14,12 @@ pub struct Pool {
     start: u32,
     len: u32,
     /// The part of the range this member may hand out fresh addresses from now: its
-    /// slice, narrowed for a while after a membership change.
-    slice: Range<u32>,
-    /// This member's slice under the current member list.
-    full_slice: Range<u32>,
+    /// share, narrowed for a while after a membership change (bitmap over offsets).
+    allowed: Vec<u64>,
+    /// How many offsets `allowed` holds.
+    allowed_len: u32,
+    /// This member's share under the current member list (bitmap over offsets).
+    share: Vec<u64>,
     used: Vec<u64>,
     blocked: Vec<u64>,
     cursor: u32,
@@ -41,27 +42,37 @@ fn set(words: &mut [u64], i: u32, on: bool) -> bool {
     was
 }
 
-use crate::owner::slice_of;
+fn ones(words: &[u64]) -> u32 {
+    words.iter().map(|w| w.count_ones()).sum()
+}
 
 impl Pool {
     /// The range `first`..=`last`, all of it this member's.
     pub fn new(first: Ipv4Addr, last: Ipv4Addr) -> Self {
-        Self::partitioned(first, last, 0, 1)
+        let len = u32::from(last) - u32::from(first) + 1;
+        let share = (0..len.div_ceil(64))
+            .map(|w| match len - w * 64 {
+                n if n >= 64 => u64::MAX,
+                n => (1u64 << n) - 1,
+            })
+            .collect();
+        Self::shared(first, last, share)
     }
 
-    /// The range `first`..=`last`, of which member `index` of `count` allocates from
-    /// its slice only.
-    pub fn partitioned(first: Ipv4Addr, last: Ipv4Addr, index: usize, count: usize) -> Self {
+    /// The range `first`..=`last`, of which this member allocates only from `share`
+    /// (a bitmap over the range's offsets, `owner::MemberList::share_of`).
+    pub fn shared(first: Ipv4Addr, last: Ipv4Addr, share: Vec<u64>) -> Self {
         let start = u32::from(first);
         let len = u32::from(last) - start + 1;
         let words = len.div_ceil(64) as usize;
-        let slice = slice_of(len, index, count);
+        assert_eq!(share.len(), words, "a share covers its range");
         Self {
             start,
             len,
-            cursor: slice.start,
-            full_slice: slice.clone(),
-            slice,
+            cursor: 0,
+            allowed_len: ones(&share),
+            allowed: share.clone(),
+            share,
             used: vec![0; words],
             blocked: vec![0; words],
             in_use: 0,
@@ -73,17 +84,27 @@ impl Pool {
         (i < self.len).then_some(i)
     }
 
-    /// Narrows fresh allocations to the part of this member's slice inside `to` (its
-    /// slice under the previous member list, after a membership change).
-    pub fn restrict(&mut self, to: Range<u32>) {
-        let lo = self.full_slice.start.max(to.start);
-        let hi = self.full_slice.end.min(to.end).max(lo);
-        self.slice = lo..hi;
+    /// Narrows fresh allocations to the part of this member's share inside `to` (its
+    /// share under the previous member list, after a membership change).
+    pub fn restrict(&mut self, to: &[u64]) {
+        for (w, a) in self.allowed.iter_mut().enumerate() {
+            *a = self.share[w] & to.get(w).copied().unwrap_or(0);
+        }
+        self.allowed_len = ones(&self.allowed);
     }
 
-    /// Ends `restrict`: the whole slice again.
+    /// Ends `restrict`: the whole share again.
     pub fn lift_restriction(&mut self) {
-        self.slice = self.full_slice.clone();
+        self.allowed.clone_from(&self.share);
+        self.allowed_len = ones(&self.allowed);
+    }
+
+    /// The range's first and last address.
+    pub fn bounds(&self) -> (Ipv4Addr, Ipv4Addr) {
+        (
+            Ipv4Addr::from(self.start),
+            Ipv4Addr::from(self.start + self.len - 1),
+        )
     }
 
     /// The range's length.
@@ -101,20 +122,9 @@ impl Pool {
         self.index(ip).is_some()
     }
 
-    /// Whether `ip` is in the part of this member's slice it may hand out now.
-    pub fn in_slice(&self, ip: Ipv4Addr) -> bool {
-        self.index(ip).is_some_and(|i| self.slice.contains(&i))
-    }
-
-    /// This member's slice as (first, last) addresses; `None` when it is empty (more
-    /// members than addresses).
-    pub fn slice_bounds(&self) -> Option<(Ipv4Addr, Ipv4Addr)> {
-        (!self.full_slice.is_empty()).then(|| {
-            (
-                Ipv4Addr::from(self.start + self.full_slice.start),
-                Ipv4Addr::from(self.start + self.full_slice.end - 1),
-            )
-        })
+    /// Whether `ip` is in the part of this member's share it may hand out now.
+    pub fn in_share(&self, ip: Ipv4Addr) -> bool {
+        self.index(ip).is_some_and(|i| bit(&self.allowed, i))
     }
 
     /// Never hand `ip` out dynamically (exclusion or reservation).
@@ -153,28 +163,16 @@ impl Pool {
         self.index(ip).is_some_and(|i| bit(&self.used, i))
     }
 
-    /// Bits of word `w` that lie in this member's slice.
-    fn slice_mask(&self, w: u32) -> u64 {
-        let (lo, hi) = (w * 64, w * 64 + 64);
-        let from = self.slice.start.clamp(lo, hi) - lo;
-        let to = self.slice.end.clamp(lo, hi) - lo;
-        let upto = |n: u32| if n >= 64 { u64::MAX } else { (1u64 << n) - 1 };
-        upto(to) & !upto(from)
-    }
-
-    /// Addresses of this member's slice that can still be handed out.
+    /// Addresses of this member's share that can still be handed out.
     pub fn free(&self) -> u32 {
-        (0..self.used.len() as u32)
-            .map(|w| {
-                let taken = self.used[w as usize] | self.blocked[w as usize];
-                (!taken & self.slice_mask(w)).count_ones()
-            })
+        (0..self.used.len())
+            .map(|w| (!(self.used[w] | self.blocked[w]) & self.allowed[w]).count_ones())
             .sum()
     }
 
-    /// How many addresses this member's slice holds, free or not.
-    pub fn slice_len(&self) -> u32 {
-        self.slice.end - self.slice.start
+    /// How many addresses this member may hand out fresh now, free or not.
+    pub fn share_len(&self) -> u32 {
+        self.allowed_len
     }
 
     /// Addresses held by leases or offers (in any slice: a member keeps serving the
@@ -183,30 +181,24 @@ impl Pool {
         self.in_use
     }
 
-    /// The next address of this member's slice that is neither used nor blocked,
+    /// The next address of this member's share that is neither used nor blocked,
     /// searching from the cursor and wrapping once.
     pub fn next_free(&mut self) -> Option<Ipv4Addr> {
-        if self.slice.is_empty() {
+        if self.allowed_len == 0 {
             return None;
         }
-        let first_word = self.slice.start / 64;
-        let last_word = (self.slice.end - 1) / 64;
-        let words = last_word - first_word + 1;
-        let cursor = self.cursor.clamp(self.slice.start, self.slice.end - 1);
+        let words = self.used.len() as u32;
+        let cursor = self.cursor.min(self.len - 1);
         let start_word = cursor / 64;
         for step in 0..=words {
-            let w = first_word + (start_word - first_word + step) % words;
-            let mut taken = self.used[w as usize] | self.blocked[w as usize] | !self.slice_mask(w);
+            let w = ((start_word + step) % words) as usize;
+            let mut taken = self.used[w] | self.blocked[w] | !self.allowed[w];
             if step == 0 {
                 taken |= (1u64 << (cursor % 64)) - 1;
             }
             if taken != u64::MAX {
-                let i = w * 64 + (!taken).trailing_zeros();
-                self.cursor = if i + 1 >= self.slice.end {
-                    self.slice.start
-                } else {
-                    i + 1
-                };
+                let i = w as u32 * 64 + (!taken).trailing_zeros();
+                self.cursor = if i + 1 >= self.len { 0 } else { i + 1 };
                 return Some(Ipv4Addr::from(self.start + i));
             }
         }
@@ -260,33 +252,18 @@ mod tests {
     }
 
     #[test]
-    fn slices_are_disjoint_contiguous_and_cover_the_range() {
-        for len in [1u32, 2, 3, 10, 64, 100, 257] {
-            for count in 1..=5usize {
-                let mut next = 0;
-                for i in 0..count {
-                    let s = slice_of(len, i, count);
-                    assert_eq!(s.start, next, "len {len} count {count}");
-                    assert!(s.len() as u32 <= len / count as u32 + 1);
-                    next = s.end;
-                }
-                assert_eq!(next, len);
-            }
-        }
-    }
-
-    #[test]
-    fn a_member_allocates_only_from_its_slice() {
-        // 100 addresses over three members: 33, 33, 34.
+    fn a_member_allocates_only_from_its_share() {
+        use crate::owner::shares::Split;
+        let list = crate::owner::MemberList::new(["a", "b", "c"]);
         let mut seen = std::collections::HashSet::new();
-        for index in 0..3 {
-            let mut p = Pool::partitioned(ip(0), ip(99), index, 3);
+        for me in ["a", "b", "c"] {
+            let share = list.share_of(Split::CURRENT, ip(0), ip(99), Some(me));
+            let mut p = Pool::shared(ip(0), ip(99), share);
             p.block(ip(40));
-            let (lo, hi) = p.slice_bounds().unwrap();
             let expected_free = p.free();
             let mut n = 0;
             while let Some(a) = p.next_free() {
-                assert!(a >= lo && a <= hi && p.in_slice(a), "{a} outside {lo}-{hi}");
+                assert!(p.in_share(a), "{a} outside {me}'s share");
                 assert!(seen.insert(a), "{a} handed out by two members");
                 p.set_used(a, true);
                 n += 1;
@@ -295,10 +272,13 @@ mod tests {
             assert_eq!(p.free(), 0);
         }
         assert_eq!(seen.len(), 99);
-        // More members than addresses: some slices are empty.
-        let mut tiny = Pool::partitioned(ip(0), ip(1), 0, 3);
-        assert_eq!(tiny.slice_bounds(), None);
-        assert_eq!(tiny.next_free(), None);
+        // A restriction to nothing (a new member during a transition) hands out none.
+        let mut none = Pool::new(ip(0), ip(99));
+        none.restrict(&[]);
+        assert_eq!(none.next_free(), None);
+        assert_eq!(none.share_len(), 0);
+        none.lift_restriction();
+        assert_eq!(none.share_len(), 100);
     }
 
     #[test]

@@ -12,6 +12,7 @@ use super::reply::Destination;
 use super::*;
 use crate::config::{Config, DEFAULT_CONFIG_TOML};
 use crate::mac::MacAddr;
+use crate::owner::shares::Split;
 use crate::store::{LeaseEffect, LeaseState};
 
 const SERVER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
@@ -838,6 +839,23 @@ name = "b"
 http_url = "http://192.0.2.2:8080"
 "#;
 
+/// Member `me`'s share of the default range 192.0.2.100-199 among `names`, sorted.
+fn share(names: &[&str], me: &str) -> Vec<Ipv4Addr> {
+    let (first, last) = (Ipv4Addr::new(192, 0, 2, 100), Ipv4Addr::new(192, 0, 2, 199));
+    let bits = crate::owner::MemberList::new(names.iter().copied()).share_of(
+        Split::CURRENT,
+        first,
+        last,
+        Some(me),
+    );
+    (0..100u32)
+        .filter(|i| bits[(i / 64) as usize] & (1 << (i % 64)) != 0)
+        .map(|i| Ipv4Addr::from(u32::from(first) + i))
+        .collect()
+}
+
+const ABC: [&str; 3] = ["a", "b", "c"];
+
 #[test]
 fn three_members_never_hand_out_the_same_address() {
     let i = iface();
@@ -847,32 +865,25 @@ fn three_members_never_hand_out_the_same_address() {
             "[owner]\ninsecure_members = true\nself = \"{me}\"\n{THREE_MEMBERS}"
         ));
         let mut e = Engine::new(&cfg, Vec::new(), T0);
-        // The default range is 192.0.2.100 - .199: a 33, b 33, c 34 addresses.
-        let mut n = 0u8;
+        // The default range is 192.0.2.100 - .199, shared in blocks.
+        let mine = share(&ABC, me);
+        let mut n = 0usize;
         loop {
-            let m = MacAddr([0x52, 0x54, 1, 0, me.as_bytes()[0], n]);
+            let m = MacAddr([0x52, 0x54, 1, 0, me.as_bytes()[0], n as u8]);
             let d = e.handle_message(&msg(MessageType::Discover, m), &ctx(&i, T0));
             let Outcome::Offer(ip) = d.outcome else { break };
             bind(&mut e, &i, m, T0);
+            assert!(mine.contains(&ip), "{ip} outside {me}'s share");
             if let Some(other) = seen.insert(ip, me) {
                 panic!("{ip} handed out by {other} and {me}");
             }
             n += 1;
         }
-        let expected = if me == "c" { 34 } else { 33 };
-        assert_eq!(n, expected, "member {me}");
+        assert_eq!(n, mine.len(), "member {me}");
+        // No member gets much more than a third (the load bound: 5/4 of an even share).
+        assert!((20..=42).contains(&n), "member {me}: {n}");
     }
     assert_eq!(seen.len(), 100);
-    // Slices are contiguous, in sorted-name order.
-    let first_of = |who: &str| {
-        seen.iter()
-            .filter(|(_, m)| **m == who)
-            .map(|(ip, _)| *ip)
-            .min()
-    };
-    assert_eq!(first_of("a"), Some(Ipv4Addr::new(192, 0, 2, 100)));
-    assert_eq!(first_of("b"), Some(Ipv4Addr::new(192, 0, 2, 133)));
-    assert_eq!(first_of("c"), Some(Ipv4Addr::new(192, 0, 2, 166)));
 }
 
 #[test]
@@ -882,7 +893,7 @@ fn a_requested_address_in_another_members_slice_is_not_given() {
         "[owner]\ninsecure_members = true\nself = \"a\"\n{THREE_MEMBERS}"
     ));
     let mut e = Engine::new(&cfg, Vec::new(), T0);
-    let in_b = Ipv4Addr::new(192, 0, 2, 150);
+    let in_b = share(&ABC, "b")[5];
     // DISCOVER asking for b's address: offered one of a's own instead.
     let d = e.handle_message(
         &with(
@@ -892,7 +903,7 @@ fn a_requested_address_in_another_members_slice_is_not_given() {
         &ctx(&i, T0),
     );
     let ip = offered(&d);
-    assert!(ip < Ipv4Addr::new(192, 0, 2, 133), "{ip}");
+    assert!(share(&ABC, "a").contains(&ip), "{ip}");
     // A REQUEST naming this server but b's address gets a NAK, not an ACK.
     let d = e.handle_message(&request_selecting(mac(2), in_b), &ctx(&i, T0));
     assert_eq!(d.outcome, Outcome::Nak);
@@ -925,7 +936,7 @@ fn init_reboot_into_another_members_slice_is_never_naked_by_a_stale_record() {
     ));
     let mut e = Engine::new(&cfg, Vec::new(), T0);
     let mine = bind(&mut e, &i, mac(1), T0);
-    let in_b = Ipv4Addr::new(192, 0, 2, 150);
+    let in_b = share(&ABC, "b")[5];
     let ir = |ip| {
         with(
             msg(MessageType::Request, mac(1)),
@@ -938,8 +949,7 @@ fn init_reboot_into_another_members_slice_is_never_naked_by_a_stale_record() {
     );
     // Another address of a's own slice: a alone could have bound it, so a's record
     // says the client is wrong.
-    let other_mine = Ipv4Addr::new(192, 0, 2, 120);
-    assert_ne!(other_mine, mine);
+    let other_mine = *share(&ABC, "a").iter().rfind(|ip| **ip != mine).unwrap();
     assert_eq!(
         kind(&e.handle_message(&ir(other_mine), &ctx(&i, T0 + 10))),
         Some(MessageType::Nak)
@@ -956,40 +966,63 @@ fn lease_time_of(d: &Decision) -> Option<u32> {
 }
 
 #[test]
-fn after_a_membership_change_fresh_addresses_come_from_old_and_new_slice_only() {
-    // a, b -> a, b, c over 192.0.2.100-199. b's old slice was .150-.199, its new one is
-    // .133-.165: until the transition ends it hands out .150-.165 only.
+fn after_a_membership_change_fresh_addresses_come_from_old_and_new_share_only() {
     let i = iface();
-    let cfg = config(&format!(
-        "[owner]\ninsecure_members = true\nself = \"b\"\n{THREE_MEMBERS}"
-    ));
-    let previous = vec!["a".to_string(), "b".to_string()];
     let until = T0 + 100;
+    let fresh = |e: &mut Engine| {
+        let mut got = Vec::new();
+        for n in 0..60u8 {
+            let d = e.handle_message(&msg(MessageType::Discover, mac(n)), &ctx(&i, T0));
+            let Outcome::Offer(ip) = d.outcome else { break };
+            bind(e, &i, mac(n), T0);
+            got.push(ip);
+        }
+        got.sort();
+        got
+    };
+    // a, b, c -> a, b (c leaves): b's new share holds its old one and c's former
+    // blocks. Until the transition ends b hands out only what was already its own,
+    // because c's clients may still hold addresses in those blocks.
+    let two = THREE_MEMBERS.replace(
+        "[[member]]\nname = \"c\"\nhttp_url = \"http://192.0.2.3:8080\"\n",
+        "",
+    );
+    let cfg = config(&format!(
+        "[owner]\ninsecure_members = true\nself = \"b\"\n{two}"
+    ));
     let mut e = Engine::new(&cfg, Vec::new(), T0);
-    e.begin_transition(&previous, "b", until);
-    let mut got = Vec::new();
-    for n in 0..40u8 {
-        let d = e.handle_message(&msg(MessageType::Discover, mac(n)), &ctx(&i, T0));
-        let Outcome::Offer(ip) = d.outcome else { break };
-        bind(&mut e, &i, mac(n), T0);
-        got.push(ip);
-    }
-    assert_eq!(got.len(), 16, "{got:?}");
-    assert!(got
-        .iter()
-        .all(|ip| ip.octets()[3] >= 150 && ip.octets()[3] <= 165));
-    // The transition ends with the longest lease: the whole new slice again.
+    e.begin_transition(
+        &["a".into(), "b".into(), "c".into()],
+        Split::CURRENT,
+        "b",
+        until,
+    );
+    let (old, new) = (share(&ABC, "b"), share(&["a", "b"], "b"));
+    assert!(old.iter().all(|ip| new.contains(ip)) && old.len() < new.len());
+    assert_eq!(fresh(&mut e), old);
+    // The transition ends with the longest lease: the whole new share again.
     e.handle_tick(until);
     assert_eq!(e.transition_until(), None);
     let d = e.handle_message(&msg(MessageType::Discover, mac(200)), &ctx(&i, until));
     let ip = offered(&d);
-    assert!((133..150).contains(&ip.octets()[3]), "{ip}");
+    assert!(new.contains(&ip) && !old.contains(&ip), "{ip}");
+    // a, b -> a, b, c (c joins): with rendezvous blocks b only gives blocks up, so
+    // everything it may hand out during the transition is in its old share too.
+    let cfg = config(&format!(
+        "[owner]\ninsecure_members = true\nself = \"b\"\n{THREE_MEMBERS}"
+    ));
+    let previous = vec!["a".to_string(), "b".to_string()];
+    let mut e = Engine::new(&cfg, Vec::new(), T0);
+    e.begin_transition(&previous, Split::CURRENT, "b", until);
+    let (old, new) = (share(&["a", "b"], "b"), share(&ABC, "b"));
+    let both: Vec<Ipv4Addr> = new.iter().filter(|ip| old.contains(ip)).copied().collect();
+    assert_eq!(fresh(&mut e), both);
     // c, new and with no old slice, hands out nothing fresh during the transition.
     let cfg_c = config(&format!(
         "[owner]\ninsecure_members = true\nself = \"c\"\n{THREE_MEMBERS}"
     ));
     let mut c = Engine::new(&cfg_c, Vec::new(), T0);
-    c.begin_transition(&previous, "c", until);
+    c.begin_transition(&previous, Split::CURRENT, "c", until);
     let d = c.handle_message(&msg(MessageType::Discover, mac(1)), &ctx(&i, T0));
     assert!(d.reply.is_none());
 }
@@ -1000,8 +1033,12 @@ fn a_lease_outside_the_new_slice_is_renewed_but_never_extended() {
     let cfg = config(&format!(
         "[owner]\ninsecure_members = true\nself = \"b\"\n{THREE_MEMBERS}"
     ));
-    // b handed out .170 under the old list a, b; the new slice b is .133-.165.
-    let ip = Ipv4Addr::new(192, 0, 2, 170);
+    // b handed out `ip` under the old list a, b; it is outside b's new share.
+    let new = share(&ABC, "b");
+    let ip = *share(&["a", "b"], "b")
+        .iter()
+        .find(|ip| !new.contains(ip))
+        .unwrap();
     let held = crate::store::Lease {
         ip,
         mac: mac(7),
@@ -1032,7 +1069,7 @@ fn a_lease_outside_the_new_slice_is_renewed_but_never_extended() {
     assert_ne!(d.outcome, Outcome::Ack(ip));
     let d = e.handle_message(&msg(MessageType::Discover, mac(7)), &ctx(&i, later));
     let fresh = offered(&d);
-    assert!((133..=165).contains(&fresh.octets()[3]), "{fresh}");
+    assert!(new.contains(&fresh), "{fresh}");
 }
 
 #[test]

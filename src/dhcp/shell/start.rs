@@ -127,13 +127,13 @@ pub async fn prepare(config: &Config, parts: Parts) -> Result<Server, StartError
         committer.commit_blocking(vec![Change::Membership(record)])?;
     }
     if let (Some(t), Some(me)) = (settled.transition, config.owner.self_name.as_deref()) {
-        engine.begin_transition(&t.previous, me, t.until);
+        engine.begin_transition(&t.previous, t.previous_split, me, t.until);
         metrics.transition_until.set(t.until);
         warn!(
             previous = ?t.previous,
             until = t.until,
             "member list changed: fresh addresses come only from the part of this member's \
-             slice it also had before, until the longest lease has run out"
+             share it also had before, until the longest lease has run out"
         );
     }
     let host = socket::host_addresses()?;

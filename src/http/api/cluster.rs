@@ -34,18 +34,19 @@ pub(super) async fn owner(State(s): State<Arc<HttpState>>, Path(raw): Path<Strin
     })))
 }
 
-/// Every member's slice of every range, in sorted-name order.
-fn slices(config: &Config, list: &MemberList, name: &str) -> Vec<serde_json::Value> {
-    let index = list.index_of(name).unwrap_or(0);
+/// A member's share of every range (`owner::shares`).
+fn shares(config: &Config, list: &MemberList, name: &str) -> Vec<serde_json::Value> {
     config
         .subnets
         .iter()
         .flat_map(|s| {
             s.ranges.iter().map(move |(a, b)| {
+                let (addresses, runs) = list.share_runs(*a, *b, name);
                 json!({
                     "subnet": s.network.to_string(),
                     "range": format!("{a} - {b}"),
-                    "slice": list.slice_bounds(*a, *b, index).map(|(x, y)| format!("{x} - {y}")),
+                    "addresses": addresses,
+                    "runs": runs,
                 })
             })
         })
@@ -69,13 +70,14 @@ pub(super) async fn members(State(s): State<Arc<HttpState>>) -> ApiResult {
                 "failed_probes": h.map(|h| h.failures),
                 "http_url": m.http_url,
                 "conductor": m.conductor,
-                "slices": slices(config, &list, &m.name),
+                "shares": shares(config, &list, &m.name),
             })
         })
         .collect();
     Ok(Json(json!({
         "self": me,
         "fingerprint": s.resolver.members_fingerprint(),
+        "split": crate::owner::shares::Split::CURRENT.as_str(),
         "members": members,
     })))
 }
@@ -93,7 +95,7 @@ pub(super) async fn stats(State(s): State<Arc<HttpState>>) -> ApiResult {
         .map(|p| {
             json!({
                 "subnet": p.network.to_string(),
-                "free_in_slice": p.free,
+                "free_in_share": p.free,
                 "in_use": p.in_use,
             })
         })

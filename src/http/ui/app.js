@@ -57,7 +57,7 @@
       const pools = $("pools");
       pools.replaceChildren();
       for (const s of stats.subnets) {
-        row(pools, [s.subnet, s.in_use, s.free_in_slice]);
+        row(pools, [s.subnet, s.in_use, s.free_in_share]);
       }
       const leases = $("leases");
       leases.replaceChildren();
