@@ -155,7 +155,7 @@ pub async fn run(
             committer,
             store: handles.store.clone(),
             policies,
-            resolver,
+            resolver: resolver.clone(),
             metrics: handles.dhcp.clone(),
             control: Some(control),
         };
@@ -166,6 +166,17 @@ pub async fn run(
             .map(|l| l.interface.name.clone())
             .collect();
         tasks.run(dhcp::run(server, shutdown.clone()));
+        if matches!(
+            config.owner.members,
+            crate::config::MembersSource::Ironic(_)
+        ) {
+            tasks.background(Box::pin(crate::dhcp::shell::follow_members(
+                resolver.roster().clone(),
+                dhcp_handle.clone(),
+                handles.dhcp.clone(),
+                shutdown.clone(),
+            )));
+        }
         if config.ra.enabled {
             let stand_down = config.ra.stand_down_secs;
             tasks.background(crate::ra::server::start(

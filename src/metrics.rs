@@ -133,6 +133,11 @@ pub fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
+/// Writes one sample without labels.
+pub fn value(out: &mut String, name: &str, v: u64) {
+    let _ = writeln!(out, "{name} {v}");
+}
+
 /// Writes one sample with a single label.
 pub fn sample(out: &mut String, name: &str, label: &str, value_label: &str, v: u64) {
     let _ = writeln!(out, "{name}{{{label}=\"{value_label}\"}} {v}");

@@ -693,3 +693,187 @@ ranges = ["198.18.1.0 - 198.18.4.255"]
         );
     }
 }
+
+/// Members from Ironic (`owner.members = "ironic"`), no `[[member]]` list: two members
+/// beside a real Ironic's two conductors follow its live conductor list. When conductor
+/// 2 stops, both members drop its member within a refresh, member 1 answers every
+/// machine (Ironic moved them all to conductor 1) from what it already held, and member
+/// 2, whose conductor is gone, answers none; when conductor 2 is back, so is its member.
+#[test]
+fn members_from_ironic_follow_a_conductor_leaving_and_coming_back() {
+    use common::segment::{BroadcastClient, Segment};
+    use common::Server;
+    use dhcproto::v4::MessageType;
+    use shardboot::owner::shares::Split;
+    use shardboot::owner::MemberList;
+    use std::net::Ipv4Addr;
+
+    if !common::is_root() {
+        eprintln!("skipped: needs root (namespaces, PostgreSQL as user postgres)");
+        return;
+    }
+    let _turn = ONE_LAB_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let ips = [Ipv4Addr::new(198, 18, 0, 11), Ipv4Addr::new(198, 18, 0, 12)];
+    let seg = Segment::new(&["198.18.0.11/16", "198.18.0.12/16"]);
+    let lab = IronicLab::start_in(Some(&seg.servers.name), &[]);
+    lab.run(&["enroll"], &["20"]);
+    // Each member's HTTP listener on its conductor's host, inside the namespace, as the
+    // template says: http://{host}:8080.
+    let hosts = ["127.0.0.1", "127.0.0.2"];
+    let config = |i: usize| {
+        format!(
+            r#"
+[dhcp]
+interfaces = ["{interface}"]
+takeover_secs = 60
+[tftp]
+enabled = false
+[http]
+listen = "{host}:8080"
+[health]
+interval_ms = 300
+timeout_ms = 250
+[owner]
+members = "ironic"
+self = "{conductor}"
+member_http_url = "http://{{host}}:8080"
+member_conductor_url = "http://{{host}}:8088"
+members_refresh_secs = 1
+{secret}[owner.ironic]
+url = "{api}"
+refresh_secs = 2
+[[subnet]]
+network = "198.18.0.0/16"
+ranges = ["198.18.1.0 - 198.18.4.255"]
+lease_time = 600
+"#,
+            interface = seg.member_ifs[i],
+            host = hosts[i],
+            conductor = [CONDUCTOR_1, CONDUCTOR_2][i],
+            secret = common::member_secret_line(),
+            api = lab.api_url(),
+        )
+    };
+    let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let _servers: Vec<Server> = (0..2)
+        .map(|i| Server::start(&seg.servers, dirs[i].path(), &config(i)))
+        .collect();
+    let metrics = |i: usize| {
+        let out = seg
+            .servers
+            .command("curl")
+            .args(["-s", "-m", "2", "--noproxy", "*"])
+            .arg(format!("http://{}:8080/metrics", hosts[i]))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let metric = |i: usize, name: &str| -> Option<u64> {
+        metrics(i)
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    };
+    let client_if = seg.client_if.clone();
+    let mut client = seg
+        .clients
+        .run(move || BroadcastClient::new(&client_if))
+        .join()
+        .unwrap();
+    // Who answers each enrolled machine now, by member index; `xid_base` keeps rounds
+    // apart.
+    let mut round = |owners: &[(String, Option<String>)]| -> Vec<Vec<(usize, Ipv4Addr)>> {
+        let macs: Vec<[u8; 6]> = owners
+            .iter()
+            .map(|(m, _)| m.parse::<shardboot::mac::MacAddr>().unwrap().0)
+            .collect();
+        client
+            .discover(&macs, 0, Duration::from_millis(2000))
+            .into_iter()
+            .map(|seen| {
+                seen.iter()
+                    .filter(|x| x.kind == MessageType::Offer)
+                    .map(|x| (ips.iter().position(|ip| *ip == x.server).unwrap(), x.yiaddr))
+                    .collect()
+            })
+            .collect()
+    };
+    let beside =
+        |conductor: &Option<String>| usize::from(conductor.as_deref() != Some(CONDUCTOR_1));
+
+    // 1. Both conductors alive: two members, each machine answered by the member
+    //    beside its conductor only.
+    wait_until(
+        "both members see two members and 20 ports",
+        Duration::from_secs(30),
+        || {
+            (0..2).all(|i| {
+                metric(i, "shardboot_members") == Some(2)
+                    && metric(i, "shardboot_owner_ironic_snapshot_macs") == Some(20)
+            })
+        },
+    );
+    let owners = lab.owners();
+    for ((mac, conductor), offers) in owners.iter().zip(round(&owners)) {
+        assert_eq!(offers.len(), 1, "{mac}: {offers:?}");
+        assert_eq!(offers[0].0, beside(conductor), "{mac} ({conductor:?})");
+    }
+
+    // 2. Conductor 2 stops (gracefully: Ironic moves its nodes to conductor 1). Both
+    //    members drop member 2; member 1 is in a transition and answers everything,
+    //    from its share under the old list only; member 2 answers nothing.
+    lab.run(&["stop-conductor"], &["2"]);
+    wait_until(
+        "both members follow Ironic to one member",
+        Duration::from_secs(30),
+        || (0..2).all(|i| metric(i, "shardboot_members") == Some(1)),
+    );
+    assert!(metric(0, "shardboot_dhcp_transition_until_seconds").unwrap_or(0) > 0);
+    let owners = lab.owners();
+    assert!(owners
+        .iter()
+        .all(|(_, c)| c.as_deref() == Some(CONDUCTOR_1)));
+    let (first, last) = (Ipv4Addr::new(198, 18, 1, 0), Ipv4Addr::new(198, 18, 4, 255));
+    let old = MemberList::new(["127.0.0.1", "127.0.0.2_8090"]).shares(Split::CURRENT, first, last);
+    let owned_by_1 = |ip: Ipv4Addr| old.owner_of(u32::from(ip) - u32::from(first)) == Some(0);
+    // Routing follows within a refresh: a retry after one refresh interval is fine.
+    wait_until(
+        "member 1 answers every machine",
+        Duration::from_secs(20),
+        || {
+            round(&owners)
+                .iter()
+                .all(|o| o.len() == 1 && o[0].0 == 0 && owned_by_1(o[0].1))
+        },
+    );
+
+    // 3. Conductor 2 is back: so is its member, on both sides, and member 1 stops
+    //    answering the machines Ironic gives back to conductor 2.
+    lab.run(&["start-conductor"], &["2"]);
+    wait_until(
+        "both members see two members again",
+        Duration::from_secs(60),
+        || (0..2).all(|i| metric(i, "shardboot_members") == Some(2)),
+    );
+    wait_until(
+        "Ironic gives conductor 2 nodes again",
+        Duration::from_secs(60),
+        || {
+            lab.owners()
+                .iter()
+                .any(|(_, c)| c.as_deref() == Some(CONDUCTOR_2))
+        },
+    );
+    let owners = lab.owners();
+    wait_until(
+        "member 1 leaves conductor 2's machines alone",
+        Duration::from_secs(20),
+        || {
+            owners.iter().zip(round(&owners)).all(|((_, c), offers)| {
+                offers
+                    .iter()
+                    .all(|(who, _)| *who == beside(c) || beside(c) == 0)
+            })
+        },
+    );
+    assert_eq!(metric(0, "shardboot_members_stale"), Some(0));
+}

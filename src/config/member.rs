@@ -28,6 +28,34 @@ pub struct Member {
     pub conductor_url: Option<String>,
 }
 
+/// The member name of the member beside conductor `conductor` (as Ironic reports it:
+/// `host`, `host:port`, `[v6]`, `[v6]:port`) when members come from Ironic: the
+/// brackets dropped and `:` written `_`, which host names never contain, so distinct
+/// conductors get distinct names. Names past 63 characters keep 46 and add a hash of
+/// the whole. `None` for a conductor name no member name can come from.
+pub fn member_name_for_conductor(conductor: &str) -> Option<String> {
+    if conductor.is_empty()
+        || conductor.len() > 255
+        || !conductor
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._:[]".contains(&b))
+    {
+        return None;
+    }
+    let name: String = conductor
+        .chars()
+        .filter(|c| !matches!(c, '[' | ']'))
+        .map(|c| if c == ':' { '_' } else { c })
+        .collect();
+    if name.len() <= 63 {
+        return Some(name);
+    }
+    let h = conductor.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    Some(format!("{}-{h:016x}", &name[..46]))
+}
+
 /// A URL rendered into iPXE scripts, so it must be safe there.
 fn url(key: String, value: Option<String>, issues: &mut Issues) -> Option<String> {
     let v = value?.trim_end_matches('/').to_string();
@@ -73,4 +101,29 @@ pub(super) fn validate_all(raw: Vec<RawMember>, issues: &mut Issues) -> Vec<Memb
         });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conductor_names_become_member_names() {
+        for (conductor, name) in [
+            ("127.0.0.1", "127.0.0.1"),
+            ("127.0.0.2:8090", "127.0.0.2_8090"),
+            ("[fd00::2]", "fd00__2"),
+            ("[fd00::2]:8090", "fd00__2_8090"),
+            ("conductor-1.example.org", "conductor-1.example.org"),
+        ] {
+            assert_eq!(member_name_for_conductor(conductor).as_deref(), Some(name));
+        }
+        let long = format!("{}.example.org", "a".repeat(70));
+        let name = member_name_for_conductor(&long).unwrap();
+        assert_eq!(name.len(), 63);
+        assert_ne!(Some(name), member_name_for_conductor(&format!("{long}x")));
+        for bad in ["", "a b", "a/b", "a;reboot", "\u{e9}"] {
+            assert_eq!(member_name_for_conductor(bad), None, "{bad:?}");
+        }
+    }
 }

@@ -23,6 +23,11 @@ pub(super) struct RawOwner {
     ironic: Option<RawIronic>,
     member_secret_file: Option<String>,
     insecure_members: Option<bool>,
+    members: Option<String>,
+    conductor_group: Option<String>,
+    member_http_url: Option<String>,
+    member_conductor_url: Option<String>,
+    members_refresh_secs: Option<u64>,
 }
 
 /// Where owner lookups go, in order.
@@ -58,6 +63,32 @@ pub enum ChainTo {
     Conductor,
 }
 
+/// Where the member list comes from (`owner.members`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MembersSource {
+    /// The `[[member]]` list (`"static"`, the default).
+    Static,
+    /// Ironic's live conductors (`"ironic"`).
+    Ironic(IronicMembers),
+}
+
+/// Members from Ironic's `/v1/conductors`: one member beside each alive conductor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IronicMembers {
+    /// This member's conductor, as Ironic names it (`owner.self`).
+    pub self_conductor: String,
+    /// Only conductors of this group (`owner.conductor_group`; one provisioning network
+    /// per group).
+    pub conductor_group: Option<String>,
+    /// Each member's HTTP URL: `{host}` becomes the conductor's host (its name without
+    /// the JSON-RPC port; IPv6 in brackets).
+    pub http_url: String,
+    /// Where each conductor serves `pxelinux.cfg/<mac-hyphen>`, by the same template.
+    pub conductor_url: Option<String>,
+    /// How often the conductor list is read.
+    pub refresh: std::time::Duration,
+}
+
 /// `[owner]` after validation.
 #[derive(Debug, Clone)]
 pub struct OwnerSettings {
@@ -78,17 +109,68 @@ pub struct OwnerSettings {
     /// Several members without a secret, by explicit choice: peers' claims are taken
     /// unauthenticated (`check-config` and `serve` warn).
     pub insecure_members: bool,
+    /// Where the member list comes from.
+    pub members: MembersSource,
+}
+
+/// Validates a URL template of `owner.members = "ironic"`: it must name `{host}`, and
+/// the URL it gives for any host must be one iPXE scripts can carry.
+fn url_template(key: &str, value: Option<String>, issues: &mut Issues) -> Option<String> {
+    let v = value?.trim_end_matches('/').to_string();
+    let sample = v.replace("{host}", "192.0.2.1");
+    if !v.contains("{host}") {
+        issues.add(key, "must contain {host} (the conductor's host)");
+    } else if !is_safe_url(&sample) {
+        issues.add(
+            key,
+            "must be an http(s) URL template such as \"http://{host}:8080\"",
+        );
+    }
+    Some(v)
 }
 
 /// Validates `[owner]` against the already validated `members` (`self` must name one).
 pub(super) fn validate(raw: RawOwner, members: &[Member], issues: &mut Issues) -> OwnerSettings {
-    if let Some(s) = &raw.self_name {
-        if !members.iter().any(|m| &m.name == s) {
-            issues.add("owner.self", format!("no [[member]] is named {s}"));
+    let from_ironic = match raw.members.as_deref() {
+        None | Some("static") => false,
+        Some("ironic") => true,
+        Some(_) => {
+            issues.add("owner.members", "must be \"static\" or \"ironic\"");
+            false
         }
-    } else if !members.is_empty() {
-        issues.add("owner.self", "is required when [[member]]s are listed");
-    }
+    };
+    let mut self_name = raw.self_name.clone();
+    let source = if from_ironic {
+        ironic_members(&raw, members, &mut self_name, issues)
+    } else {
+        for key in [
+            "conductor_group",
+            "member_http_url",
+            "member_conductor_url",
+            "members_refresh_secs",
+        ] {
+            let set = match key {
+                "conductor_group" => raw.conductor_group.is_some(),
+                "member_http_url" => raw.member_http_url.is_some(),
+                "member_conductor_url" => raw.member_conductor_url.is_some(),
+                _ => raw.members_refresh_secs.is_some(),
+            };
+            if set {
+                issues.add(
+                    format!("owner.{key}"),
+                    "is used only with owner.members = \"ironic\"",
+                );
+            }
+        }
+        if let Some(s) = &raw.self_name {
+            if !members.iter().any(|m| &m.name == s) {
+                issues.add("owner.self", format!("no [[member]] is named {s}"));
+            }
+        } else if !members.is_empty() {
+            issues.add("owner.self", "is required when [[member]]s are listed");
+        }
+        MembersSource::Static
+    };
     // Without an explicit list: Ironic, then the inventory, whichever are configured;
     // the hash ring only when neither is (a machine Ironic does not know gets the
     // fallback, not a member chosen at random whose conductor has no config for it).
@@ -145,22 +227,143 @@ pub(super) fn validate(raw: RawOwner, members: &[Member], issues: &mut Issues) -
         }
     };
     let insecure_members = raw.insecure_members.unwrap_or(false);
-    if members.len() > 1 && raw.member_secret_file.is_none() && !insecure_members {
+    if (members.len() > 1 || from_ironic) && raw.member_secret_file.is_none() && !insecure_members {
         issues.add(
             "owner.member_secret_file",
-            "is required with two or more [[member]]s: members authenticate each other's \
-             health answers with it (or set owner.insecure_members = true to trust any \
-             answer from a member's address)",
+            "is required with two or more [[member]]s or owner.members = \"ironic\": \
+             members authenticate each other's health answers with it (or set \
+             owner.insecure_members = true to trust any answer from a member's address)",
         );
     }
     OwnerSettings {
         member_secret_file: raw.member_secret_file.map(PathBuf::from),
         insecure_members,
         ironic: raw.ironic.map(|r| ironic::validate(r, issues)),
-        self_name: raw.self_name,
+        self_name,
+        members: source,
         resolvers,
         inventory: raw.inventory.map(PathBuf::from),
         fallback,
         chain_to,
+    }
+}
+
+/// `owner.members = "ironic"`: the keys it needs and the ones it rules out. Sets
+/// `self_name` to the member name of this member's conductor.
+fn ironic_members(
+    raw: &RawOwner,
+    members: &[Member],
+    self_name: &mut Option<String>,
+    issues: &mut Issues,
+) -> MembersSource {
+    if raw.ironic.is_none() {
+        issues.add(
+            "owner.members",
+            "\"ironic\" needs an [owner.ironic] section",
+        );
+    }
+    if !members.is_empty() {
+        issues.add(
+            "owner.members",
+            "\"ironic\" takes the members from Ironic's conductors; remove the [[member]] entries",
+        );
+    }
+    let self_conductor = raw.self_name.clone().unwrap_or_default();
+    match super::member::member_name_for_conductor(&self_conductor) {
+        Some(name) => *self_name = Some(name),
+        None if raw.self_name.is_none() => issues.add(
+            "owner.self",
+            "is required with owner.members = \"ironic\": this member's conductor as Ironic names it (e.g. 172.22.0.2 or 172.22.0.2:8090)",
+        ),
+        None => issues.add("owner.self", "must be a conductor name as Ironic reports it (host, host:port, [v6]:port)"),
+    }
+    let http_url = url_template("owner.member_http_url", raw.member_http_url.clone(), issues);
+    if http_url.is_none() {
+        issues.add(
+            "owner.member_http_url",
+            "is required with owner.members = \"ironic\" (e.g. \"http://{host}:8080\")",
+        );
+    }
+    let conductor_url = url_template(
+        "owner.member_conductor_url",
+        raw.member_conductor_url.clone(),
+        issues,
+    );
+    if let Some(g) = &raw.conductor_group {
+        if g.len() > 255
+            || !g
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        {
+            issues.add(
+                "owner.conductor_group",
+                "must be a conductor group name (letters, digits, '-', '_', '.')",
+            );
+        }
+    }
+    let refresh = issues.in_range(
+        "owner.members_refresh_secs",
+        raw.members_refresh_secs.unwrap_or(10),
+        1,
+        3600,
+    );
+    MembersSource::Ironic(IronicMembers {
+        self_conductor,
+        conductor_group: raw.conductor_group.clone().filter(|g| !g.is_empty()),
+        http_url: http_url.unwrap_or_default(),
+        conductor_url,
+        refresh: std::time::Duration::from_secs(refresh),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{Config, ConfigError, MembersSource};
+
+    fn issues(text: &str) -> Vec<String> {
+        match Config::from_toml_with_overrides(text, &[]) {
+            Ok(_) => vec![],
+            Err(ConfigError::Invalid(v)) => v.iter().map(|i| i.to_string()).collect(),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    const IRONIC: &str = "[owner.ironic]\nurl = \"http://127.0.0.1:6385\"\n";
+
+    #[test]
+    fn members_from_ironic_need_their_keys_and_find_themselves_by_conductor() {
+        let ok = format!(
+            "[owner]\nmembers = \"ironic\"\nself = \"172.22.0.3:8090\"\ninsecure_members = true\n\
+             member_http_url = \"http://{{host}}:8080\"\nconductor_group = \"rack1\"\n{IRONIC}"
+        );
+        let c = Config::from_toml_with_overrides(&ok, &[]).unwrap();
+        assert_eq!(c.owner.self_name.as_deref(), Some("172.22.0.3_8090"));
+        let MembersSource::Ironic(m) = &c.owner.members else {
+            panic!("static")
+        };
+        assert_eq!(m.self_conductor, "172.22.0.3:8090");
+        assert_eq!(m.conductor_group.as_deref(), Some("rack1"));
+        assert_eq!(m.refresh.as_secs(), 10);
+        // Each missing or wrong piece is named.
+        let got = issues(
+            "[owner]\nmembers = \"ironic\"\nmember_http_url = \"http://example.org\"\n\
+             [[member]]\nname = \"a\"\nhttp_url = \"http://192.0.2.1:8080\"\n",
+        );
+        for want in [
+            "owner.members: \"ironic\" needs an [owner.ironic] section",
+            "owner.members: \"ironic\" takes the members from Ironic's conductors; remove the [[member]] entries",
+            "owner.self: is required with owner.members = \"ironic\"",
+            "owner.member_http_url: must contain {host}",
+            "owner.member_secret_file: is required",
+        ] {
+            assert!(got.iter().any(|g| g.starts_with(want)), "{want} not in {got:?}");
+        }
+        // Keys of the Ironic source are refused with the static one.
+        let got = issues("[owner]\nmember_http_url = \"http://{host}:8080\"\n");
+        assert_eq!(got, ["owner.member_http_url: is used only with owner.members = \"ironic\""]);
+        assert_eq!(
+            issues("[owner]\nmembers = \"consul\"\n"),
+            ["owner.members: must be \"static\" or \"ironic\""]
+        );
     }
 }

@@ -109,7 +109,11 @@ impl Responder {
         resolver: Arc<Resolver>,
         metrics: Arc<DhcpMetrics>,
     ) -> Option<Self> {
-        if config.members.len() < 2 {
+        let from_ironic = matches!(
+            config.owner.members,
+            crate::config::MembersSource::Ironic(_)
+        );
+        if config.members.len() < 2 && !from_ironic {
             return None;
         }
         Some(Self {

@@ -26,9 +26,9 @@ pub struct BootContext<'a> {
     /// Timeouts and retries for scripts.
     pub http: &'a HttpSettings,
     /// This member, if members are configured.
-    pub me: Option<&'a Member>,
+    pub me: Option<Member>,
     /// The owning member, if known.
-    pub owner: Option<&'a Member>,
+    pub owner: Option<Member>,
     /// Unknown machines.
     pub fallback: &'a Fallback,
     /// Machines owned elsewhere.
@@ -46,13 +46,16 @@ impl<'a> BootContext<'a> {
         res: &Resolution,
     ) -> Self {
         let owner = res.member.as_deref().and_then(|n| resolver.member(n));
+        let owner_alive = owner
+            .as_ref()
+            .is_some_and(|o| resolver.live().is_alive(&o.name));
         Self {
             http,
             me: resolver.self_name().and_then(|n| resolver.member(n)),
             owner,
             fallback: &resolver.settings().fallback,
             chain_to: resolver.settings().chain_to,
-            owner_alive: owner.is_some_and(|o| resolver.live().is_alive(&o.name)),
+            owner_alive,
         }
     }
 }
@@ -84,8 +87,8 @@ pub fn answer(
         )?;
         Ok(BootAnswer::Script { kind, body })
     };
-    let local = matches!((ctx.me, ctx.owner), (Some(me), Some(o)) if me.name == o.name);
-    match ctx.owner {
+    let local = matches!((&ctx.me, &ctx.owner), (Some(me), Some(o)) if me.name == o.name);
+    match &ctx.owner {
         Some(owner) if local => {
             if let Some(c) = &owner.conductor_url {
                 return chain("local", &owner.name, &per_node_url(c, mac));

@@ -360,7 +360,7 @@ async fn healthz(State(s): State<Arc<HttpState>>, headers: axum::http::HeaderMap
     // header text; the challenge is echoed only inside the proof.
     for (name, value) in [
         (peer_auth::MEMBER_HEADER, me),
-        (MEMBERS_HEADER, fingerprint),
+        (MEMBERS_HEADER, fingerprint.as_str()),
     ] {
         if let Ok(v) = axum::http::HeaderValue::from_str(value) {
             h.insert(name, v);
@@ -373,7 +373,7 @@ async fn healthz(State(s): State<Arc<HttpState>>, headers: axum::http::HeaderMap
         let claim = HealthClaim {
             challenge,
             member: me,
-            fingerprint,
+            fingerprint: &fingerprint,
             transition_until: until,
         };
         if let Ok(v) = axum::http::HeaderValue::from_str(&secret.prove(&claim)) {
@@ -396,5 +396,6 @@ async fn metrics(State(s): State<Arc<HttpState>>) -> Response {
         ironic.metrics.render_prometheus(&mut out);
     }
     s.resolver.live().render_prometheus(&mut out);
+    s.resolver.roster().render_prometheus(&mut out);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }

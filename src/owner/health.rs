@@ -104,6 +104,15 @@ impl LiveSet {
             .is_some_and(|h| h.observe(ok, now, dead_after))
     }
 
+    /// Follows a new member list: new members start alive, departed ones are dropped.
+    pub fn sync(&self, names: &[String]) {
+        let mut map = self.health.write().unwrap_or_else(|p| p.into_inner());
+        map.retain(|n, _| names.contains(n));
+        for n in names {
+            map.entry(n.clone()).or_insert_with(MemberHealth::new);
+        }
+    }
+
     /// Counts an answer from `name` whose proof did not verify.
     pub fn reject(&self, name: &str) {
         let mut map = self.health.write().unwrap_or_else(|p| p.into_inner());
@@ -288,22 +297,15 @@ pub async fn check_member_lists(
     Ok(until)
 }
 
-/// Probes every other member's `/healthz` each `interval` until `shutdown`.
+/// Probes every other member's `/healthz` each `interval` until `shutdown`, following
+/// the roster's member list as it changes.
 pub async fn run_probes(
-    members: Vec<Member>,
+    roster: std::sync::Arc<super::roster::Roster>,
     live: std::sync::Arc<LiveSet>,
     settings: HealthSettings,
     secret: Option<std::sync::Arc<MemberSecret>>,
     shutdown: CancellationToken,
 ) {
-    let ours = super::MemberList::of(&members).fingerprint();
-    let others: Vec<Member> = members
-        .into_iter()
-        .filter(|m| Some(m.name.as_str()) != live.self_name.as_deref())
-        .collect();
-    if others.is_empty() {
-        return;
-    }
     let client = match probe_client(settings.timeout) {
         Ok(c) => c,
         Err(e) => {
@@ -318,6 +320,15 @@ pub async fn run_probes(
             _ = shutdown.cancelled() => return,
             _ = tick.tick() => {}
         }
+        let view = roster.current();
+        live.sync(view.list.names());
+        let ours = view.fingerprint.clone();
+        let others: Vec<Member> = view
+            .members
+            .iter()
+            .filter(|m| Some(m.name.as_str()) != live.self_name.as_deref())
+            .cloned()
+            .collect();
         // One round: every member probed concurrently, so a dead one (which takes the
         // whole timeout) does not delay the others.
         let mut round = tokio::task::JoinSet::new();

@@ -167,6 +167,8 @@ pub struct IronicOwners {
     cache: RwLock<IronicCache>,
     inflight: Inflight,
     lookup_slots: Semaphore,
+    /// Wakes the refresh task before its interval is up.
+    refresh_now: tokio::sync::Notify,
     /// Counters.
     pub metrics: IronicMetrics,
 }
@@ -209,6 +211,7 @@ impl IronicOwners {
             lookup_slots: Semaphore::new(settings.max_lookups),
             cache: RwLock::new(IronicCache::new(settings.negative_ttl)),
             inflight: Mutex::new(HashMap::new()),
+            refresh_now: tokio::sync::Notify::new(),
             settings,
             metrics: IronicMetrics::default(),
         })
@@ -353,8 +356,23 @@ impl IronicOwners {
         }
     }
 
+    /// Ironic's conductors (`GET /v1/conductors`, every page).
+    pub async fn conductors(&self) -> Result<Vec<ironic_wire::Conductor>, IronicError> {
+        self.list("/v1/conductors", |b| {
+            ironic_wire::parse_conductors(b).map(|p| (p.conductors, p.next))
+        })
+        .await
+    }
+
+    /// Asks the refresh task to read the lists again now: the conductors changed, so
+    /// Ironic's hash ring moves nodes between them, and routing must follow within one
+    /// refresh, not one `refresh_secs`.
+    pub fn refresh_soon(&self) {
+        self.refresh_now.notify_one();
+    }
+
     /// Refreshes now and then every `refresh` (sooner, after `backoff`, while Ironic
-    /// fails) until `shutdown`.
+    /// fails, or when [`Self::refresh_soon`] asks) until `shutdown`.
     pub async fn run_refresh(self: Arc<Self>, shutdown: CancellationToken) {
         let mut was_ok = None;
         loop {
@@ -379,6 +397,7 @@ impl IronicOwners {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = tokio::time::sleep(wait) => {}
+                _ = self.refresh_now.notified() => {}
             }
         }
     }

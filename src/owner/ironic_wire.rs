@@ -51,6 +51,35 @@ pub struct NodePage {
     pub next: Option<String>,
 }
 
+/// One conductor of `/v1/conductors` (API 1.49 on).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Conductor {
+    /// Its name as nodes' `conductor` field gives it: `[DEFAULT] host`, with
+    /// `:<port>` when its JSON-RPC port is not the default.
+    pub hostname: String,
+    /// Whether it has heartbeated within Ironic's `heartbeat_timeout`.
+    #[serde(default)]
+    pub alive: bool,
+    /// Its conductor group ("" when none).
+    #[serde(default)]
+    pub conductor_group: String,
+}
+
+/// A page of conductors.
+#[derive(Debug, Deserialize)]
+pub struct ConductorPage {
+    /// The conductors on this page.
+    pub conductors: Vec<Conductor>,
+    /// The URL of the next page, absent on the last.
+    #[serde(default)]
+    pub next: Option<String>,
+}
+
+/// Parses a page of `/v1/conductors`.
+pub fn parse_conductors(body: &[u8]) -> Result<ConductorPage, WireError> {
+    serde_json::from_slice(body).map_err(|e| WireError(e.to_string()))
+}
+
 /// Ironic's answer could not be understood.
 #[derive(Debug, thiserror::Error)]
 #[error("unexpected Ironic response: {0}")]
@@ -111,6 +140,24 @@ mod tests {
     const NODES: &str = include_str!("../../fixtures/ironic/nodes-detail.json");
     const NODE: &str = include_str!("../../fixtures/ironic/node.json");
     const BY_ADDRESS: &str = include_str!("../../fixtures/ironic/ports-by-address.json");
+
+    #[test]
+    fn a_captured_conductor_list_parses() {
+        let page =
+            parse_conductors(include_bytes!("../../fixtures/ironic/conductors.json")).unwrap();
+        let names: Vec<&str> = page
+            .conductors
+            .iter()
+            .map(|c| c.hostname.as_str())
+            .collect();
+        assert_eq!(names, ["127.0.0.2:8090", "127.0.0.1"]);
+        assert!(page
+            .conductors
+            .iter()
+            .all(|c| c.alive && c.conductor_group.is_empty()));
+        assert!(page.next.is_none());
+        assert!(parse_conductors(b"{\"conductors\": [{\"alive\": true}]}").is_err());
+    }
 
     #[test]
     fn captured_ironic_pages_parse() {

@@ -65,7 +65,9 @@ impl MemberList {
     }
 
     /// Member `me`'s share of the range `first..=last` as a bitmap over the range's
-    /// offsets. A single instance, or a member not in the list, has all of it.
+    /// offsets. A single instance (no list, or no name) has all of it; a member not in
+    /// a list of others (members from Ironic, its conductor not alive) has none, since
+    /// the others share it all.
     pub fn share_of(
         &self,
         split: Split,
@@ -73,14 +75,15 @@ impl MemberList {
         last: Ipv4Addr,
         me: Option<&str>,
     ) -> Vec<u64> {
-        match me.and_then(|me| self.index_of(me)) {
-            Some(k) if self.len() > 1 => self.shares(split, first, last).bitmap_of(k),
-            _ => {
-                let len = u32::from(last) - u32::from(first) + 1;
-                (0..len.div_ceil(64) as usize)
-                    .map(|w| full_word(len, w))
-                    .collect()
-            }
+        let len = u32::from(last) - u32::from(first) + 1;
+        let words = len.div_ceil(64) as usize;
+        match me {
+            Some(me) if !self.is_empty() => match self.index_of(me) {
+                Some(_) if self.len() == 1 => (0..words).map(|w| full_word(len, w)).collect(),
+                Some(k) => self.shares(split, first, last).bitmap_of(k),
+                None => vec![0; words],
+            },
+            _ => (0..words).map(|w| full_word(len, w)).collect(),
         }
     }
 
@@ -161,12 +164,17 @@ mod tests {
             .collect();
         assert_eq!(shares[0][0] & shares[1][0], 0);
         assert_eq!(shares[0][0] | shares[1][0] | shares[2][0], 0x1ff);
-        // A single instance, or a name not listed, has it all.
+        // A single instance has it all; a name not in a list of others has none.
         assert_eq!(
             MemberList::default().share_of(split, ip(10), ip(18), Some("x")),
             [0x1ff]
         );
-        assert_eq!(a.share_of(split, ip(10), ip(18), Some("zz")), [0x1ff]);
+        assert_eq!(a.share_of(split, ip(10), ip(18), None), [0x1ff]);
+        assert_eq!(a.share_of(split, ip(10), ip(18), Some("zz")), [0]);
+        assert_eq!(
+            MemberList::new(["a"]).share_of(split, ip(10), ip(18), Some("a")),
+            [0x1ff]
+        );
         assert_eq!(
             MemberList::default().share_of(split, ip(0), ip(127), None),
             [u64::MAX, u64::MAX]

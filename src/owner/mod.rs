@@ -11,6 +11,7 @@ pub mod ironic_wire;
 pub mod members;
 pub mod membership;
 pub mod peer_auth;
+pub mod roster;
 pub mod shares;
 
 use std::sync::Arc;
@@ -23,12 +24,13 @@ pub use hash::{responsible_member, rfc3074_hash};
 pub use inventory::Inventory;
 pub use members::{slice_of, MemberList};
 
-use crate::config::{Config, Member, OwnerSettings, ResolverKind};
+use crate::config::{Config, Member, MembersSource, OwnerSettings, ResolverKind};
 use crate::mac::MacAddr;
 use health::LiveSet;
 use ironic::{IronicError, IronicOwners};
 use ironic_cache::{Cached, Known};
 use peer_auth::MemberSecret;
+use roster::Roster;
 
 /// Why the resolver cannot be built.
 #[derive(Debug, thiserror::Error)]
@@ -65,9 +67,25 @@ pub fn start(
         tasks.push(Box::pin(ironic.clone().run_refresh(shutdown.clone())));
         tasks.push(Box::pin(ironic.run_prefetch(rx, shutdown.clone())));
     }
-    if config.members.len() > 1 {
+    let from_ironic = match &config.owner.members {
+        MembersSource::Ironic(settings) => {
+            // Validation requires [owner.ironic] with members from Ironic.
+            if let Some(ironic) = resolver.ironic().cloned() {
+                tasks.push(Box::pin(roster::follow_ironic(
+                    ironic,
+                    resolver.roster().clone(),
+                    resolver.live().clone(),
+                    settings.clone(),
+                    shutdown.clone(),
+                )));
+            }
+            true
+        }
+        MembersSource::Static => false,
+    };
+    if config.members.len() > 1 || from_ironic {
         tasks.push(Box::pin(health::run_probes(
-            config.members.clone(),
+            resolver.roster().clone(),
             resolver.live().clone(),
             config.health,
             resolver.member_secret().cloned(),
@@ -91,12 +109,11 @@ pub struct Resolution {
 #[derive(Debug)]
 pub struct Resolver {
     settings: OwnerSettings,
-    members: Vec<Member>,
     inventory: Option<Inventory>,
     ironic: Option<Arc<IronicOwners>>,
     live: Arc<LiveSet>,
     prefetch: Option<tokio::sync::mpsc::Sender<MacAddr>>,
-    fingerprint: String,
+    roster: Arc<Roster>,
     secret: Option<Arc<MemberSecret>>,
 }
 
@@ -110,7 +127,6 @@ impl Resolver {
         };
         Ok(Self {
             settings: config.owner.clone(),
-            members: config.members.clone(),
             inventory: config.owner.inventory.as_deref().map(Inventory::new),
             ironic,
             live: Arc::new(LiveSet::new(
@@ -118,7 +134,13 @@ impl Resolver {
                 config.owner.self_name.as_deref(),
             )),
             prefetch: None,
-            fingerprint: MemberList::of(&config.members).fingerprint(),
+            roster: Arc::new(Roster::new(
+                config.members.clone(),
+                match config.owner.members {
+                    MembersSource::Static => "static",
+                    MembersSource::Ironic(_) => "ironic",
+                },
+            )),
             secret: None,
         })
     }
@@ -147,14 +169,19 @@ impl Resolver {
         &self.settings
     }
 
-    /// The member called `name`.
-    pub fn member(&self, name: &str) -> Option<&Member> {
-        self.members.iter().find(|m| m.name == name)
+    /// The member called `name`, in the list in force.
+    pub fn member(&self, name: &str) -> Option<Member> {
+        self.roster.current().member(name).cloned()
     }
 
-    /// The fingerprint of the member list (see [`MemberList::fingerprint`]).
-    pub fn members_fingerprint(&self) -> &str {
-        &self.fingerprint
+    /// The fingerprint of the member list in force (see [`MemberList::fingerprint`]).
+    pub fn members_fingerprint(&self) -> String {
+        self.roster.current().fingerprint.clone()
+    }
+
+    /// The member list in force, and how it is kept.
+    pub fn roster(&self) -> &Arc<Roster> {
+        &self.roster
     }
 
     /// The secret members prove their health answers with (None: not configured).
@@ -173,21 +200,21 @@ impl Resolver {
     }
 
     /// Maps an owner name (member name or conductor host name) to a member.
-    fn member_for(&self, owner: &str) -> Option<&Member> {
-        self.member(owner).or_else(|| {
-            self.members
-                .iter()
-                .find(|m| m.conductor.as_deref() == Some(owner))
-        })
+    fn member_for(&self, owner: &str) -> Option<Member> {
+        self.member(owner)
+            .or_else(|| self.member_for_conductor(owner))
     }
 
     /// Maps Ironic's `node.conductor` to a member: by the member's `conductor`, which is
     /// the name Ironic reports (`host`, with `:port` when the RPC port is not the
     /// default).
-    fn member_for_conductor(&self, conductor: &str) -> Option<&Member> {
-        self.members
+    fn member_for_conductor(&self, conductor: &str) -> Option<Member> {
+        self.roster
+            .current()
+            .members
             .iter()
             .find(|m| m.conductor.as_deref() == Some(conductor))
+            .cloned()
     }
 
     /// Tries each resolver in order; the first that names a member wins. A MAC Ironic

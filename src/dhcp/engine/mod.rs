@@ -38,6 +38,14 @@ struct SubnetState {
     pools: Vec<Pool>,
 }
 
+/// A member list served before, and when its transition ends.
+#[derive(Debug, Clone)]
+struct PastList {
+    list: crate::owner::MemberList,
+    split: crate::owner::shares::Split,
+    until: u64,
+}
+
 /// The DHCP engine's state and decision logic.
 #[derive(Debug)]
 pub struct Engine {
@@ -48,6 +56,14 @@ pub struct Engine {
     reserved: HashMap<Ipv4Addr, MacAddr>,
     table: LeaseTable,
     transition_until: Option<u64>,
+    /// The member list the shares come from, this member's name in it, and how long a
+    /// transition after a change of it lasts.
+    members: crate::owner::MemberList,
+    me: Option<String>,
+    transition_span: u64,
+    /// The lists served before, until their transitions end: fresh addresses come only
+    /// from what this member's share was under every one of them.
+    past: Vec<PastList>,
     /// The `[[host]]` entries as configured (run-time reservations overlay `hosts`).
     config_hosts: HashMap<MacAddr, Host>,
     /// MACs whose reservation was made at run time.
@@ -85,6 +101,10 @@ impl Engine {
                 .collect(),
             table: LeaseTable::default(),
             transition_until: None,
+            me: me.map(str::to_string),
+            members,
+            transition_span: crate::owner::membership::transition_span(config),
+            past: Vec::new(),
             config_hosts: config.hosts.iter().map(|h| (h.mac, h.clone())).collect(),
             runtime_reserved: std::collections::HashSet::new(),
             limits: Limits::default(),
@@ -142,10 +162,8 @@ impl Engine {
     /// expired record on disk is already free when loaded.
     pub fn handle_tick(&mut self, now: u64) -> usize {
         if self.transition_until.is_some_and(|u| now >= u) {
-            self.transition_until = None;
-            for pool in self.subnets.iter_mut().flat_map(|s| s.pools.iter_mut()) {
-                pool.lift_restriction();
-            }
+            self.past.retain(|p| p.until > now);
+            self.restrict_to_past_shares();
         }
         let expired = self.table.take_expired(now);
         let n = expired.len();
@@ -452,18 +470,85 @@ impl Engine {
         me: &str,
         until: u64,
     ) {
-        let previous = crate::owner::MemberList::new(previous.iter().cloned());
-        let was_member = previous.index_of(me).is_some();
-        for pool in self.subnets.iter_mut().flat_map(|s| s.pools.iter_mut()) {
-            let old = if was_member {
-                let (first, last) = pool.bounds();
-                previous.share_of(previous_split, first, last, Some(me))
-            } else {
-                Vec::new()
-            };
-            pool.restrict(&old);
+        self.me = Some(me.to_string());
+        self.past.push(PastList {
+            list: crate::owner::MemberList::new(previous.iter().cloned()),
+            split: previous_split,
+            until,
+        });
+        self.restrict_to_past_shares();
+    }
+
+    /// Serves with the member list `list` from now on, without a transition (start-up,
+    /// before the membership record is settled).
+    pub fn adopt_members(&mut self, list: crate::owner::MemberList) {
+        self.members = list;
+        self.reshare();
+        self.restrict_to_past_shares();
+    }
+
+    /// The member list changed while running (members from Ironic): new shares at once,
+    /// and a transition from the list served until now, stacked on any still running.
+    /// Returns the membership record to store, or `None` when the list is the same.
+    pub fn change_members(
+        &mut self,
+        list: crate::owner::MemberList,
+        now: u64,
+    ) -> Option<crate::store::Membership> {
+        use crate::owner::shares::Split;
+        if list == self.members {
+            return None;
         }
-        self.transition_until = Some(until);
+        let old = std::mem::replace(&mut self.members, list);
+        self.past.push(PastList {
+            list: old.clone(),
+            split: Split::CURRENT,
+            until: now + self.transition_span,
+        });
+        self.reshare();
+        self.restrict_to_past_shares();
+        let split = Some(Split::CURRENT.as_str().to_string());
+        Some(crate::store::Membership {
+            names: self.members.names().to_vec(),
+            since: now,
+            previous: Some(old.names().to_vec()),
+            previous_split: split.clone(),
+            split,
+        })
+    }
+
+    /// The member list the shares come from.
+    pub fn members(&self) -> &crate::owner::MemberList {
+        &self.members
+    }
+
+    /// Recomputes this member's share of every range from `members`.
+    fn reshare(&mut self) {
+        let split = crate::owner::shares::Split::CURRENT;
+        let me = self.me.as_deref();
+        for pool in self.subnets.iter_mut().flat_map(|s| s.pools.iter_mut()) {
+            let (first, last) = pool.bounds();
+            pool.reshare(self.members.share_of(split, first, last, me));
+        }
+    }
+
+    /// Narrows every pool to what this member's share was under every past list whose
+    /// transition still runs; lifts the narrowing when none does.
+    fn restrict_to_past_shares(&mut self) {
+        let me = self.me.clone().unwrap_or_default();
+        self.transition_until = self.past.iter().map(|p| p.until).max();
+        for pool in self.subnets.iter_mut().flat_map(|s| s.pools.iter_mut()) {
+            pool.lift_restriction();
+            let (first, last) = pool.bounds();
+            for past in &self.past {
+                let old = if past.list.index_of(&me).is_some() {
+                    past.list.share_of(past.split, first, last, Some(&me))
+                } else {
+                    Vec::new()
+                };
+                pool.restrict(&old);
+            }
+        }
     }
 
     /// The operator frees `ip` (DELETE /v1/leases/{ip}): the record is forgotten and

@@ -84,13 +84,22 @@ impl Pool {
         (i < self.len).then_some(i)
     }
 
-    /// Narrows fresh allocations to the part of this member's share inside `to` (its
-    /// share under the previous member list, after a membership change).
+    /// Narrows fresh allocations further, to the part inside `to` (this member's share
+    /// under a previous member list, after a membership change). Narrowings stack until
+    /// [`Self::lift_restriction`].
     pub fn restrict(&mut self, to: &[u64]) {
         for (w, a) in self.allowed.iter_mut().enumerate() {
-            *a = self.share[w] & to.get(w).copied().unwrap_or(0);
+            *a &= to.get(w).copied().unwrap_or(0);
         }
         self.allowed_len = ones(&self.allowed);
+    }
+
+    /// Replaces this member's share (the member list changed) and lifts any
+    /// restriction; the caller restricts again if a transition is running.
+    pub fn reshare(&mut self, share: Vec<u64>) {
+        assert_eq!(share.len(), self.share.len(), "a share covers its range");
+        self.share = share;
+        self.lift_restriction();
     }
 
     /// Ends `restrict`: the whole share again.

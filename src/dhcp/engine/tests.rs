@@ -1256,3 +1256,51 @@ fn subnet_selection_is_believed_only_from_a_relay() {
     let ip = offered(&e.handle_message(&relayed, &ctx(&i, T0)));
     assert!(Ipv4Net::new(other, 24).unwrap().contains(&ip), "{ip}");
 }
+
+#[test]
+fn a_live_member_change_narrows_at_once_and_stacks_with_a_running_transition() {
+    use crate::owner::MemberList;
+    let i = iface();
+    let cfg = config(&format!(
+        "[owner]\ninsecure_members = true\nself = \"b\"\n{THREE_MEMBERS}"
+    ));
+    let span = crate::owner::membership::transition_span(&cfg);
+    let mut e = Engine::new(&cfg, Vec::new(), T0);
+    assert_eq!(e.change_members(MemberList::new(ABC), T0), None);
+    // c leaves while everyone runs: b's share grows at once, but until one longest
+    // lease has passed b hands out only what was already its own under a, b, c.
+    let record = e.change_members(MemberList::new(["a", "b"]), T0).unwrap();
+    assert_eq!(record.names, ["a", "b"]);
+    assert_eq!(
+        record.previous.as_deref(),
+        Some(&["a".to_string(), "b".into(), "c".into()][..])
+    );
+    assert_eq!(e.transition_until(), Some(T0 + span));
+    // d joins 10 s later: the new share is narrowed by both earlier lists.
+    e.change_members(MemberList::new(["a", "b", "d"]), T0 + 10)
+        .unwrap();
+    assert_eq!(e.transition_until(), Some(T0 + 10 + span));
+    let allowed: Vec<Ipv4Addr> = share(&["a", "b", "d"], "b")
+        .into_iter()
+        .filter(|ip| share(&ABC, "b").contains(ip) && share(&["a", "b"], "b").contains(ip))
+        .collect();
+    let mut got = Vec::new();
+    for n in 0..100u8 {
+        let d = e.handle_message(&msg(MessageType::Discover, mac(n)), &ctx(&i, T0 + 20));
+        let Outcome::Offer(ip) = d.outcome else { break };
+        bind(&mut e, &i, mac(n), T0 + 20);
+        got.push(ip);
+    }
+    got.sort();
+    assert_eq!(got, allowed);
+    // The first transition ends: still narrowed by the second; then not at all.
+    e.handle_tick(T0 + span);
+    assert_eq!(e.transition_until(), Some(T0 + 10 + span));
+    e.handle_tick(T0 + 10 + span);
+    assert_eq!(e.transition_until(), None);
+    let d = e.handle_message(
+        &msg(MessageType::Discover, mac(250)),
+        &ctx(&i, T0 + 10 + span),
+    );
+    assert!(share(&["a", "b", "d"], "b").contains(&offered(&d)));
+}

@@ -30,6 +30,11 @@ pub(super) enum Control {
         mac: MacAddr,
         done: oneshot::Sender<Result<(), ReserveError>>,
     },
+    /// The member list changed while running (members from Ironic).
+    Members {
+        list: crate::owner::MemberList,
+        done: oneshot::Sender<Option<u64>>,
+    },
 }
 
 /// Why the engine gave no answer.
@@ -89,6 +94,16 @@ impl DhcpHandle {
             .await
     }
 
+    /// Serves with the member list `list` from now on (new shares, with a transition
+    /// from the list served until now). Answers with the end of the transition, `None`
+    /// when the list was already in force.
+    pub async fn change_members(
+        &self,
+        list: crate::owner::MemberList,
+    ) -> Result<Option<u64>, ControlError> {
+        self.ask(|done| Control::Members { list, done }).await
+    }
+
     /// Removes a MAC's run-time reservation, durable before the answer.
     pub async fn unreserve(&self, mac: MacAddr) -> Result<Result<(), ReserveError>, ControlError> {
         self.ask(|done| Control::Unreserve { mac, done }).await
@@ -127,6 +142,29 @@ pub(super) fn apply(engine: &mut Engine, cmd: Control, committer: &Committer, no
                 .and_then(|()| stored(Change::Reservation(mac, None)))
                 .and_then(|()| engine.unreserve(&mac));
             let _ = done.send(result);
+        }
+        Control::Members { list, done } => {
+            // Applied at once: the transition only narrows what this member hands out
+            // fresh, so it is safe before the record is durable. If the process dies
+            // first, start-up finds the old list in the store and starts the same
+            // transition then, later and so longer.
+            let names = list.names().to_vec();
+            let Some(record) = engine.change_members(list, now) else {
+                let _ = done.send(None);
+                return;
+            };
+            let until = engine.transition_until();
+            tracing::warn!(
+                members = ?names,
+                previous = ?record.previous,
+                until,
+                "member list changed: new shares now; fresh addresses only from what this \
+                 member also held before, until the longest lease has run out"
+            );
+            if let Err(e) = committer.commit_blocking(vec![Change::Membership(record)]) {
+                tracing::error!(error = %e, "membership record not stored");
+            }
+            let _ = done.send(until);
         }
         Control::Forget { ip, done } => match engine.forget(ip) {
             None => {

@@ -10,6 +10,7 @@
 
 pub mod arp;
 mod control;
+mod follow;
 pub mod socket;
 mod start;
 
@@ -32,6 +33,7 @@ use crate::dhcp::engine::reply::Destination;
 use crate::mac::MacAddr;
 use crate::store::{Change, Committer, StoreMetrics, StoreStatus};
 pub use control::{ControlError, ControlReceiver, DhcpHandle};
+pub use follow::follow_members;
 pub use start::{prepare, Parts, StartError, Stored};
 
 /// Datagrams read from one socket before looking at the others, the clock and shutdown.

@@ -17,7 +17,7 @@ use crate::dhcp::responsibility::Responder;
 use crate::mac::MacAddr;
 use crate::owner::health::{check_member_lists, MemberListMismatch};
 use crate::owner::membership::{settle, transition_span};
-use crate::owner::{MemberList, Resolver};
+use crate::owner::Resolver;
 use crate::store::{
     Change, CommitFailed, Committer, Lease, LeaseState, Membership, Reservation, SetAside,
     StoreMetrics,
@@ -81,10 +81,28 @@ pub async fn prepare(config: &Config, parts: Parts) -> Result<Server, StartError
         metrics,
         control,
     } = parts;
+    let from_ironic = matches!(
+        config.owner.members,
+        crate::config::MembersSource::Ironic(_)
+    );
+    if from_ironic {
+        // The shares depend on the whole list: no address is handed out before Ironic
+        // has said who the members are.
+        let mut changes = resolver.roster().subscribe();
+        if changes.borrow().generation == 0 {
+            info!("waiting for Ironic's conductor list before serving DHCP");
+        }
+        while changes.borrow_and_update().generation == 0 {
+            if changes.changed().await.is_err() {
+                break;
+            }
+        }
+    }
+    let view = resolver.roster().current();
     let mut peer_transition = 0;
-    if config.members.len() > 1 {
+    if view.members.len() > 1 {
         peer_transition = check_member_lists(
-            &config.members,
+            &view.members,
             config.owner.self_name.as_deref(),
             config.health.timeout,
             resolver.member_secret(),
@@ -116,13 +134,13 @@ pub async fn prepare(config: &Config, parts: Parts) -> Result<Server, StartError
         });
     }
     let mut engine = Engine::new(config, leases, now);
+    engine.adopt_members(view.list.clone());
     for r in &stored.reservations {
         if let Err(e) = engine.reserve(r, now) {
             warn!(mac = %r.mac, ip = %r.ip, error = %e, "stored reservation not applied");
         }
     }
-    let members = MemberList::of(&config.members);
-    let settled = settle(stored.membership, &members, span, peer_transition, now);
+    let settled = settle(stored.membership, &view.list, span, peer_transition, now);
     if let Some(record) = settled.record {
         committer.commit_blocking(vec![Change::Membership(record)])?;
     }

@@ -55,10 +55,11 @@ fn shares(config: &Config, list: &MemberList, name: &str) -> Vec<serde_json::Val
 
 pub(super) async fn members(State(s): State<Arc<HttpState>>) -> ApiResult {
     let config = &s.config;
-    let me = config.owner.self_name.as_deref();
+    let me = s.resolver.self_name();
     let health = s.resolver.live().snapshot();
-    let list = MemberList::of(&config.members);
-    let members: Vec<_> = config
+    let view = s.resolver.roster().current();
+    let status = s.resolver.roster().status_now();
+    let members: Vec<_> = view
         .members
         .iter()
         .map(|m| {
@@ -68,15 +69,22 @@ pub(super) async fn members(State(s): State<Arc<HttpState>>) -> ApiResult {
                 "self": Some(m.name.as_str()) == me,
                 "alive": s.resolver.live().is_alive(&m.name),
                 "failed_probes": h.map(|h| h.failures),
+                "rejected_probes": h.map(|h| h.rejected),
                 "http_url": m.http_url,
                 "conductor": m.conductor,
-                "shares": shares(config, &list, &m.name),
+                "shares": shares(config, &view.list, &m.name),
             })
         })
         .collect();
     Ok(Json(json!({
         "self": me,
-        "fingerprint": s.resolver.members_fingerprint(),
+        "source": status.source,
+        "generation": view.generation,
+        "stale_since": status.stale_since,
+        "last_ok": status.last_ok,
+        "last_error": status.last_error,
+        "skipped_conductors": status.skipped,
+        "fingerprint": view.fingerprint,
         "split": crate::owner::shares::Split::CURRENT.as_str(),
         "members": members,
     })))

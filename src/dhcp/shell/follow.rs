@@ -1,0 +1,35 @@
+//! Members from Ironic: every change of the roster is handed to the engine thread,
+//! which reshares the ranges and starts a transition (`control::Control::Members`).
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use super::control::DhcpHandle;
+use crate::dhcp::metrics::DhcpMetrics;
+use crate::owner::roster::Roster;
+
+/// Forwards roster changes to the engine until `shutdown`. The list in force when it
+/// starts is sent too (the engine ignores a list it already serves), so a change made
+/// between start-up and this task is not lost.
+pub async fn follow_members(
+    roster: Arc<Roster>,
+    dhcp: DhcpHandle,
+    metrics: Arc<DhcpMetrics>,
+    shutdown: CancellationToken,
+) {
+    let mut changes = roster.subscribe();
+    loop {
+        let list = changes.borrow_and_update().list.clone();
+        match dhcp.change_members(list).await {
+            Ok(Some(until)) => metrics.transition_until.set(until),
+            Ok(None) => {}
+            Err(e) => warn!(error = %e, "member change not applied to DHCP"),
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            changed = changes.changed() => if changed.is_err() { return },
+        }
+    }
+}
