@@ -360,7 +360,10 @@ mod tests {
         }
         // Keys of the Ironic source are refused with the static one.
         let got = issues("[owner]\nmember_http_url = \"http://{host}:8080\"\n");
-        assert_eq!(got, ["owner.member_http_url: is used only with owner.members = \"ironic\""]);
+        assert_eq!(
+            got,
+            ["owner.member_http_url: is used only with owner.members = \"ironic\""]
+        );
         assert_eq!(
             issues("[owner]\nmembers = \"consul\"\n"),
             ["owner.members: must be \"static\" or \"ironic\""]
