@@ -173,7 +173,12 @@ pub(crate) struct Server {
     pub log: PathBuf,
     /// Its state directory.
     pub state_dir: PathBuf,
-    config: PathBuf,
+    /// Where the config comes from: `--config <file>` or `--env <source>`.
+    source: Vec<String>,
+    /// Variables set for the process (the `--env` source reads them).
+    vars: Vec<(String, String)>,
+    /// The log line that says it is ready (once per start).
+    ready: &'static str,
     ns: String,
 }
 
@@ -192,7 +197,34 @@ impl Server {
             child: None,
             log: dir.join("shardboot.log"),
             state_dir: state_dir.to_path_buf(),
-            config: path,
+            source: vec!["--config".into(), path.display().to_string()],
+            vars: Vec::new(),
+            ready: "DHCP listening",
+            ns: ns.name.clone(),
+        };
+        s.spawn();
+        s
+    }
+
+    /// Starts `shardboot serve --env ironic-image` in `ns` with `vars` (its config comes
+    /// from them alone) and the store in `dir`/state; waits for the `ready` log line
+    /// ("DHCP listening", or "TFTP listening" when the variables turn DHCP off).
+    pub(crate) fn start_ironic_env(
+        ns: &Netns,
+        dir: &Path,
+        vars: &[(&str, &str)],
+        ready: &'static str,
+    ) -> Self {
+        let mut s = Self {
+            child: None,
+            log: dir.join("shardboot.log"),
+            state_dir: dir.join("state"),
+            source: vec!["--env".into(), "ironic-image".into()],
+            vars: vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ready,
             ns: ns.name.clone(),
         };
         s.spawn();
@@ -209,8 +241,8 @@ impl Server {
             .args(["netns", "exec", &self.ns])
             .arg(shardboot_bin())
             .arg("serve")
-            .arg("--config")
-            .arg(&self.config)
+            .args(&self.source)
+            .envs(self.vars.iter().cloned())
             .arg("--state-dir")
             .arg(&self.state_dir)
             .env(
@@ -239,7 +271,7 @@ impl Server {
     }
 
     fn listening_count(&self) -> usize {
-        self.log_text().matches("DHCP listening").count()
+        self.log_text().matches(self.ready).count()
     }
 
     /// The log so far.
@@ -291,8 +323,9 @@ impl Server {
     /// `shardboot leases --json` on the store (the server must be stopped).
     pub(crate) fn leases_json(&self) -> serde_json::Value {
         let out = Command::new(shardboot_bin())
-            .args(["leases", "--json", "--config"])
-            .arg(&self.config)
+            .args(["leases", "--json"])
+            .args(&self.source)
+            .envs(self.vars.iter().cloned())
             .arg("--state-dir")
             .arg(&self.state_dir)
             .output()
