@@ -27,8 +27,11 @@ fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 root=$work/rootfs
-# Documentation, manuals and translations are of no use in a container.
+# Documentation, manuals and translations are of no use in a container. The merged-usr
+# hook lays out /usr itself: otherwise the usrmerge package, and with it the whole of
+# perl (about 50 MB), is installed to do it.
 mmdebstrap --quiet --variant=minbase --include=iproute2,ipxe \
+  --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
   --dpkgopt='path-exclude=/usr/share/doc/*' \
   --dpkgopt='path-exclude=/usr/share/man/*' \
   --dpkgopt='path-exclude=/usr/share/info/*' \
