@@ -1,8 +1,10 @@
 //! The OCI image (`deploy/image.sh`) run the way IrSO runs its dnsmasq container: podman
 //! on a test namespace's network, user 997:994, only NET_ADMIN, NET_RAW and
 //! NET_BIND_SERVICE, a read-only root and the lease store on a volume. A real client
-//! gets a lease and a boot file over TFTP, IrSO's exec probe passes, and after
-//! `podman kill` a new container on the same volume still has the lease.
+//! gets a lease and a boot file over TFTP, IrSO's exec probe passes, after
+//! `podman kill` a new container on the same volume still has the lease, and a QEMU
+//! machine (OVMF's UEFI PXE) boots through the container: iPXE from the image's
+//! /tftpboot, then Ironic's boot.ipxe (a stand-in for Ironic's httpd).
 
 mod common;
 
@@ -10,6 +12,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use common::qemu::{self, ConductorStub, Firmware, Vm, BOOTED_LINE};
 use common::{Lab, Netns};
 
 /// The tag this test builds (and removes again).
@@ -55,8 +58,8 @@ impl Drop for Cleanup {
     }
 }
 
-/// IrSO's dnsmasq container, as far as podman can say it.
-fn run_args<'a>(name: &'a str, netns: &'a str, volume: &'a str) -> Vec<String> {
+/// IrSO's dnsmasq container, as far as podman can say it, with `env` (NAME=value).
+fn run_args(name: &str, netns: &str, volume: &str, env: &[&str]) -> Vec<String> {
     let mut args: Vec<String> = [
         "run",
         "-d",
@@ -79,23 +82,26 @@ fn run_args<'a>(name: &'a str, netns: &'a str, volume: &'a str) -> Vec<String> {
     .map(|s| s.to_string())
     .collect();
     args.push(format!("{volume}:/var/lib/shardboot"));
-    for env in [
-        "PROVISIONING_IP=192.0.2.1",
-        "DHCP_RANGE=192.0.2.100,192.0.2.150,255.255.255.0",
-        "HTTP_PORT=6180",
-        "LISTEN_ALL_INTERFACES=true",
-        "DNS_IP=provisioning",
-    ] {
+    for e in env {
         args.push("-e".into());
-        args.push(env.into());
+        args.push(e.to_string());
     }
     args.push(IMAGE.into());
     args
 }
 
+/// The variables IrSO sets for a single range (spec.networking.dhcp with serveDNS).
+const IRSO_ENV: [&str; 5] = [
+    "PROVISIONING_IP=192.0.2.1",
+    "DHCP_RANGE=192.0.2.100,192.0.2.150,255.255.255.0",
+    "HTTP_PORT=6180",
+    "LISTEN_ALL_INTERFACES=true",
+    "DNS_IP=provisioning",
+];
+
 /// Starts a container and waits until its DHCP socket is bound.
-fn start(name: &str, netns: &str, volume: &str) {
-    let args = run_args(name, netns, volume);
+fn start(name: &str, netns: &str, volume: &str, env: &[&str]) {
+    let args = run_args(name, netns, volume, env);
     podman_ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -133,6 +139,32 @@ fn obtain(ns: &Netns, iface: &str, events: &Path) -> Vec<String> {
     line.split(' ').map(str::to_string).collect()
 }
 
+/// `shardboot leases --json` in a one-shot container on `volume` (no server holds it).
+fn stored_leases(volume: &str) -> serde_json::Value {
+    let mount = format!("{volume}:/var/lib/shardboot");
+    let out = podman_ok(&[
+        "run",
+        "--rm",
+        "--pull",
+        "never",
+        "--network",
+        "none",
+        "--user",
+        "997:994",
+        "--cap-drop",
+        "ALL",
+        "--cap-add",
+        "NET_ADMIN,NET_RAW,NET_BIND_SERVICE",
+        "--read-only",
+        "-v",
+        &mount,
+        IMAGE,
+        "leases",
+        "--json",
+    ]);
+    serde_json::from_str(&out).unwrap()
+}
+
 #[test]
 fn image_serves_as_irsos_dnsmasq_container_and_keeps_leases_across_kill() {
     require_root!();
@@ -156,13 +188,14 @@ fn image_serves_as_irsos_dnsmasq_container_and_keeps_leases_across_kill() {
     let netns = format!("ns:/run/netns/{}", lab.server.name);
     let first = common::unique("sbct");
     let second = common::unique("sbct");
+    let third = common::unique("sbct");
     let volume = common::unique("sbcv");
     let _cleanup = Cleanup {
-        containers: vec![first.clone(), second.clone()],
+        containers: vec![first.clone(), second.clone(), third.clone()],
         volume: volume.clone(),
     };
     podman_ok(&["volume", "create", &volume]);
-    start(&first, &netns, &volume);
+    start(&first, &netns, &volume, &IRSO_ENV);
 
     // IrSO's liveness and readiness probe, unchanged.
     podman_ok(&[
@@ -209,27 +242,8 @@ fn image_serves_as_irsos_dnsmasq_container_and_keeps_leases_across_kill() {
 
     // SIGKILL: no clean shutdown. The lease is on the volume.
     podman_ok(&["kill", &first]);
-    let leases = podman_ok(&[
-        "run",
-        "--rm",
-        "--pull",
-        "never",
-        "--network",
-        "none",
-        "--user",
-        "997:994",
-        "--cap-drop",
-        "ALL",
-        "--cap-add",
-        "NET_ADMIN,NET_RAW,NET_BIND_SERVICE",
-        "--read-only",
-        "-v",
-        &format!("{volume}:/var/lib/shardboot"),
-        IMAGE,
-        "leases",
-        "--json",
-    ]);
-    let leases: serde_json::Value = serde_json::from_str(&leases).unwrap();
+    let leases = stored_leases(&volume);
+
     assert!(
         leases.as_array().unwrap().iter().any(|l| l["ip"] == ev[1]),
         "lease {} missing after kill: {leases}",
@@ -237,7 +251,42 @@ fn image_serves_as_irsos_dnsmasq_container_and_keeps_leases_across_kill() {
     );
 
     // A new container on the same volume gives the same machine the same address.
-    start(&second, &netns, &volume);
+    start(&second, &netns, &volume, &IRSO_ENV);
     let again = obtain(&lab.client, &lab.client_if, &dir.path().join("events2"));
     assert_eq!(again[1], ev[1], "the same address after the restart");
+    podman_ok(&["kill", &second]);
+
+    // Real firmware through the container: OVMF PXE → TFTP snponly-x86_64.efi (Debian's
+    // iPXE in the image) → iPXE → DHCP → IRONIC_HTTP_URL/boot.ipxe, answered here by a
+    // stand-in for Ironic's httpd that makes the machine print a line and power off.
+    qemu::require_qemu();
+    let qlab = qemu::lab(1, &["192.0.2.1/24"]);
+    let mut httpd = ConductorStub::start(&qlab, "192.0.2.1:6180".parse().unwrap());
+    let qnetns = format!("ns:/run/netns/{}", qlab.name);
+    start(&third, &qnetns, &volume, &IRSO_ENV);
+    let mac = "52:54:00:5e:0c:01";
+    let mut vm = Vm::start(&qlab, Firmware::UefiPxe, "tap0", mac, dir.path());
+    let logs = || String::from_utf8_lossy(&podman(&["logs", &third]).stderr).into_owned();
+    if let Err(paths) = httpd.wait_for("/boot.ipxe", &mut vm, Duration::from_secs(240)) {
+        panic!(
+            "no request for /boot.ipxe (asked: {paths:?})\nconsole:\n{}\ncontainer log:\n{}",
+            vm.console_text(),
+            logs()
+        );
+    }
+    assert!(
+        vm.wait_console(BOOTED_LINE, Duration::from_secs(30)),
+        "the console never showed {BOOTED_LINE:?}:\n{}",
+        vm.console_text()
+    );
+    podman_ok(&["kill", &third]);
+    let leases = stored_leases(&volume);
+    assert!(
+        leases
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l["mac"] == mac && l["state"] == "bound"),
+        "no bound lease for the machine: {leases}"
+    );
 }
