@@ -166,7 +166,7 @@ fn stored_leases(volume: &str) -> serde_json::Value {
 }
 
 #[test]
-fn image_serves_as_irsos_dnsmasq_container_and_keeps_leases_across_kill() {
+fn image_runs_as_irsos_dnsmasq_container_keeps_leases_across_kill_and_pxe_boots_a_machine() {
     require_root!();
     if Command::new("podman").arg("--version").output().is_err() {
         eprintln!("skipped: podman is not installed (tests/install-deps.sh installs it)");

@@ -133,6 +133,9 @@ fn empty_range_is_tftp_and_http_only() {
     assert!(cfg.subnets.is_empty());
     assert!(cfg.tftp.enabled);
     assert_eq!(cfg.boot.http_url.as_deref(), Some("http://192.0.2.2:6180"));
+    // Nothing to serve, but a bad value is still named.
+    let p = problems(&env(&[("DHCP_RANGE", ""), ("GATEWAY_IP", "gw")]));
+    assert!(p[0].starts_with("GATEWAY_IP: \"gw\" is not"), "{p:?}");
 }
 
 #[test]
