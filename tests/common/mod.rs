@@ -161,6 +161,18 @@ impl Lab {
     }
 }
 
+/// The Python of the venv tests/ironic/lab.sh installs Ironic into, for tests that run
+/// Ironic's own code (its PXE filter, its dnsmasq DHCP provider).
+pub(crate) fn ironic_python() -> PathBuf {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/ironic-venv/bin/python");
+    assert!(
+        p.exists(),
+        "{} missing: run tests/ironic/lab.sh setup (tests/run.sh does)",
+        p.display()
+    );
+    p
+}
+
 /// The shardboot binary built for these tests.
 pub(crate) fn shardboot_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_shardboot"))
