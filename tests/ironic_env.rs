@@ -255,6 +255,23 @@ fn empty_range_serves_tftp_and_answers_no_dhcp() {
 }
 
 #[test]
+fn check_config_says_an_empty_range_turns_dhcp_off() {
+    let out = Command::new(common::shardboot_bin())
+        .args(["check-config", "--env", "ironic-image"])
+        .env_clear()
+        .env("PROVISIONING_IP", "192.0.2.1")
+        .env("DHCP_RANGE", "")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("dhcp: disabled (TFTP and HTTP only)"),
+        "{text}"
+    );
+}
+
+#[test]
 fn check_config_names_the_variable_it_cannot_honour() {
     // No namespace needed: check-config reads the environment and exits.
     let out = Command::new(common::shardboot_bin())

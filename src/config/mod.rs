@@ -151,6 +151,9 @@ impl Config {
         let mut names: Vec<&str> = vec![&b.bios, &b.uefi_ia32, &b.uefi_x64, &b.uefi_arm64];
         names.extend(self.hosts.iter().filter_map(|h| h.boot_file.as_deref()));
         names.retain(|n| !n.contains("://"));
+        // One warning per file, also when several architectures load the same one.
+        let mut seen = std::collections::HashSet::new();
+        names.retain(|n| seen.insert(*n));
         names
     }
 
