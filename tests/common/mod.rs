@@ -164,7 +164,16 @@ impl Lab {
 /// The Python of the venv tests/ironic/lab.sh installs Ironic into, for tests that run
 /// Ironic's own code (its PXE filter, its dnsmasq DHCP provider).
 pub(crate) fn ironic_python() -> PathBuf {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/ironic-venv/bin/python");
+    // Where lab.sh puts it: SB_IRONIC_VENV, else ironic-venv in the build tree.
+    let venv = std::env::var_os("SB_IRONIC_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            std::env::var_os("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
+                .join("ironic-venv")
+        });
+    let p = venv.join("bin/python");
     assert!(
         p.exists(),
         "{} missing: run tests/ironic/lab.sh setup (tests/run.sh does)",
