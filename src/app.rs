@@ -177,6 +177,13 @@ pub async fn run(
                 shutdown.clone(),
             )));
         }
+        if let Some(path) = config.dhcp.leasefile.clone() {
+            tasks.background(crate::dhcp::leasefile::follow(
+                path,
+                store.clone(),
+                shutdown.clone(),
+            ));
+        }
         if config.ra.enabled {
             let stand_down = config.ra.stand_down_secs;
             tasks.background(crate::ra::server::start(

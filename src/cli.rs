@@ -33,6 +33,9 @@ pub fn check_config(config: &Config) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(out, "configuration OK")?;
     writeln!(out, "state_dir: {}", config.state_dir.display())?;
+    if !config.dhcp.enabled {
+        writeln!(out, "dhcp: disabled (TFTP and HTTP only)")?;
+    }
     for (i, s) in config.subnets.iter().enumerate() {
         writeln!(
             out,

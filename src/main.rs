@@ -1,13 +1,16 @@
 //! The `shardboot` command: parse flags, load config, start tracing, run.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
-use shardboot::config::{parse_flag, Config, ConfigError, LogFormat};
+use shardboot::config::{
+    apply_env_overrides, custom_firmware_dir, parse_flag, Config, ConfigError, HostFacts, LogFormat,
+};
 use shardboot::{app, cli};
 
 /// PXE/iPXE-aware DHCPv4, TFTP and HTTP boot server for multi-conductor Ironic.
@@ -17,6 +20,10 @@ struct Cli {
     /// TOML config file; without it the built-in default is used.
     #[arg(long, short, global = true, env = "SHARDBOOT_CONFIG")]
     config: Option<PathBuf>,
+    /// Derive the whole config from another server's environment variables instead
+    /// of a file (`ironic-image`: its dnsmasq variables; README "Run beside Ironic").
+    #[arg(long, global = true, value_enum, conflicts_with = "config")]
+    env: Option<EnvSource>,
     /// Override a config key, e.g. --set dhcp.port=6767 (repeatable; after SHARDBOOT_* vars).
     #[arg(long = "set", value_name = "KEY=VALUE", global = true)]
     set: Vec<String>,
@@ -28,6 +35,13 @@ struct Cli {
     json_logs: bool,
     #[command(subcommand)]
     command: Command,
+}
+
+/// Environments `--env` understands.
+#[derive(Clone, Copy, ValueEnum)]
+enum EnvSource {
+    /// ironic-image's dnsmasq container (as Metal3 and IrSO run it).
+    IronicImage,
 }
 
 #[derive(Subcommand)]
@@ -85,7 +99,20 @@ fn load(cli: &Cli) -> Result<Config, ConfigError> {
     if cli.json_logs {
         overrides.push(("log_format".into(), "json".into()));
     }
-    Config::load(cli.config.as_deref(), &overrides)
+    match cli.env {
+        None => Config::load(cli.config.as_deref(), &overrides),
+        Some(EnvSource::IronicImage) => {
+            let vars: BTreeMap<String, String> = std::env::vars().collect();
+            let host = HostFacts {
+                // Without the list, ranges written without a netmask are refused.
+                addresses: shardboot::dhcp::shell::socket::host_addresses().unwrap_or_default(),
+                custom_firmware_readable: custom_firmware_dir(&vars).read_dir().is_ok(),
+            };
+            let mut all = apply_env_overrides(std::env::vars());
+            all.extend(overrides);
+            Config::from_ironic_env(&vars, &host, &all)
+        }
+    }
 }
 
 /// Quotes a path so it is always taken as a TOML string.

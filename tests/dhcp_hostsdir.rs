@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -15,16 +15,6 @@ use common::members::wait_until;
 use dhcproto::v4::MessageType;
 
 const TOKEN: &str = "hostsdir-test-token-0123456789";
-
-fn ironic_python() -> PathBuf {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/ironic-venv/bin/python");
-    assert!(
-        p.exists(),
-        "{} missing: run tests/ironic/lab.sh setup (tests/run.sh does)",
-        p.display()
-    );
-    p
-}
 
 /// Runs Ironic's PXE filter sync against `dir`, as its PXE filter service does.
 fn ironic_sync(dir: &Path, allow: &[&str], deny: &[&str], allow_unknown: bool) {
@@ -36,7 +26,7 @@ CONF.set_override('dhcp_hostsdir', sys.argv[1], group='pxe_filter')
 from ironic.pxe_filter import dnsmasq
 dnsmasq.sync(json.loads(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4] == 'yes')
 "#;
-    let status = Command::new(ironic_python())
+    let status = Command::new(common::ironic_python())
         .arg("-c")
         .arg(script)
         .arg(dir)
@@ -75,7 +65,7 @@ fn mac_bytes(s: &str) -> [u8; 6] {
 #[test]
 fn shardboot_follows_the_hosts_directory_ironic_writes() {
     require_root!();
-    ironic_python();
+    common::ironic_python();
     // Made before shardboot starts: it refuses to start on a directory it cannot read.
     let hostsdir_parent = tempfile::tempdir().unwrap();
     let hostsdir = hostsdir_parent.path().join("dhcp-hostsdir");

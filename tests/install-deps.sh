@@ -21,6 +21,9 @@ packages=(
   python3-venv      # the venv Ironic is pip-installed into (inside target/)
   wrk               # HTTP load for benches/http_bench.sh
   nginx-light       # the static-file reference server of benches/http_bench.sh
+  podman runc       # the container test (tests/container.rs); settings in deploy/podman/containers.conf
+  mmdebstrap        # the image's Debian root (deploy/image.sh)
+  binutils libcap2-bin   # strip and setcap for the image's binary
 )
 
 missing=()

@@ -24,6 +24,7 @@ pub(super) struct RawDhcp {
     takeover_secs: Option<u16>,
     hostsdir: Option<String>,
     hostsdir_poll_ms: Option<u64>,
+    leasefile: Option<String>,
     relays: Option<Vec<String>>,
     max_offers: Option<u32>,
     unknown_discovers_per_sec: Option<u32>,
@@ -59,6 +60,9 @@ pub struct DhcpSettings {
     pub hostsdir: Option<PathBuf>,
     /// How often the hosts directory is read for changes.
     pub hostsdir_poll: Duration,
+    /// A dnsmasq-format lease file to keep up to date (Ironic's dnsmasq provider
+    /// reads node addresses from it).
+    pub leasefile: Option<PathBuf>,
     /// The DHCP relay agents whose word is taken: a packet with giaddr set is served
     /// only from a source inside one of these (port 67), and only then are giaddr,
     /// option 82 link selection and option 118 believed. Empty: no relay is trusted.
@@ -148,6 +152,13 @@ pub(super) fn validate(raw: RawDhcp, issues: &mut Issues) -> DhcpSettings {
     if hostsdir.as_ref().is_some_and(|d| !d.is_absolute()) {
         issues.add("dhcp.hostsdir", "must be an absolute path");
     }
+    let leasefile = raw.leasefile.as_deref().map(PathBuf::from);
+    if leasefile
+        .as_ref()
+        .is_some_and(|f| !f.is_absolute() || f.file_name().is_none())
+    {
+        issues.add("dhcp.leasefile", "must be an absolute file path");
+    }
     let hostsdir_poll_ms = issues.in_range(
         "dhcp.hostsdir_poll_ms",
         raw.hostsdir_poll_ms.unwrap_or(1_000),
@@ -167,6 +178,7 @@ pub(super) fn validate(raw: RawDhcp, issues: &mut Issues) -> DhcpSettings {
         takeover_secs: raw.takeover_secs.unwrap_or(5),
         hostsdir,
         hostsdir_poll: Duration::from_millis(hostsdir_poll_ms),
+        leasefile,
         relays: raw
             .relays
             .unwrap_or_default()

@@ -14,6 +14,7 @@ mod health;
 mod host;
 mod http;
 mod ironic;
+mod ironic_env;
 mod issues;
 mod member;
 mod overrides;
@@ -23,6 +24,7 @@ mod structure;
 mod subnet;
 mod tftp;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -35,6 +37,7 @@ pub use health::HealthSettings;
 pub use host::Host;
 pub use http::{ConnLimits, HttpSettings, MetricsExposure, TlsFiles};
 pub use ironic::{IronicSettings, MIN_API_VERSION};
+pub use ironic_env::{custom_firmware_dir, HostFacts, BUILTIN_FIRMWARE_DIR, CUSTOM_FIRMWARE_DIR};
 pub use issues::ConfigIssue;
 pub use member::{member_name_for_conductor, Member};
 pub use overrides::{apply_env_overrides, apply_override, parse_flag, OverrideError};
@@ -148,6 +151,9 @@ impl Config {
         let mut names: Vec<&str> = vec![&b.bios, &b.uefi_ia32, &b.uefi_x64, &b.uefi_arm64];
         names.extend(self.hosts.iter().filter_map(|h| h.boot_file.as_deref()));
         names.retain(|n| !n.contains("://"));
+        // One warning per file, also when several architectures load the same one.
+        let mut seen = std::collections::HashSet::new();
+        names.retain(|n| seen.insert(*n));
         names
     }
 
@@ -182,6 +188,24 @@ impl Config {
         let mut all = apply_env_overrides(std::env::vars());
         all.extend_from_slice(flag_overrides);
         Self::from_toml_with_overrides(&text, &all)
+    }
+
+    /// Derives the configuration from ironic-image's dnsmasq variables
+    /// (`--env ironic-image`, see `ironic_env`), then applies `overrides` as
+    /// [`Config::from_toml_with_overrides`] does. Problems name the variable.
+    pub fn from_ironic_env(
+        vars: &BTreeMap<String, String>,
+        host: &HostFacts,
+        overrides: &[(String, String)],
+    ) -> Result<Self, ConfigError> {
+        let derived = ironic_env::derive(vars, host).map_err(ConfigError::Invalid)?;
+        let mut table = derived.table.clone();
+        for (key, value) in overrides {
+            apply_override(&mut table, key, value)?;
+        }
+        let rename = |issues| ConfigError::Invalid(ironic_env::rename(issues, &derived));
+        let raw: RawConfig = structure::deserialize_all(table).map_err(rename)?;
+        Config::try_from(raw).map_err(rename)
     }
 
     /// The `[[host]]` entry for `mac`, if any.

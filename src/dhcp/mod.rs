@@ -4,6 +4,7 @@
 pub mod boot;
 pub mod engine;
 pub mod host_policy;
+pub mod leasefile;
 pub mod metrics;
 pub mod responsibility;
 pub mod shell;

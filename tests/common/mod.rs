@@ -180,6 +180,27 @@ pub(crate) fn member_secret_line() -> String {
     format!("member_secret_file = \"{}\"\n", path.display())
 }
 
+/// The Python of the venv tests/ironic/lab.sh installs Ironic into, for tests that run
+/// Ironic's own code (its PXE filter, its dnsmasq DHCP provider).
+pub(crate) fn ironic_python() -> PathBuf {
+    // Where lab.sh puts it: SB_IRONIC_VENV, else ironic-venv in the build tree.
+    let venv = std::env::var_os("SB_IRONIC_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            std::env::var_os("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
+                .join("ironic-venv")
+        });
+    let p = venv.join("bin/python");
+    assert!(
+        p.exists(),
+        "{} missing: run tests/ironic/lab.sh setup (tests/run.sh does)",
+        p.display()
+    );
+    p
+}
+
 /// The shardboot binary built for these tests.
 pub(crate) fn shardboot_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_shardboot"))
@@ -192,7 +213,12 @@ pub(crate) struct Server {
     pub log: PathBuf,
     /// Its state directory.
     pub state_dir: PathBuf,
-    config: PathBuf,
+    /// Where the config comes from: `--config <file>` or `--env <source>`.
+    source: Vec<String>,
+    /// Variables set for the process (the `--env` source reads them).
+    vars: Vec<(String, String)>,
+    /// The log line that says it is ready (once per start).
+    ready: &'static str,
     ns: String,
 }
 
@@ -211,7 +237,34 @@ impl Server {
             child: None,
             log: dir.join("shardboot.log"),
             state_dir: state_dir.to_path_buf(),
-            config: path,
+            source: vec!["--config".into(), path.display().to_string()],
+            vars: Vec::new(),
+            ready: "DHCP listening",
+            ns: ns.name.clone(),
+        };
+        s.spawn();
+        s
+    }
+
+    /// Starts `shardboot serve --env ironic-image` in `ns` with `vars` (its config comes
+    /// from them alone) and the store in `dir`/state; waits for the `ready` log line
+    /// ("DHCP listening", or "TFTP listening" when the variables turn DHCP off).
+    pub(crate) fn start_ironic_env(
+        ns: &Netns,
+        dir: &Path,
+        vars: &[(&str, &str)],
+        ready: &'static str,
+    ) -> Self {
+        let mut s = Self {
+            child: None,
+            log: dir.join("shardboot.log"),
+            state_dir: dir.join("state"),
+            source: vec!["--env".into(), "ironic-image".into()],
+            vars: vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ready,
             ns: ns.name.clone(),
         };
         s.spawn();
@@ -228,8 +281,8 @@ impl Server {
             .args(["netns", "exec", &self.ns])
             .arg(shardboot_bin())
             .arg("serve")
-            .arg("--config")
-            .arg(&self.config)
+            .args(&self.source)
+            .envs(self.vars.iter().cloned())
             .arg("--state-dir")
             .arg(&self.state_dir)
             .env(
@@ -258,7 +311,7 @@ impl Server {
     }
 
     fn listening_count(&self) -> usize {
-        self.log_text().matches("DHCP listening").count()
+        self.log_text().matches(self.ready).count()
     }
 
     /// The log so far.
@@ -310,8 +363,9 @@ impl Server {
     /// `shardboot leases --json` on the store (the server must be stopped).
     pub(crate) fn leases_json(&self) -> serde_json::Value {
         let out = Command::new(shardboot_bin())
-            .args(["leases", "--json", "--config"])
-            .arg(&self.config)
+            .args(["leases", "--json"])
+            .args(&self.source)
+            .envs(self.vars.iter().cloned())
             .arg("--state-dir")
             .arg(&self.state_dir)
             .output()

@@ -1,0 +1,332 @@
+//! The dnsmasq value syntax ironic-image's variables carry: one `dhcp-range`,
+//! `dhcp-option` or `dhcp-host` value per entry, and lease times. Parsing only; what
+//! an entry means for shardboot is decided in the parent module. Each error is a reason
+//! the caller puts after the variable's name and the entry.
+
+use std::net::Ipv4Addr;
+
+use crate::mac::MacAddr;
+
+/// The options a `[[subnet]]` key can carry today. Every other option waits for the
+/// option engine (issue 16).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum SubnetOption {
+    /// 3, `option:router`.
+    Router,
+    /// 6, `option:dns-server`.
+    DnsServer,
+    /// 15, `option:domain-name`.
+    DomainName,
+    /// 26, `option:mtu`.
+    Mtu,
+    /// 42, `option:ntp-server`.
+    NtpServer,
+}
+
+impl SubnetOption {
+    /// dnsmasq's name for the option (as `option:<name>`) and its number.
+    const ALL: [(SubnetOption, &'static str, u8); 5] = [
+        (SubnetOption::Router, "router", 3),
+        (SubnetOption::DnsServer, "dns-server", 6),
+        (SubnetOption::DomainName, "domain-name", 15),
+        (SubnetOption::Mtu, "mtu", 26),
+        (SubnetOption::NtpServer, "ntp-server", 42),
+    ];
+
+    fn by_name(name: &str) -> Option<Self> {
+        Self::ALL.iter().find(|(_, n, _)| *n == name).map(|e| e.0)
+    }
+
+    fn by_number(number: u8) -> Option<Self> {
+        Self::ALL.iter().find(|(_, _, c)| *c == number).map(|e| e.0)
+    }
+
+    /// `option:<name>`, for messages.
+    pub(super) fn name(self) -> &'static str {
+        Self::ALL.iter().find(|e| e.0 == self).map_or("?", |e| e.1)
+    }
+}
+
+/// One `dhcp-range` value: `[set:<tag>,]<begin>,<end>[,<netmask>[,<broadcast>]][,<lease>]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct RangeEntry {
+    /// The tag `set:` gives clients of this range.
+    pub tag: Option<String>,
+    pub begin: Ipv4Addr,
+    pub end: Ipv4Addr,
+    /// Prefix length from the netmask; `None`: the interface's (dnsmasq's rule).
+    pub prefix: Option<u8>,
+    /// Lease time in seconds.
+    pub lease_time: Option<u32>,
+}
+
+/// One `dhcp-option` value: `[tag:<tag>,]…<option>[,<value>…]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct OptionEntry {
+    /// Every tag must be set for the option to apply (dnsmasq ANDs them).
+    pub tags: Vec<String>,
+    pub option: SubnetOption,
+    /// Empty: the option is sent to no one (`dhcp-option=3` disables the router).
+    pub values: Vec<String>,
+}
+
+/// One `dhcp-host` value: MACs, an address, a name, a lease time, `ignore`, `set:` tags.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(super) struct HostEntry {
+    pub macs: Vec<MacAddr>,
+    pub ip: Option<Ipv4Addr>,
+    pub hostname: Option<String>,
+    pub lease_time: Option<u32>,
+    pub ignore: bool,
+    pub tags: Vec<String>,
+}
+
+/// A dnsmasq lease time: seconds, or a number with `m`, `h`, `d` or `w`.
+pub(super) fn lease_time(s: &str) -> Result<u32, String> {
+    if s == "infinite" {
+        return Err("an infinite lease time is not supported".into());
+    }
+    let (digits, unit) = match s.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => (&s[..i], c.to_ascii_lowercase()),
+        _ => (s, 's'),
+    };
+    let factor = match unit {
+        's' => 1,
+        'm' => 60,
+        'h' => 3600,
+        'd' => 86_400,
+        'w' => 604_800,
+        _ => {
+            return Err(format!(
+                "{s:?} is not a lease time (like 3600, 45m, 12h, 1d)"
+            ))
+        }
+    };
+    digits
+        .parse::<u32>()
+        .ok()
+        .and_then(|n| n.checked_mul(factor))
+        .ok_or_else(|| format!("{s:?} is not a lease time (like 3600, 45m, 12h, 1d)"))
+}
+
+fn looks_like_lease(s: &str) -> bool {
+    s == "infinite" || s.starts_with(|c: char| c.is_ascii_digit()) && !s.contains('.')
+}
+
+/// A contiguous netmask as a prefix length.
+fn prefix_of(mask: Ipv4Addr) -> Option<u8> {
+    let bits = u32::from(mask);
+    let ones = bits.leading_ones();
+    (bits.checked_shl(ones).unwrap_or(0) == 0).then_some(ones as u8)
+}
+
+/// Parses one `dhcp-range` value.
+pub(super) fn range(entry: &str) -> Result<RangeEntry, String> {
+    let mut fields: Vec<&str> = entry.split(',').map(str::trim).collect();
+    let mut tag = None;
+    if let Some(t) = fields.first().and_then(|f| f.strip_prefix("set:")) {
+        tag = Some(t.to_string());
+        fields.remove(0);
+    }
+    if let Some(f) = fields
+        .iter()
+        .find(|f| f.starts_with("tag:") || f.starts_with("set:"))
+    {
+        return Err(format!(
+            "{f:?}: only one leading set:<tag> is supported (ranges that match tags wait for issue 16)"
+        ));
+    }
+    let addr = |f: Option<&&str>, what: &str| -> Result<Ipv4Addr, String> {
+        let f = f.ok_or_else(|| format!("the {what} address is missing"))?;
+        if f.contains(':') {
+            return Err(format!("{f:?}: DHCPv6 ranges are not served yet"));
+        }
+        f.parse()
+            .map_err(|_| format!("{f:?} is not an IPv4 {what} address"))
+    };
+    let begin = addr(fields.first(), "start")?;
+    let end = addr(fields.get(1), "end")?;
+    let mut rest = fields.iter().skip(2).peekable();
+    let mut prefix = None;
+    if let Some(mask) = rest.next_if(|f| f.parse::<Ipv4Addr>().is_ok()) {
+        let mask: Ipv4Addr = mask.parse().expect("checked above");
+        prefix = Some(prefix_of(mask).ok_or_else(|| format!("{mask} is not a netmask"))?);
+        // The broadcast address follows from the netmask; one given explicitly is
+        // accepted and not used.
+        rest.next_if(|f| f.parse::<Ipv4Addr>().is_ok());
+    }
+    let mut lease = None;
+    if let Some(l) = rest.next_if(|f| looks_like_lease(f)) {
+        lease = Some(lease_time(l)?);
+    }
+    if let Some(extra) = rest.next() {
+        return Err(format!(
+            "{extra:?}: range modes (static, proxy, ra-…) and other fields are not supported"
+        ));
+    }
+    Ok(RangeEntry {
+        tag,
+        begin,
+        end,
+        prefix,
+        lease_time: lease,
+    })
+}
+
+/// Parses one `dhcp-option` value into an option a `[[subnet]]` key expresses.
+pub(super) fn option(entry: &str) -> Result<OptionEntry, String> {
+    let fields: Vec<&str> = entry.split(',').map(str::trim).collect();
+    let mut tags = Vec::new();
+    let mut i = 0;
+    while let Some(t) = fields.get(i).and_then(|f| f.strip_prefix("tag:")) {
+        if t.starts_with('!') {
+            return Err(format!(
+                "tag:{t}: negated tags are not supported yet (the option engine is issue 16)"
+            ));
+        }
+        tags.push(t.to_string());
+        i += 1;
+    }
+    let spec = fields.get(i).copied().unwrap_or_default();
+    let unsupported = || {
+        format!("{spec:?} cannot be expressed by shardboot's subnet keys yet (the option engine is issue 16)")
+    };
+    let option = if let Some(name) = spec.strip_prefix("option:") {
+        match name.parse::<u8>() {
+            Ok(n) => SubnetOption::by_number(n),
+            Err(_) => SubnetOption::by_name(name),
+        }
+    } else {
+        spec.parse::<u8>().ok().and_then(SubnetOption::by_number)
+    }
+    .ok_or_else(unsupported)?;
+    let values = fields[i + 1..]
+        .iter()
+        .filter(|v| !v.is_empty())
+        .map(|v| v.to_string())
+        .collect();
+    Ok(OptionEntry {
+        tags,
+        option,
+        values,
+    })
+}
+
+/// Parses one `dhcp-host` value.
+pub(super) fn host(entry: &str) -> Result<HostEntry, String> {
+    let mut h = HostEntry::default();
+    for f in entry.split(',').map(str::trim).filter(|f| !f.is_empty()) {
+        if f == "ignore" {
+            h.ignore = true;
+        } else if let Some(t) = f.strip_prefix("set:") {
+            h.tags.push(t.to_string());
+        } else if f.starts_with("tag:") || f.starts_with("id:") || f.starts_with('[') {
+            return Err(format!(
+                "{f:?}: tags, client identifiers and IPv6 addresses in host entries are not supported yet"
+            ));
+        } else if let Ok(ip) = f.parse::<Ipv4Addr>() {
+            if h.ip.replace(ip).is_some() {
+                return Err("more than one IPv4 address".into());
+            }
+        } else if f.len() == 17 && f.contains([':', '-']) {
+            h.macs.push(f.parse().map_err(|e| format!("{f:?}: {e}"))?);
+        } else if looks_like_lease(f) {
+            h.lease_time = Some(lease_time(f)?);
+        } else if h.hostname.replace(f.to_string()).is_some() {
+            return Err(format!("{f:?}: more than one host name"));
+        }
+    }
+    if h.macs.is_empty() {
+        return Err(
+            "names no MAC address (entries by client id or name only are not supported)".into(),
+        );
+    }
+    if h.ip.is_some() && h.macs.len() > 1 {
+        return Err("one address for several MACs is not supported".into());
+    }
+    Ok(h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_times_take_dnsmasq_units() {
+        assert_eq!(lease_time("3600"), Ok(3600));
+        assert_eq!(lease_time("45m"), Ok(2700));
+        assert_eq!(lease_time("12h"), Ok(43_200));
+        assert_eq!(lease_time("2d"), Ok(172_800));
+        assert!(lease_time("infinite").is_err());
+        assert!(lease_time("12x").is_err());
+        assert!(lease_time("99999999999").is_err());
+    }
+
+    #[test]
+    fn ranges_in_every_form_irso_writes() {
+        let r = range("172.22.0.10,172.22.0.100,255.255.255.0").unwrap();
+        assert_eq!((r.tag, r.prefix, r.lease_time), (None, Some(24), None));
+        let r = range("set:range_2,10.0.0.10,10.0.0.100,255.255.0.0,10.0.255.255,12h").unwrap();
+        assert_eq!(r.tag.as_deref(), Some("range_2"));
+        assert_eq!((r.prefix, r.lease_time), (Some(16), Some(43_200)));
+        let r = range("172.22.0.10,172.22.0.100").unwrap();
+        assert_eq!(
+            (r.begin, r.end, r.prefix),
+            (
+                "172.22.0.10".parse().unwrap(),
+                "172.22.0.100".parse().unwrap(),
+                None
+            )
+        );
+        assert!(range("172.22.0.10,172.22.0.100,255.0.255.0")
+            .unwrap_err()
+            .contains("netmask"));
+        assert!(range("fd00::10,fd00::100,64")
+            .unwrap_err()
+            .contains("DHCPv6"));
+        assert!(range("172.22.0.10,static").is_err());
+        assert!(range("172.22.0.10,172.22.0.20,255.255.255.0,proxy").is_err());
+        assert!(range("tag:x,172.22.0.10,172.22.0.20").is_err());
+    }
+
+    #[test]
+    fn options_by_name_or_number_with_tags() {
+        let o = option("tag:range_1,option:router,10.0.0.1").unwrap();
+        assert_eq!(o.tags, ["range_1"]);
+        assert_eq!((o.option, o.values.len()), (SubnetOption::Router, 1));
+        let o = option("tag:range_2,option:router").unwrap();
+        assert!(o.values.is_empty(), "valueless: no router");
+        assert_eq!(option("6,192.0.2.53,192.0.2.54").unwrap().values.len(), 2);
+        assert_eq!(option("option:mtu,9000").unwrap().option, SubnetOption::Mtu);
+        assert_eq!(
+            option("option:42,192.0.2.1").unwrap().option,
+            SubnetOption::NtpServer
+        );
+        assert!(option("option:tftp-server,192.0.2.1")
+            .unwrap_err()
+            .contains("issue 16"));
+        assert!(option("tag:!ipxe,67,x.efi")
+            .unwrap_err()
+            .contains("negated"));
+        assert!(option("vendor:PXEClient,1,0.0.0.0").is_err());
+    }
+
+    #[test]
+    fn hosts_like_dnsmasq_dhcp_host() {
+        let h = host("52:54:00:aa:bb:01,192.0.2.50,node-1,12h").unwrap();
+        assert_eq!(h.macs.len(), 1);
+        assert_eq!(h.ip, Some("192.0.2.50".parse().unwrap()));
+        assert_eq!(
+            (h.hostname.as_deref(), h.lease_time),
+            (Some("node-1"), Some(43_200))
+        );
+        let h = host("52:54:00:aa:bb:02,ignore").unwrap();
+        assert!(h.ignore && h.ip.is_none());
+        let h = host("52:54:00:aa:bb:03,52:54:00:aa:bb:04,set:rack1").unwrap();
+        assert_eq!((h.macs.len(), h.tags.len()), (2, 1));
+        assert!(host("node-only").is_err());
+        assert!(host("id:01:02,192.0.2.9").is_err());
+        assert!(host("52:54:00:aa:bb:0g,192.0.2.9").is_err());
+        assert!(host("52:54:00:aa:bb:03,52:54:00:aa:bb:04,192.0.2.9").is_err());
+    }
+}

@@ -1,0 +1,311 @@
+//! ironic-image's dnsmasq environment as a shardboot configuration (`--env ironic-image`).
+//!
+//! ironic-image's `rundnsmasq` renders a dnsmasq.conf from these variables; IrSO sets
+//! them on its dnsmasq container. This module reads the same variables with the same
+//! defaults and builds the config table the TOML path validates, remembering which
+//! variable set each key, so a problem is reported under the variable's name. A value
+//! shardboot cannot honour is an issue too, never silently dropped.
+//!
+//! Pure: the variables and what the host looks like ([`HostFacts`]) come in as
+//! arguments.
+
+mod dnsmasq;
+mod hosts;
+mod subnets;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+
+use ipnet::Ipv4Net;
+use toml::{Table, Value};
+
+use super::issues::Issues;
+use super::ConfigIssue;
+
+/// Where ironic-image looks for a user's iPXE binaries unless `IPXE_CUSTOM_FIRMWARE_DIR`
+/// says otherwise.
+pub const CUSTOM_FIRMWARE_DIR: &str = "/shared/custom_ipxe_firmware";
+/// The image's own iPXE binaries, under the names ironic-image gives them
+/// (`undionly.kpxe`, `snponly-x86_64.efi`), as in ironic-image.
+pub const BUILTIN_FIRMWARE_DIR: &str = "/tftpboot";
+
+/// What the mapping needs to know about the host, gathered by the caller.
+#[derive(Debug, Clone, Default)]
+pub struct HostFacts {
+    /// Every (interface, IPv4 address/prefix) of this host.
+    pub addresses: Vec<(String, Ipv4Net)>,
+    /// Whether [`custom_firmware_dir`] is readable (then it is the TFTP root).
+    pub custom_firmware_readable: bool,
+}
+
+/// The custom firmware directory the variables name (ironic-image's default if unset).
+pub fn custom_firmware_dir(vars: &BTreeMap<String, String>) -> PathBuf {
+    PathBuf::from(get(vars, "IPXE_CUSTOM_FIRMWARE_DIR").unwrap_or(CUSTOM_FIRMWARE_DIR))
+}
+
+/// The config table derived from the environment, and where each key came from.
+#[derive(Debug)]
+pub(super) struct Derived {
+    pub table: Table,
+    origins: Vec<Origin>,
+}
+
+/// The variable (and entry of it) that set a config key.
+#[derive(Debug, Clone)]
+struct Origin {
+    key: String,
+    var: &'static str,
+    entry: Option<String>,
+}
+
+/// A value as ironic-image's shell reads it: `${X:-default}` treats empty as unset.
+fn get<'a>(vars: &'a BTreeMap<String, String>, name: &str) -> Option<&'a str> {
+    vars.get(name).map(|v| v.trim()).filter(|v| !v.is_empty())
+}
+
+/// `;`-separated entries, as ironic-image's template splits them.
+fn entries<'a>(vars: &'a BTreeMap<String, String>, name: &str) -> Vec<&'a str> {
+    get(vars, name)
+        .map(|v| {
+            v.split(';')
+                .map(str::trim)
+                .filter(|e| !e.is_empty())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// An address as ironic-image's `parse_ip_address` takes it (a `/prefix` is allowed).
+fn address(s: &str) -> Result<(Ipv4Addr, Option<Ipv4Net>), String> {
+    if s.contains(':') {
+        return Err("IPv6 provisioning networks are not served yet (DHCPv6 issue)".into());
+    }
+    if let Ok(net) = s.parse::<Ipv4Net>() {
+        return Ok((net.addr(), Some(net)));
+    }
+    s.parse()
+        .map(|a| (a, None))
+        .map_err(|_| format!("{s:?} is not an IPv4 address"))
+}
+
+/// Derives the configuration table from ironic-image's variables.
+pub(super) fn derive(
+    vars: &BTreeMap<String, String>,
+    host: &HostFacts,
+) -> Result<Derived, Vec<ConfigIssue>> {
+    let mut issues = Issues::default();
+    let mut origins: Vec<Origin> = Vec::new();
+    let mut origin = |key: String, var: &'static str, entry: Option<String>| {
+        origins.push(Origin { key, var, entry });
+    };
+    let mut table = Table::new();
+    let mut dhcp = Table::new();
+    let mut boot = Table::new();
+    let mut tftp = Table::new();
+    let mut http = Table::new();
+
+    // Which address is "this host": ironic-image's wait_for_interface_or_ip order.
+    let iface_var = get(vars, "PROVISIONING_INTERFACE");
+    let mut provisioning_net = None;
+    let mut ip_interface = None;
+    let ironic_ip = if let Some(v) = get(vars, "IRONIC_IP") {
+        address(v)
+            .map_err(|e| issues.add("IRONIC_IP", e))
+            .ok()
+            .map(|a| a.0)
+    } else if let Some(v) = get(vars, "PROVISIONING_IP") {
+        match address(v) {
+            Ok((a, net)) => {
+                provisioning_net = net;
+                // ironic-image serves the interface that holds the address.
+                ip_interface = host
+                    .addresses
+                    .iter()
+                    .find(|(_, n)| n.addr() == a)
+                    .map(|(i, _)| i.clone());
+                Some(a)
+            }
+            Err(e) => {
+                issues.add("PROVISIONING_IP", e);
+                None
+            }
+        }
+    } else if let Some(i) = iface_var {
+        let first = host
+            .addresses
+            .iter()
+            .find(|(n, _)| n == i)
+            .map(|(_, a)| a.addr());
+        if first.is_none() && get(vars, "IRONIC_HTTP_URL").is_none() {
+            issues.add(
+                "PROVISIONING_INTERFACE",
+                format!("{i} has no IPv4 address on this host; set IRONIC_IP or PROVISIONING_IP"),
+            );
+        }
+        first
+    } else {
+        let reason = if get(vars, "PROVISIONING_MACS").is_some() {
+            "finding the interface by PROVISIONING_MACS is not supported; set PROVISIONING_INTERFACE or PROVISIONING_IP"
+        } else {
+            "one of IRONIC_IP, PROVISIONING_IP or PROVISIONING_INTERFACE is required"
+        };
+        issues.add("PROVISIONING_IP", reason);
+        None
+    };
+
+    // dnsmasq `interface=` is PROVISIONING_INTERFACE, replaced by the interface of
+    // PROVISIONING_IP when that is how the address was found.
+    let interface = ip_interface
+        .map(|i| (i, "PROVISIONING_IP"))
+        .or(iface_var.map(|i| (i.to_string(), "PROVISIONING_INTERFACE")));
+    if let Some((i, var)) = &interface {
+        dhcp.insert(
+            "interfaces".into(),
+            Value::Array(vec![Value::String(i.clone())]),
+        );
+        origin("dhcp.interfaces".into(), var, None);
+    }
+
+    let subnet_values = subnets::subnets(
+        vars,
+        host,
+        provisioning_net,
+        ironic_ip,
+        &mut issues,
+        &mut origin,
+    );
+    dhcp.insert("enabled".into(), Value::Boolean(!subnet_values.is_empty()));
+    origin("dhcp".into(), "DHCP_RANGE", None);
+
+    hosts::hosts(vars, &mut table, &mut issues, &mut origin);
+    if hosts::known_only(vars, &mut issues) {
+        dhcp.insert("known_only".into(), Value::Boolean(true));
+    }
+    hosts::except_interfaces(
+        vars,
+        host,
+        interface.as_ref().map(|i| i.0.as_str()),
+        &subnet_values,
+        &mut issues,
+    );
+
+    // Boot files: ironic-image's dhcp-boot lines, next-server IRONIC_IP.
+    if let Some(ip) = ironic_ip {
+        boot.insert("tftp_server".into(), Value::String(ip.to_string()));
+        origin("boot.tftp_server".into(), "IRONIC_IP", None);
+    }
+    let snp = get(vars, "SNP_BASENAME").unwrap_or("snponly");
+    boot.insert("bios".into(), Value::String("undionly.kpxe".into()));
+    // ironic-image tags only arch 7, 9 and 11 as EFI; every other arch (32-bit EFI
+    // included) gets the BIOS file.
+    boot.insert("uefi_ia32".into(), Value::String("undionly.kpxe".into()));
+    for (key, arch) in [("uefi_x64", "x86_64"), ("uefi_arm64", "arm64")] {
+        boot.insert(key.into(), Value::String(format!("{snp}-{arch}.efi")));
+        origin(format!("boot.{key}"), "SNP_BASENAME", None);
+    }
+    let http_port = match get(vars, "HTTP_PORT").map(str::parse::<u16>) {
+        None => Some(80),
+        Some(Ok(p)) if p > 0 => Some(p),
+        Some(_) => {
+            issues.add("HTTP_PORT", "must be a port number (1 to 65535)");
+            None
+        }
+    };
+    // iPXE clients chain Ironic's own boot.ipxe, as with dnsmasq.
+    let http_url = get(vars, "IRONIC_HTTP_URL")
+        .map(str::to_string)
+        .or_else(|| Some(format!("http://{}:{}", ironic_ip?, http_port?)));
+    if let Some(u) = http_url {
+        boot.insert("http_url".into(), Value::String(u));
+        let var = if get(vars, "IRONIC_HTTP_URL").is_some() {
+            "IRONIC_HTTP_URL"
+        } else {
+            "HTTP_PORT"
+        };
+        origin("boot.http_url".into(), var, None);
+        origin("boot.ipxe_script".into(), var, None);
+    }
+    if get(vars, "IPXE_TLS_SETUP").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
+        issues.add(
+            "IPXE_TLS_SETUP",
+            "true (no boot URL for iPXE clients) is not supported yet",
+        );
+    }
+    if get(vars, "DNS_PORT").is_some_and(|p| p != "0") {
+        issues.add("DNS_PORT", "shardboot serves no DNS; leave it unset or 0");
+    }
+
+    // The TFTP root: the user's firmware when readable, else the image's own, under
+    // ironic-image's file names (so no aliases).
+    let root = if host.custom_firmware_readable {
+        custom_firmware_dir(vars)
+    } else {
+        PathBuf::from(BUILTIN_FIRMWARE_DIR)
+    };
+    tftp.insert("root".into(), Value::String(root.display().to_string()));
+    tftp.insert("aliases".into(), Value::Table(Table::new()));
+    origin("tftp".into(), "IPXE_CUSTOM_FIRMWARE_DIR", None);
+
+    // ironic-image binds its HTTP services to IRONIC_IP unless this is true; so does
+    // shardboot's HTTP listener. DHCP and TFTP follow the interface, as dnsmasq does.
+    match get(vars, "LISTEN_ALL_INTERFACES")
+        .map(str::to_ascii_lowercase)
+        .as_deref()
+    {
+        None | Some("true") => {}
+        Some("false") => {
+            if let Some(ip) = ironic_ip {
+                http.insert("listen".into(), Value::String(format!("{ip}:8080")));
+                origin("http.listen".into(), "LISTEN_ALL_INTERFACES", None);
+            }
+        }
+        Some(other) => issues.add(
+            "LISTEN_ALL_INTERFACES",
+            format!("{other:?}: must be true or false"),
+        ),
+    }
+
+    issues.finish()?;
+    table.insert("dhcp".into(), Value::Table(dhcp));
+    table.insert("boot".into(), Value::Table(boot));
+    table.insert("tftp".into(), Value::Table(tftp));
+    if !http.is_empty() {
+        table.insert("http".into(), Value::Table(http));
+    }
+    if !subnet_values.is_empty() {
+        table.insert("subnet".into(), Value::Array(subnet_values));
+    }
+    Ok(Derived { table, origins })
+}
+
+/// Puts each issue under the variable that set its key: `DHCP_RANGE: entry "…": …`.
+pub(super) fn rename(issues: Vec<ConfigIssue>, derived: &Derived) -> Vec<ConfigIssue> {
+    issues
+        .into_iter()
+        .map(|issue| {
+            let covers = |o: &&Origin| {
+                issue.key == o.key
+                    || issue.key.starts_with(&format!("{}.", o.key))
+                    || issue.key.starts_with(&format!("{}[", o.key))
+            };
+            match derived
+                .origins
+                .iter()
+                .filter(covers)
+                .max_by_key(|o| o.key.len())
+            {
+                Some(o) => ConfigIssue {
+                    key: o.var.to_string(),
+                    reason: match &o.entry {
+                        Some(e) => format!("entry {e:?}: {} (as {})", issue.reason, issue.key),
+                        None => format!("{} (as {})", issue.reason, issue.key),
+                    },
+                },
+                None => issue,
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,254 @@
+//! Environments shaped like the ones IrSO writes for its dnsmasq container
+//! (`buildCommonEnvVars` + `newDnsmasqContainer`), through the whole validation.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+
+use super::HostFacts;
+use crate::config::{Config, ConfigError, ConfigIssue};
+
+fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    // What IrSO always sets on the dnsmasq container, before the DHCP variables.
+    let mut vars: BTreeMap<String, String> = [
+        ("IRONIC_LISTEN_PORT", "6385"),
+        ("IRONIC_ACCESS_PORT", "6385"),
+        ("HTTP_PORT", "6180"),
+        ("LISTEN_ALL_INTERFACES", "true"),
+        ("PROVISIONING_IP", "192.0.2.2"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    for (k, v) in pairs {
+        vars.insert(k.to_string(), v.to_string());
+    }
+    vars
+}
+
+fn host() -> HostFacts {
+    HostFacts {
+        addresses: vec![
+            ("lo".into(), "127.0.0.1/8".parse().unwrap()),
+            ("eth0".into(), "198.51.100.7/24".parse().unwrap()),
+            ("prov0".into(), "192.0.2.2/24".parse().unwrap()),
+        ],
+        custom_firmware_readable: false,
+    }
+}
+
+fn load(vars: &BTreeMap<String, String>) -> Result<Config, Vec<ConfigIssue>> {
+    match Config::from_ironic_env(vars, &host(), &[]) {
+        Ok(c) => Ok(c),
+        Err(ConfigError::Invalid(issues)) => Err(issues),
+        Err(other) => panic!("unexpected error {other}"),
+    }
+}
+
+/// The issues, each as `KEY: reason`.
+fn problems(vars: &BTreeMap<String, String>) -> Vec<String> {
+    load(vars)
+        .expect_err("expected the environment to be refused")
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
+fn ip(s: &str) -> Ipv4Addr {
+    s.parse().unwrap()
+}
+
+#[test]
+fn single_range_as_irso_writes_it() {
+    let cfg = load(&env(&[
+        ("DHCP_RANGE", "192.0.2.10,192.0.2.100,255.255.255.0"),
+        ("DNS_IP", "provisioning"),
+    ]))
+    .unwrap();
+    assert!(cfg.dhcp.enabled);
+    // The interface that holds PROVISIONING_IP, as ironic-image finds it.
+    assert_eq!(cfg.dhcp.interfaces, ["prov0"]);
+    assert_eq!(cfg.subnets.len(), 1);
+    let s = &cfg.subnets[0];
+    assert_eq!(s.network.to_string(), "192.0.2.0/24");
+    assert_eq!(s.ranges, [(ip("192.0.2.10"), ip("192.0.2.100"))]);
+    assert_eq!(
+        s.router, None,
+        "no GATEWAY_IP: no router, like dhcp-option=3"
+    );
+    assert_eq!(s.dns, [ip("192.0.2.2")], "DNS_IP=provisioning is this host");
+    assert_eq!(s.lease_time, 3600, "dnsmasq's default lease time");
+    assert_eq!(cfg.boot.tftp_server, Some(ip("192.0.2.2")));
+    assert_eq!(cfg.boot.http_url.as_deref(), Some("http://192.0.2.2:6180"));
+    assert_eq!(cfg.boot.ipxe_script, "boot.ipxe");
+    assert_eq!(cfg.boot.bios, "undionly.kpxe");
+    assert_eq!(cfg.boot.uefi_x64, "snponly-x86_64.efi");
+    assert_eq!(cfg.boot.uefi_arm64, "snponly-arm64.efi");
+    assert!(cfg.tftp.enabled);
+    assert_eq!(
+        cfg.tftp.settings.root.to_str(),
+        Some(super::BUILTIN_FIRMWARE_DIR)
+    );
+    assert!(
+        cfg.tftp.settings.aliases.is_empty(),
+        "files carry ironic-image's names"
+    );
+    assert!(!cfg.dhcp.known_only);
+    assert!(!cfg.ra.enabled);
+}
+
+#[test]
+fn several_tagged_ranges_with_per_range_routers() {
+    // IrSO: the main range untagged, extra ranges set:range_N, a router per extra
+    // range or a valueless option:router that keeps GATEWAY_IP away from it.
+    let cfg = load(&env(&[
+        (
+            "DHCP_RANGE",
+            "192.0.2.10,192.0.2.100,255.255.255.0;\
+             set:range_1,198.18.1.10,198.18.1.200,255.255.255.0;\
+             set:range_2,198.18.2.10,198.18.2.200,255.255.255.0",
+        ),
+        ("GATEWAY_IP", "192.0.2.1"),
+        ("DNS_IP", "192.0.2.53"),
+        (
+            "DHCP_OPTIONS",
+            "tag:range_1,option:router,198.18.1.1;tag:range_2,option:router",
+        ),
+    ]))
+    .unwrap();
+    let nets: Vec<String> = cfg.subnets.iter().map(|s| s.network.to_string()).collect();
+    assert_eq!(nets, ["192.0.2.0/24", "198.18.1.0/24", "198.18.2.0/24"]);
+    let routers: Vec<Option<Ipv4Addr>> = cfg.subnets.iter().map(|s| s.router).collect();
+    assert_eq!(
+        routers,
+        [Some(ip("192.0.2.1")), Some(ip("198.18.1.1")), None]
+    );
+    // DNS_IP is untagged: every range gets it.
+    assert!(cfg.subnets.iter().all(|s| s.dns == [ip("192.0.2.53")]));
+}
+
+#[test]
+fn empty_range_is_tftp_and_http_only() {
+    let cfg = load(&env(&[("DHCP_RANGE", "")])).unwrap();
+    assert!(!cfg.dhcp.enabled, "no DHCP_RANGE: no DHCP");
+    assert!(cfg.subnets.is_empty());
+    assert!(cfg.tftp.enabled);
+    assert_eq!(cfg.boot.http_url.as_deref(), Some("http://192.0.2.2:6180"));
+    // Nothing to serve, but a bad value is still named.
+    let p = problems(&env(&[("DHCP_RANGE", ""), ("GATEWAY_IP", "gw")]));
+    assert!(p[0].starts_with("GATEWAY_IP: \"gw\" is not"), "{p:?}");
+}
+
+#[test]
+fn a_range_without_netmask_takes_the_interface_network() {
+    let cfg = load(&env(&[("DHCP_RANGE", "192.0.2.10,192.0.2.100,30m")])).unwrap();
+    assert_eq!(cfg.subnets[0].network.to_string(), "192.0.2.0/24");
+    assert_eq!(cfg.subnets[0].lease_time, 1800);
+    let p = problems(&env(&[("DHCP_RANGE", "203.0.113.10,203.0.113.20")]));
+    assert!(
+        p[0].starts_with("DHCP_RANGE: entry \"203.0.113.10,203.0.113.20\""),
+        "{p:?}"
+    );
+    assert!(p[0].contains("netmask"), "{p:?}");
+}
+
+#[test]
+fn hosts_ignore_and_options_the_subnet_keys_express() {
+    let cfg = load(&env(&[
+        ("DHCP_RANGE", "192.0.2.10,192.0.2.100,255.255.255.0"),
+        (
+            "DHCP_HOSTS",
+            "52:54:00:aa:bb:01,192.0.2.50,node-1;52:54:00:aa:bb:02,ignore",
+        ),
+        ("DHCP_IGNORE", "tag:!known"),
+        (
+            "DHCP_OPTIONS",
+            "option:mtu,9000;42,0.0.0.0;option:domain-name,prov.example.org",
+        ),
+    ]))
+    .unwrap();
+    assert!(cfg.dhcp.known_only);
+    assert_eq!(cfg.hosts.len(), 2);
+    assert_eq!(cfg.hosts[0].ip, Some(ip("192.0.2.50")));
+    assert_eq!(cfg.hosts[0].hostname.as_deref(), Some("node-1"));
+    assert!(cfg.hosts[1].deny);
+    let s = &cfg.subnets[0];
+    assert_eq!(s.mtu, Some(9000));
+    assert_eq!(
+        s.ntp,
+        [ip("192.0.2.2")],
+        "0.0.0.0 is this host, as in dnsmasq"
+    );
+    assert_eq!(s.domain.as_deref(), Some("prov.example.org"));
+}
+
+#[test]
+fn every_refusal_names_its_variable() {
+    let base = [("DHCP_RANGE", "192.0.2.10,192.0.2.100,255.255.255.0")];
+    let cases: &[(&[(&str, &str)], &str)] = &[
+        (&[("DHCP_OPTIONS", "option:tftp-server,192.0.2.2")], "DHCP_OPTIONS: entry \"option:tftp-server,192.0.2.2\""),
+        (&[("DHCP_OPTIONS", "tag:!ipxe,67,undionly.kpxe")], "DHCP_OPTIONS: entry \"tag:!ipxe,67,undionly.kpxe\""),
+        (&[("DHCP_OPTIONS", "tag:range_9,option:router,192.0.2.1")], "DHCP_OPTIONS: entry \"tag:range_9,option:router,192.0.2.1\": no DHCP_RANGE entry"),
+        (&[("DHCP_IGNORE", "tag:!ironic")], "DHCP_IGNORE: "),
+        (&[("DHCP_HOSTS", "52:54:00:aa:bb:01,198.51.100.9")], "DHCP_HOSTS: entry \"52:54:00:aa:bb:01,198.51.100.9\": is not inside any configured subnet (as host[0].ip)"),
+        (&[("DHCP_HOSTS", "52:54:00:aa:bb:01,node_1")], "DHCP_HOSTS: entry \"52:54:00:aa:bb:01,node_1\": must be a DNS label"),
+        (&[("DHCP_RANGE", "192.0.2.10,192.0.2.100,255.255.255.0;192.0.2.50,192.0.2.60,255.255.255.0")], "DHCP_RANGE: entry \"192.0.2.50,192.0.2.60,255.255.255.0\": overlaps an earlier range (as subnet[0].ranges[1])"),
+        (&[("DHCP_RANGE", "fd00::10,fd00::100,64")], "DHCP_RANGE: entry \"fd00::10,fd00::100,64\": \"fd00::10\": DHCPv6"),
+        (&[("GATEWAY_IP", "192.0.2.300")], "GATEWAY_IP: \"192.0.2.300\" is not an IPv4 address"),
+        (&[("DNS_IP", "fd00::53")], "DNS_IP: "),
+        (&[("HTTP_PORT", "http")], "HTTP_PORT: "),
+        (&[("IRONIC_HTTP_URL", "ftp://192.0.2.2")], "IRONIC_HTTP_URL: must start with http:// or https:// (as boot.http_url)"),
+        (&[("SNP_BASENAME", "snp only")], "SNP_BASENAME: "),
+        (&[("LISTEN_ALL_INTERFACES", "yes")], "LISTEN_ALL_INTERFACES: "),
+        (&[("DNSMASQ_EXCEPT_INTERFACE", "lo,prov0")], "DNSMASQ_EXCEPT_INTERFACE: prov0 is the interface"),
+    ];
+    for (extra, want) in cases {
+        let mut vars = env(&base);
+        for (k, v) in *extra {
+            vars.insert(k.to_string(), v.to_string());
+        }
+        let p = problems(&vars);
+        assert!(
+            p.iter().any(|l| l.starts_with(want)),
+            "{extra:?}: want {want:?} in {p:?}"
+        );
+    }
+    // Nothing tells where this host is.
+    let mut vars = env(&base);
+    vars.remove("PROVISIONING_IP");
+    assert!(problems(&vars)[0].starts_with("PROVISIONING_IP: one of IRONIC_IP"));
+}
+
+#[test]
+fn an_unreadable_custom_dir_falls_back_to_the_image_firmware() {
+    let vars = env(&[("IPXE_CUSTOM_FIRMWARE_DIR", "/srv/ipxe")]);
+    let readable = HostFacts {
+        custom_firmware_readable: true,
+        ..host()
+    };
+    let cfg = Config::from_ironic_env(&vars, &readable, &[]).unwrap();
+    assert_eq!(cfg.tftp.settings.root.to_str(), Some("/srv/ipxe"));
+    let cfg = load(&vars).unwrap();
+    assert_eq!(
+        cfg.tftp.settings.root.to_str(),
+        Some(super::BUILTIN_FIRMWARE_DIR)
+    );
+}
+
+#[test]
+fn ironic_ip_and_bound_listeners_and_overrides() {
+    let vars = env(&[
+        ("IRONIC_IP", "192.0.2.9"),
+        ("PROVISIONING_INTERFACE", "prov0"),
+        ("LISTEN_ALL_INTERFACES", "False"),
+        ("DHCP_RANGE", "192.0.2.10,192.0.2.100,255.255.255.0"),
+    ]);
+    let overrides = [("dhcp.port".to_string(), "6767".to_string())];
+    let cfg = Config::from_ironic_env(&vars, &host(), &overrides).unwrap();
+    assert_eq!(cfg.dhcp.interfaces, ["prov0"]);
+    assert_eq!(cfg.boot.tftp_server, Some(ip("192.0.2.9")));
+    assert_eq!(cfg.http.listen.to_string(), "192.0.2.9:8080");
+    assert_eq!(
+        cfg.dhcp.port, 6767,
+        "SHARDBOOT_* and --set still apply on top"
+    );
+}

@@ -1,0 +1,298 @@
+//! `shardboot serve --env ironic-image`: the binary configured only by the variables IrSO
+//! sets on ironic-image's dnsmasq container, in network namespaces, with real clients
+//! (busybox udhcpc, tftp-hpa) and IrSO's own exec probe.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Lab, Netns, Server};
+
+fn script(name: &str) -> String {
+    format!("{}/tests/scripts/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The fields of the first `bound` event the udhcpc script recorded.
+fn bound(events: &Path) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(events).unwrap_or_default();
+        if let Some(line) = text.lines().find(|l| l.starts_with("bound ")) {
+            return line.split(' ').map(str::to_string).collect();
+        }
+        assert!(Instant::now() < deadline, "no bound event:\n{text}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// One-shot udhcpc on `iface` in `ns` (with `extra` flags): a lease or a failed test.
+fn obtain(ns: &Netns, iface: &str, events: &Path, server: &Server, extra: &[&str]) -> Vec<String> {
+    let status = ns
+        .command("udhcpc")
+        .args(extra)
+        .args(["-q", "-n", "-f", "-t", "5", "-T", "1", "-A", "1", "-s"])
+        .arg(script("udhcpc-script"))
+        .args(["-i", iface])
+        .env("SB_EVENTS", events)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(
+        status.success(),
+        "udhcpc on {iface} got no lease:\n{}",
+        server.log_text()
+    );
+    bound(events)
+}
+
+/// ironic-image's firmware directory: the two files its dnsmasq hands out, under its names.
+fn firmware(dir: &Path) -> std::path::PathBuf {
+    let fw = dir.join("firmware");
+    std::fs::create_dir_all(&fw).unwrap();
+    std::fs::write(fw.join("undionly.kpxe"), b"bios ipxe stand-in\n").unwrap();
+    std::fs::write(fw.join("snponly-x86_64.efi"), vec![0x5au8; 70_000]).unwrap();
+    fw
+}
+
+/// IrSO's liveness and readiness probe of its dnsmasq container, run where the server is.
+fn irso_probe(ns: &Netns) -> bool {
+    ns.command("sh")
+        .args(["-c", "ss -lun | grep :67 && ss -lun | grep :69"])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap()
+        .success()
+}
+
+#[test]
+fn irso_single_range_environment_serves_dhcp_tftp_and_the_probe() {
+    require_root!();
+    let lab = Lab::new(&["192.0.2.1/24"], &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let fw = firmware(dir.path());
+    let fw_s = fw.display().to_string();
+    // As IrSO writes it for spec.networking {ipAddress, dhcp {networkCIDR, rangeBegin,
+    // rangeEnd, gatewayAddress, serveDNS}}.
+    let mut server = Server::start_ironic_env(
+        &lab.server,
+        dir.path(),
+        &[
+            ("IRONIC_LISTEN_PORT", "6385"),
+            ("IRONIC_ACCESS_PORT", "6385"),
+            ("HTTP_PORT", "6180"),
+            ("LISTEN_ALL_INTERFACES", "true"),
+            ("PROVISIONING_IP", "192.0.2.1"),
+            ("DHCP_RANGE", "192.0.2.100,192.0.2.150,255.255.255.0"),
+            ("DNS_IP", "provisioning"),
+            ("GATEWAY_IP", "192.0.2.254"),
+            ("IPXE_CUSTOM_FIRMWARE_DIR", &fw_s),
+        ],
+        "DHCP listening",
+    );
+    assert!(
+        irso_probe(&lab.server),
+        "IrSO's probe fails:\n{}",
+        server.log_text()
+    );
+
+    // A UEFI x64 PXE ROM: vendor class and option 93 (arch 7).
+    let uefi = ["-V", "PXEClient:Arch:00007:UNDI:003016", "-x", "0x5d:0007"];
+    let events = dir.path().join("events");
+    let ev = obtain(&lab.client, &lab.client_if, &events, &server, &uefi);
+    // bound <ip> <mask> <boot_file> <serverid> <router> <dns>
+    let ip: std::net::Ipv4Addr = ev[1].parse().unwrap();
+    assert!(
+        (u32::from(ip) >= u32::from(std::net::Ipv4Addr::new(192, 0, 2, 100)))
+            && (u32::from(ip) <= u32::from(std::net::Ipv4Addr::new(192, 0, 2, 150))),
+        "{ev:?}"
+    );
+    assert_eq!(ev[2], "255.255.255.0");
+    assert_eq!(
+        ev[3], "snponly-x86_64.efi",
+        "SNP_BASENAME's x86_64 file for arch 7"
+    );
+    assert_eq!(ev[4], "192.0.2.1");
+    assert_eq!(ev[5], "192.0.2.254", "GATEWAY_IP is the router");
+    assert_eq!(ev[6], "192.0.2.1", "DNS_IP=provisioning is this host");
+
+    // The UEFI file, by ironic-image's name, from the firmware directory over TFTP.
+    let dest = dir.path().join("got.efi");
+    let out = lab
+        .client
+        .command("tftp")
+        .args([
+            "-m",
+            "binary",
+            "192.0.2.1",
+            "-c",
+            "get",
+            "snponly-x86_64.efi",
+        ])
+        .arg(&dest)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        std::fs::read(&dest).unwrap() == std::fs::read(fw.join("snponly-x86_64.efi")).unwrap(),
+        "TFTP served other bytes"
+    );
+
+    // The lease is in the store the same environment names.
+    server.stop();
+    let leases = server.leases_json();
+    assert!(
+        leases.as_array().unwrap().iter().any(|l| l["ip"] == ev[1]),
+        "{leases}"
+    );
+}
+
+#[test]
+fn tagged_ranges_keep_the_main_router_off_the_extra_range() {
+    require_root!();
+    // Two provisioning networks on one host (IrSO's extraRanges), each on its own veth;
+    // IRONIC_IP alone, so DHCP serves every interface with an address in a range.
+    let lab = Lab::new(&["192.0.2.1/24"], &[]);
+    let second = Netns::new("sbc");
+    let (s2, c2) = (common::unique("vs"), common::unique("vc"));
+    common::sh(&[
+        "ip", "link", "add", &s2, "type", "veth", "peer", "name", &c2,
+    ]);
+    common::sh(&["ip", "link", "set", &s2, "netns", &lab.server.name]);
+    common::sh(&["ip", "link", "set", &c2, "netns", &second.name]);
+    lab.server.ip(&["addr", "add", "198.18.1.1/24", "dev", &s2]);
+    lab.server.ip(&["link", "set", &s2, "up"]);
+    second.ip(&["link", "set", &c2, "up"]);
+    let dir = tempfile::tempdir().unwrap();
+    let fw = firmware(dir.path()).display().to_string();
+    let server = Server::start_ironic_env(
+        &lab.server,
+        dir.path(),
+        &[
+            ("IRONIC_IP", "192.0.2.1"),
+            (
+                "DHCP_RANGE",
+                "192.0.2.100,192.0.2.150,255.255.255.0;set:range_1,198.18.1.100,198.18.1.150,255.255.255.0",
+            ),
+            ("GATEWAY_IP", "192.0.2.254"),
+            ("DHCP_OPTIONS", "tag:range_1,option:router"),
+            ("IPXE_CUSTOM_FIRMWARE_DIR", &fw),
+        ],
+        "DHCP listening",
+    );
+    let main = obtain(
+        &lab.client,
+        &lab.client_if,
+        &dir.path().join("ev1"),
+        &server,
+        &[],
+    );
+    let extra = obtain(&second, &c2, &dir.path().join("ev2"), &server, &[]);
+    assert!(main[1].starts_with("192.0.2.1"), "{main:?}");
+    assert_eq!(main[5], "192.0.2.254");
+    assert!(extra[1].starts_with("198.18.1.1"), "{extra:?}");
+    assert_eq!(
+        extra[4], "198.18.1.1",
+        "answered from the extra network's address"
+    );
+    assert_eq!(
+        extra[5], "-",
+        "the valueless tagged router suppresses GATEWAY_IP"
+    );
+}
+
+#[test]
+fn empty_range_serves_tftp_and_answers_no_dhcp() {
+    require_root!();
+    let lab = Lab::new(&["192.0.2.1/24"], &["192.0.2.20/24"]);
+    let dir = tempfile::tempdir().unwrap();
+    let fw = firmware(dir.path());
+    let fw_s = fw.display().to_string();
+    let server = Server::start_ironic_env(
+        &lab.server,
+        dir.path(),
+        &[
+            ("PROVISIONING_IP", "192.0.2.1"),
+            ("DHCP_RANGE", ""),
+            ("IPXE_CUSTOM_FIRMWARE_DIR", &fw_s),
+        ],
+        "TFTP listening",
+    );
+    let dest = dir.path().join("got.kpxe");
+    let out = lab
+        .client
+        .command("tftp")
+        .args(["-m", "binary", "192.0.2.1", "-c", "get", "undionly.kpxe"])
+        .arg(&dest)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read(&dest).unwrap(), b"bios ipxe stand-in\n");
+    // Nothing on port 67: a client gets no lease.
+    let status = lab
+        .client
+        .command("udhcpc")
+        .args(["-q", "-n", "-f", "-t", "2", "-T", "1", "-s"])
+        .arg(script("udhcpc-script"))
+        .args(["-i", &lab.client_if])
+        .env("SB_EVENTS", dir.path().join("events"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(!status.success(), "a lease without DHCP_RANGE");
+    assert!(!server.log_text().contains("DHCP listening"));
+}
+
+#[test]
+fn check_config_says_an_empty_range_turns_dhcp_off() {
+    let out = Command::new(common::shardboot_bin())
+        .args(["check-config", "--env", "ironic-image"])
+        .env_clear()
+        .env("PROVISIONING_IP", "192.0.2.1")
+        .env("DHCP_RANGE", "")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("dhcp: disabled (TFTP and HTTP only)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn check_config_names_the_variable_it_cannot_honour() {
+    // No namespace needed: check-config reads the environment and exits.
+    let out = Command::new(common::shardboot_bin())
+        .args(["check-config", "--env", "ironic-image"])
+        .env_clear()
+        .env("PROVISIONING_IP", "192.0.2.1")
+        .env("DHCP_RANGE", "192.0.2.100,192.0.2.150,255.255.255.0")
+        .env(
+            "DHCP_OPTIONS",
+            "tag:range_1,option:router;option:tftp-server,192.0.2.1",
+        )
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("DHCP_OPTIONS: entry \"option:tftp-server,192.0.2.1\""),
+        "{err}"
+    );
+    assert!(
+        err.contains("DHCP_OPTIONS: entry \"tag:range_1,option:router\": no DHCP_RANGE entry"),
+        "{err}"
+    );
+}
