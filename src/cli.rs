@@ -187,6 +187,81 @@ fn expiry(v: &serde_json::Value) -> String {
     }
 }
 
+/// Prints the running server's `/v1/members` as a table (or its JSON).
+pub fn print_members(remote: &Remote, json: bool) -> anyhow::Result<()> {
+    let v = remote.call(reqwest::Method::GET, "/v1/members", None)?;
+    let mut out = std::io::stdout().lock();
+    if json {
+        serde_json::to_writer_pretty(&mut out, &v)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    out.write_all(members_table(&v).as_bytes())?;
+    Ok(())
+}
+
+/// `/v1/members` as text: a header line, then one line per member and range share.
+/// Every value is printed escaped: conductor names come from Ironic.
+pub fn members_table(v: &serde_json::Value) -> String {
+    use std::fmt::Write as _;
+    let text = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => s.escape_default().to_string(),
+        serde_json::Value::Null => "-".to_string(),
+        other => other.to_string(),
+    };
+    let mut out = String::new();
+    let stale = match &v["stale_since"] {
+        serde_json::Value::Null => String::new(),
+        since => format!(
+            "  STALE since {} ({})",
+            expiry(since),
+            text(&v["last_error"])
+        ),
+    };
+    let _ = writeln!(
+        out,
+        "source: {}  generation: {}  split: {}  fingerprint: {}{stale}",
+        text(&v["source"]),
+        text(&v["generation"]),
+        text(&v["split"]),
+        text(&v["fingerprint"]),
+    );
+    let _ = writeln!(
+        out,
+        "{:<24}  {:<5}  {:<5}  {:<24}  {:<30}  SHARE",
+        "MEMBER", "SELF", "ALIVE", "CONDUCTOR", "HTTP URL"
+    );
+    for m in v["members"].as_array().into_iter().flatten() {
+        let shares: Vec<String> = m["shares"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|s| {
+                format!(
+                    "{}: {} addresses in {} runs",
+                    text(&s["range"]),
+                    text(&s["addresses"]),
+                    s["runs"].as_array().map_or(0, Vec::len)
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "{:<24}  {:<5}  {:<5}  {:<24}  {:<30}  {}",
+            text(&m["name"]),
+            if m["self"] == true { "yes" } else { "" },
+            if m["alive"] == true { "yes" } else { "no" },
+            text(&m["conductor"]),
+            text(&m["http_url"]),
+            shares.join("; "),
+        );
+    }
+    for c in v["skipped_conductors"].as_array().into_iter().flatten() {
+        let _ = writeln!(out, "left out: {}", text(c));
+    }
+    out
+}
+
 /// Sets a MAC's run-time policy on the running server.
 pub fn set_host(remote: &Remote, policy: &str, mac: &str) -> anyhow::Result<()> {
     let mac: crate::mac::MacAddr = mac.parse()?;
@@ -338,7 +413,44 @@ pub fn print_owner(config: &Config, mac: &str) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::one_line;
+    use super::{members_table, one_line};
+
+    #[test]
+    fn the_members_table_shows_each_member_and_a_stale_list() {
+        let v = serde_json::json!({
+            "source": "ironic", "generation": 3, "split": "blocks-v1", "fingerprint": "00ff",
+            "stale_since": 1_700_000_000u64, "last_error": "connection refused",
+            "skipped_conductors": ["bad\u{1b}name: not a host name"],
+            "members": [
+                {"name": "10.0.0.1", "self": true, "alive": true, "conductor": "10.0.0.1",
+                 "http_url": "http://10.0.0.1:8080",
+                 "shares": [{"range": "10.0.1.0 - 10.0.1.255", "addresses": 128, "runs": ["a", "b"]}]},
+                {"name": "10.0.0.2_8090", "self": false, "alive": false, "conductor": "10.0.0.2:8090",
+                 "http_url": "http://10.0.0.2:8080", "shares": []}
+            ]
+        });
+        let t = members_table(&v);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[0].starts_with("source: ironic  generation: 3"), "{t}");
+        assert!(
+            lines[0].contains("STALE since 2023-11-14T22:13:20Z (connection refused)"),
+            "{t}"
+        );
+        assert!(
+            lines[2].starts_with("10.0.0.1 ") && lines[2].contains("yes    yes"),
+            "{t}"
+        );
+        assert!(
+            lines[2].ends_with("10.0.1.0 - 10.0.1.255: 128 addresses in 2 runs"),
+            "{t}"
+        );
+        assert!(
+            lines[3].contains("10.0.0.2:8090") && lines[3].contains(" no "),
+            "{t}"
+        );
+        // Text from Ironic is escaped, never raw control characters.
+        assert_eq!(lines[4], "left out: bad\\u{1b}name: not a host name");
+    }
 
     #[test]
     fn an_error_line_names_each_cause_once() {

@@ -72,6 +72,19 @@ enum Command {
         #[arg(long, env = "SHARDBOOT_TOKEN_FILE")]
         token_file: Option<PathBuf>,
     },
+    /// The running server's members: source (static or Ironic), liveness, each one's
+    /// share of the ranges, and whether the list is stale.
+    Members {
+        /// Print the API's JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Operator API base URL (default: this config's http.listen on this host).
+        #[arg(long, env = "SHARDBOOT_SERVER")]
+        server: Option<String>,
+        /// File with the bearer token (default: the config's http.token_file).
+        #[arg(long, env = "SHARDBOOT_TOKEN_FILE")]
+        token_file: Option<PathBuf>,
+    },
     /// Allow, deny or reset a MAC on the running server (takes effect on its next packet).
     Hosts {
         /// allow, deny or default.
@@ -164,6 +177,11 @@ fn main() -> ExitCode {
             &policy,
             &mac,
         ),
+        Command::Members {
+            json,
+            server,
+            token_file,
+        } => cli::print_members(&cli::Remote::new(&config, server, token_file), json),
         Command::Owner { mac } => {
             // Warnings (Ironic unreachable) and, with SHARDBOOT_LOG=debug, the
             // resolvers' decision trail go to stderr.

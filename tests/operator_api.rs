@@ -373,7 +373,7 @@ fn deeply_nested_json_is_a_json_400() {
 #[test]
 fn operator_metrics_on_a_single_listener_need_the_token() {
     require_root!();
-    let (lab, _dir, _server, _client) = api_lab::start_with(T1, "", "metrics = \"operator\"\n");
+    let (lab, dir, _server, _client) = api_lab::start_with(T1, "", "metrics = \"operator\"\n");
     let api = Api {
         lab: &lab,
         token: T1,
@@ -388,4 +388,19 @@ fn operator_metrics_on_a_single_listener_need_the_token() {
         api.call("GET", "/healthz", None, None),
         (200, "ok\n".to_string())
     );
+    // `shardboot members` reads /v1/members with the token: a single instance.
+    let out = lab
+        .server
+        .command(env!("CARGO_BIN_EXE_shardboot"))
+        .args(["members", "--server", api_lab::API, "--token-file"])
+        .arg(dir.path().join("tokens"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.starts_with("source: static  generation: 0"), "{text}");
 }
