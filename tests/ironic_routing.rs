@@ -699,6 +699,7 @@ ranges = ["198.18.1.0 - 198.18.4.255"]
 /// 2 stops, both members drop its member within a refresh, member 1 answers every
 /// machine (Ironic moved them all to conductor 1) from what it already held, and member
 /// 2, whose conductor is gone, answers none; when conductor 2 is back, so is its member.
+/// When Ironic stops answering, the last list stays in force and says it is stale.
 #[test]
 fn members_from_ironic_follow_a_conductor_leaving_and_coming_back() {
     use common::segment::{BroadcastClient, Segment};
@@ -876,4 +877,25 @@ lease_time = 600
         },
     );
     assert_eq!(metric(0, "shardboot_members_stale"), Some(0));
+
+    // 4. Ironic goes away entirely: both members keep the last list (and say it is
+    //    stale) and keep answering every machine from the member beside its conductor,
+    //    as their owner caches last saw it.
+    lab.run(&["stop"], &[]);
+    wait_until(
+        "both members mark the list stale",
+        Duration::from_secs(30),
+        || (0..2).all(|i| metric(i, "shardboot_members_stale") == Some(1)),
+    );
+    assert!((0..2).all(|i| metric(i, "shardboot_members") == Some(2)));
+    // (Member 2 came back within a transition, so it hands out nothing fresh yet:
+    // conductor 2's machines get no offer at `secs` 0, and none from member 1.)
+    for ((mac, conductor), offers) in owners.iter().zip(round(&owners)) {
+        if beside(conductor) == 0 {
+            assert_eq!(offers.len(), 1, "{mac}: {offers:?}");
+            assert_eq!(offers[0].0, 0, "{mac}: {offers:?}");
+        } else {
+            assert!(offers.iter().all(|(who, _)| *who == 1), "{mac}: {offers:?}");
+        }
+    }
 }
