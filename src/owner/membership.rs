@@ -7,7 +7,7 @@
 use super::shares::Split;
 use super::MemberList;
 use crate::config::Config;
-use crate::store::Membership;
+use crate::store::{Membership, PastMembership};
 
 /// A narrowing of fresh addresses after the member list changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,6 +27,8 @@ pub struct Settled {
     pub record: Option<Membership>,
     /// The transition in force, if any.
     pub transition: Option<Transition>,
+    /// Transitions from lists before that one, still running: they narrow too.
+    pub earlier: Vec<Transition>,
 }
 
 /// How long a transition lasts: the longest lease this configuration can grant, plus
@@ -65,16 +67,35 @@ pub fn settle(
         Some(r) if r.names == names && same_split(&r) => {
             return Settled {
                 transition: ongoing(&r, span, now),
+                earlier: earlier(&r.earlier, now),
                 record: None,
             }
         }
-        Some(r) => Membership {
-            names,
-            since: now,
-            previous: Some(r.names),
-            split,
-            previous_split: r.split,
-        },
+        Some(r) => {
+            // The list before this restart, and whatever still narrowed it, keep
+            // narrowing the new one until their ends.
+            let mut kept: Vec<PastMembership> = r
+                .earlier
+                .iter()
+                .filter(|p| p.until > now)
+                .cloned()
+                .collect();
+            if let Some(t) = ongoing(&r, span, now) {
+                kept.push(PastMembership {
+                    names: t.previous,
+                    split: Some(t.previous_split.as_str().to_string()),
+                    until: t.until,
+                });
+            }
+            Membership {
+                names,
+                since: now,
+                previous: Some(r.names),
+                split,
+                previous_split: r.split,
+                earlier: kept,
+            }
+        }
         None => {
             let record = Membership {
                 names,
@@ -82,6 +103,7 @@ pub fn settle(
                 previous: None,
                 split,
                 previous_split: None,
+                earlier: Vec::new(),
             };
             let adopted = (peer_transition > now && !members.is_empty()).then(|| Transition {
                 previous: Vec::new(),
@@ -91,13 +113,27 @@ pub fn settle(
             return Settled {
                 record: Some(record),
                 transition: adopted,
+                earlier: Vec::new(),
             };
         }
     };
     Settled {
         transition: ongoing(&current, span, now),
+        earlier: earlier(&current.earlier, now),
         record: Some(current),
     }
+}
+
+/// The still-running transitions of `past`.
+fn earlier(past: &[PastMembership], now: u64) -> Vec<Transition> {
+    past.iter()
+        .filter(|p| p.until > now)
+        .map(|p| Transition {
+            previous: p.names.clone(),
+            previous_split: Split::recorded(p.split.as_deref()),
+            until: p.until,
+        })
+        .collect()
 }
 
 fn ongoing(record: &Membership, span: u64, now: u64) -> Option<Transition> {
@@ -124,6 +160,7 @@ mod tests {
             previous: previous.map(v),
             previous_split: previous.and(current.clone()),
             split: current,
+            earlier: Vec::new(),
         }
     }
 
@@ -156,7 +193,8 @@ mod tests {
             same,
             Settled {
                 record: None,
-                transition: None
+                transition: None,
+                earlier: Vec::new(),
             }
         );
     }
@@ -210,6 +248,37 @@ mod tests {
         assert_eq!(
             settle(Some(single), &MemberList::default(), 100, 0, 50).transition,
             None
+        );
+    }
+
+    #[test]
+    fn a_restart_with_a_new_list_during_a_transition_keeps_it_narrowing() {
+        // a, b -> a, b, c at 50 (until 150); the member restarts at 80 with a, c.
+        let abc = MemberList::new(["a", "b", "c"]);
+        let first = settle(Some(record(&["a", "b"], 10, None)), &abc, 100, 0, 50)
+            .record
+            .unwrap();
+        let ac = MemberList::new(["a", "c"]);
+        let s = settle(Some(first), &ac, 100, 0, 80);
+        let t = s.transition.unwrap();
+        assert_eq!(
+            (t.previous.as_slice(), t.until),
+            (&["a".to_string(), "b".into(), "c".into()][..], 180)
+        );
+        assert_eq!(s.earlier.len(), 1);
+        assert_eq!(s.earlier[0].previous, ["a", "b"]);
+        assert_eq!(s.earlier[0].until, 150);
+        // Restarted again at 120 with the same list: both still narrow; at 160 only one.
+        let r = s.record.unwrap();
+        let again = settle(Some(r.clone()), &ac, 100, 0, 120);
+        assert_eq!(
+            (again.earlier.len(), again.transition.map(|t| t.until)),
+            (1, Some(180))
+        );
+        let later = settle(Some(r), &ac, 100, 0, 160);
+        assert_eq!(
+            (later.earlier.len(), later.transition.map(|t| t.until)),
+            (0, Some(180))
         );
     }
 }

@@ -121,6 +121,11 @@ pub(crate) fn other_records_round_trip(store: &dyn Store) {
         previous: Some(vec!["a".into()]),
         split: Some("blocks-v1".into()),
         previous_split: None,
+        earlier: vec![crate::store::PastMembership {
+            names: vec!["a".into(), "c".into()],
+            split: None,
+            until: 99,
+        }],
     };
     let other = MacAddr([0x52, 0x54, 0, 0, 0, 8]);
     store
@@ -195,6 +200,7 @@ fn sled_survives_reopen() {
         previous: None,
         split: None,
         previous_split: None,
+        earlier: Vec::new(),
     };
     let mac = MacAddr([0x52, 0x54, 0, 0, 0, 7]);
     {

@@ -25,7 +25,7 @@ pub use committer::{CommitFailed, Committer, StoreMetrics, StoreStatus};
 pub use lease::{Lease, LeaseEffect, LeaseState};
 pub use memory::MemoryStore;
 pub use query::LeaseQuery;
-pub use records::{HostPolicy, Membership, Reservation};
+pub use records::{HostPolicy, Membership, PastMembership, Reservation};
 pub use sled_store::SledStore;
 pub use view::LeaseView;
 

@@ -65,4 +65,20 @@ pub struct Membership {
     /// The split of `previous`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous_split: Option<String>,
+    /// Lists served before `previous` whose transitions had not ended when this list
+    /// came in force: they narrow fresh addresses too until then.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub earlier: Vec<PastMembership>,
+}
+
+/// A member list served before, kept until its transition ends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PastMembership {
+    /// Its sorted member names.
+    pub names: Vec<String>,
+    /// How ranges were shared among them (`owner::shares::Split`, by name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<String>,
+    /// Unix seconds when its transition ends.
+    pub until: u64,
 }

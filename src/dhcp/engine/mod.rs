@@ -500,6 +500,18 @@ impl Engine {
             return None;
         }
         let old = std::mem::replace(&mut self.members, list);
+        // The transitions already running are stored with the record, so a restart
+        // during them keeps them.
+        let earlier = self
+            .past
+            .iter()
+            .filter(|p| p.until > now)
+            .map(|p| crate::store::PastMembership {
+                names: p.list.names().to_vec(),
+                split: Some(p.split.as_str().to_string()),
+                until: p.until,
+            })
+            .collect();
         self.past.push(PastList {
             list: old.clone(),
             split: Split::CURRENT,
@@ -514,6 +526,7 @@ impl Engine {
             previous: Some(old.names().to_vec()),
             previous_split: split.clone(),
             split,
+            earlier,
         })
     }
 

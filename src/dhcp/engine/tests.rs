@@ -1277,8 +1277,13 @@ fn a_live_member_change_narrows_at_once_and_stacks_with_a_running_transition() {
     );
     assert_eq!(e.transition_until(), Some(T0 + span));
     // d joins 10 s later: the new share is narrowed by both earlier lists.
-    e.change_members(MemberList::new(["a", "b", "d"]), T0 + 10)
+    let record = e
+        .change_members(MemberList::new(["a", "b", "d"]), T0 + 10)
         .unwrap();
+    // The running transition goes into the record, so a restart keeps it.
+    assert_eq!(record.earlier.len(), 1);
+    assert_eq!(record.earlier[0].names, ["a", "b", "c"]);
+    assert_eq!(record.earlier[0].until, T0 + span);
     assert_eq!(e.transition_until(), Some(T0 + 10 + span));
     let allowed: Vec<Ipv4Addr> = share(&["a", "b", "d"], "b")
         .into_iter()

@@ -144,6 +144,11 @@ pub async fn prepare(config: &Config, parts: Parts) -> Result<Server, StartError
     if let Some(record) = settled.record {
         committer.commit_blocking(vec![Change::Membership(record)])?;
     }
+    if let Some(me) = config.owner.self_name.as_deref() {
+        for t in &settled.earlier {
+            engine.begin_transition(&t.previous, t.previous_split, me, t.until);
+        }
+    }
     if let (Some(t), Some(me)) = (settled.transition, config.owner.self_name.as_deref()) {
         engine.begin_transition(&t.previous, t.previous_split, me, t.until);
         metrics.transition_until.set(t.until);
