@@ -114,6 +114,21 @@ impl IronicLab {
     }
 }
 
+impl IronicLab {
+    /// Sends `signal` (STOP, CONT) to the API's process group: a stopped API accepts
+    /// connections and never answers, as an Ironic that hangs does.
+    fn signal_api(&self, signal: &str) {
+        let pid = std::fs::read_to_string(self.dir.path().join("ironic-1.pid")).unwrap();
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg("--")
+            .arg(format!("-{}", pid.trim()))
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{signal} the Ironic API");
+    }
+}
+
 impl Drop for IronicLab {
     fn drop(&mut self) {
         let _ = self
@@ -756,7 +771,7 @@ lease_time = 600
         )
     };
     let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
-    let _servers: Vec<Server> = (0..2)
+    let mut servers: Vec<Server> = (0..2)
         .map(|i| Server::start(&seg.servers, dirs[i].path(), &config(i)))
         .collect();
     let metrics = |i: usize| {
@@ -878,10 +893,10 @@ lease_time = 600
     );
     assert_eq!(metric(0, "shardboot_members_stale"), Some(0));
 
-    // 4. Ironic goes away entirely: both members keep the last list (and say it is
-    //    stale) and keep answering every machine from the member beside its conductor,
-    //    as their owner caches last saw it.
-    lab.run(&["stop"], &[]);
+    // 4. Ironic hangs: both members keep the last list (and say it is stale) and keep
+    //    answering every machine from the member beside its conductor, as their owner
+    //    caches last saw it.
+    lab.signal_api("STOP");
     wait_until(
         "both members mark the list stale",
         Duration::from_secs(30),
@@ -898,4 +913,24 @@ lease_time = 600
             assert!(offers.iter().all(|(who, _)| *who == 1), "{mac}: {offers:?}");
         }
     }
+
+    // 5. Member 1 restarts while Ironic is still gone: it serves with the conductor
+    //    list its store remembers (stale), not with none and not alone.
+    servers[0].stop();
+    servers[0] = Server::start(&seg.servers, dirs[0].path(), &config(0));
+    assert_eq!(metric(0, "shardboot_members"), Some(2));
+    assert_eq!(metric(0, "shardboot_members_stale"), Some(1));
+    assert!(servers[0]
+        .log_text()
+        .contains("serving with the conductor list it last gave"));
+    let answered: Vec<(usize, Ipv4Addr)> = round(&owners).into_iter().flatten().collect();
+    assert!(!answered.is_empty());
+    assert!(
+        answered
+            .iter()
+            .filter(|(who, _)| *who == 0)
+            .all(|(_, ip)| owned_by_1(*ip)),
+        "{answered:?}"
+    );
+    lab.signal_api("CONT");
 }

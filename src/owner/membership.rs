@@ -94,6 +94,7 @@ pub fn settle(
                 split,
                 previous_split: r.split,
                 earlier: kept,
+                conductors: Vec::new(),
             }
         }
         None => {
@@ -104,6 +105,7 @@ pub fn settle(
                 split,
                 previous_split: None,
                 earlier: Vec::new(),
+                conductors: Vec::new(),
             };
             let adopted = (peer_transition > now && !members.is_empty()).then(|| Transition {
                 previous: Vec::new(),
@@ -161,6 +163,7 @@ mod tests {
             previous_split: previous.and(current.clone()),
             split: current,
             earlier: Vec::new(),
+            conductors: Vec::new(),
         }
     }
 

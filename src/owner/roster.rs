@@ -45,6 +45,14 @@ impl RosterView {
         }
     }
 
+    /// The conductors behind the members (members from Ironic), in member order.
+    pub fn conductors(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .filter_map(|m| m.conductor.clone())
+            .collect()
+    }
+
     /// The member called `name`.
     pub fn member(&self, name: &str) -> Option<&Member> {
         self.members.iter().find(|m| m.name == name)
@@ -111,6 +119,20 @@ impl Roster {
             return None;
         }
         let next = Arc::new(next);
+        *view = next.clone();
+        drop(view);
+        self.changes.send_replace(next.clone());
+        Some(next)
+    }
+
+    /// Puts `members` in force only if no list has been put in force since start (a
+    /// remembered list must never overwrite one Ironic just gave).
+    pub fn replace_if_unset(&self, members: Vec<Member>) -> Option<Arc<RosterView>> {
+        let mut view = self.view.write().unwrap_or_else(|p| p.into_inner());
+        if view.generation > 0 {
+            return None;
+        }
+        let next = Arc::new(RosterView::of(members, 1));
         *view = next.clone();
         drop(view);
         self.changes.send_replace(next.clone());

@@ -126,6 +126,7 @@ pub(crate) fn other_records_round_trip(store: &dyn Store) {
             split: None,
             until: 99,
         }],
+        conductors: vec!["10.0.0.1".into(), "10.0.0.3:8090".into()],
     };
     let other = MacAddr([0x52, 0x54, 0, 0, 0, 8]);
     store
@@ -201,6 +202,7 @@ fn sled_survives_reopen() {
         split: None,
         previous_split: None,
         earlier: Vec::new(),
+        conductors: Vec::new(),
     };
     let mac = MacAddr([0x52, 0x54, 0, 0, 0, 7]);
     {

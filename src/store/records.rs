@@ -69,6 +69,10 @@ pub struct Membership {
     /// came in force: they narrow fresh addresses too until then.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub earlier: Vec<PastMembership>,
+    /// With members from Ironic: the conductor names behind `names`, so a restart while
+    /// Ironic is unreachable serves with the last list it gave.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conductors: Vec<String>,
 }
 
 /// A member list served before, kept until its transition ends.

@@ -527,6 +527,7 @@ impl Engine {
             previous_split: split.clone(),
             split,
             earlier,
+            conductors: Vec::new(),
         })
     }
 

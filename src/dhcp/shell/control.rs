@@ -33,6 +33,7 @@ pub(super) enum Control {
     /// The member list changed while running (members from Ironic).
     Members {
         list: crate::owner::MemberList,
+        conductors: Vec<String>,
         done: oneshot::Sender<Option<u64>>,
     },
 }
@@ -100,8 +101,14 @@ impl DhcpHandle {
     pub async fn change_members(
         &self,
         list: crate::owner::MemberList,
+        conductors: Vec<String>,
     ) -> Result<Option<u64>, ControlError> {
-        self.ask(|done| Control::Members { list, done }).await
+        self.ask(|done| Control::Members {
+            list,
+            conductors,
+            done,
+        })
+        .await
     }
 
     /// Removes a MAC's run-time reservation, durable before the answer.
@@ -143,13 +150,17 @@ pub(super) fn apply(engine: &mut Engine, cmd: Control, committer: &Committer, no
                 .and_then(|()| engine.unreserve(&mac));
             let _ = done.send(result);
         }
-        Control::Members { list, done } => {
+        Control::Members {
+            list,
+            conductors,
+            done,
+        } => {
             // Applied at once: the transition only narrows what this member hands out
             // fresh, so it is safe before the record is durable. If the process dies
             // first, start-up finds the old list in the store and starts the same
             // transition then, later and so longer.
             let names = list.names().to_vec();
-            let Some(record) = engine.change_members(list, now) else {
+            let Some(mut record) = engine.change_members(list, now) else {
                 let _ = done.send(None);
                 return;
             };
@@ -161,6 +172,7 @@ pub(super) fn apply(engine: &mut Engine, cmd: Control, committer: &Committer, no
                 "member list changed: new shares now; fresh addresses only from what this \
                  member also held before, until the longest lease has run out"
             );
+            record.conductors = conductors;
             if let Err(e) = committer.commit_blocking(vec![Change::Membership(record)]) {
                 tracing::error!(error = %e, "membership record not stored");
             }

@@ -21,8 +21,11 @@ pub async fn follow_members(
 ) {
     let mut changes = roster.subscribe();
     loop {
-        let list = changes.borrow_and_update().list.clone();
-        match dhcp.change_members(list).await {
+        let (list, conductors) = {
+            let view = changes.borrow_and_update();
+            (view.list.clone(), view.conductors())
+        };
+        match dhcp.change_members(list, conductors).await {
             Ok(Some(until)) => metrics.transition_until.set(until),
             Ok(None) => {}
             Err(e) => warn!(error = %e, "member change not applied to DHCP"),

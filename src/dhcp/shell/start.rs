@@ -69,6 +69,59 @@ pub struct Parts {
     pub control: Option<ControlReceiver>,
 }
 
+/// With members from Ironic: waits for Ironic's first conductor list, since the shares
+/// depend on the whole list and nothing may be handed out before it is known. When
+/// Ironic does not answer in time and the store remembers the conductors it last gave,
+/// that list is put in force (and shown stale) until Ironic answers; without one, the
+/// wait goes on.
+async fn first_member_list(
+    settings: &crate::config::IronicMembers,
+    stored: &Stored,
+    resolver: &Resolver,
+) {
+    use crate::owner::ironic_wire::Conductor;
+    let roster = resolver.roster();
+    let mut changes = roster.subscribe();
+    if changes.borrow_and_update().generation > 0 {
+        return;
+    }
+    info!("waiting for Ironic's conductor list before serving DHCP");
+    let patience = resolver
+        .ironic()
+        .map_or(Duration::from_secs(10), |i| i.settings().timeout * 2)
+        + Duration::from_secs(1);
+    if tokio::time::timeout(patience, changes.changed())
+        .await
+        .is_ok()
+    {
+        return;
+    }
+    let last: Vec<Conductor> = stored
+        .membership
+        .iter()
+        .flat_map(|m| m.conductors.iter())
+        .map(|c| Conductor {
+            hostname: c.clone(),
+            alive: true,
+            conductor_group: settings.conductor_group.clone().unwrap_or_default(),
+        })
+        .collect();
+    if last.is_empty() {
+        warn!("Ironic does not answer and the store holds no earlier conductor list; DHCP waits for Ironic");
+        while changes.borrow_and_update().generation == 0 {
+            if changes.changed().await.is_err() {
+                return;
+            }
+        }
+        return;
+    }
+    let (members, _) = crate::owner::roster::members_from_conductors(&last, settings);
+    warn!(conductors = ?stored.membership.as_ref().map(|m| &m.conductors), "Ironic does not answer; serving with the conductor list it last gave, until it does");
+    // Stale until Ironic answers: the refresh task's next good read clears it.
+    roster.read_failed(unix_now(), "not read since start".into());
+    roster.replace_if_unset(members);
+}
+
 /// Checks the member list against the running members, settles the membership record,
 /// loads the engine and binds one socket per served interface.
 pub async fn prepare(config: &Config, parts: Parts) -> Result<Server, StartError> {
@@ -81,22 +134,8 @@ pub async fn prepare(config: &Config, parts: Parts) -> Result<Server, StartError
         metrics,
         control,
     } = parts;
-    let from_ironic = matches!(
-        config.owner.members,
-        crate::config::MembersSource::Ironic(_)
-    );
-    if from_ironic {
-        // The shares depend on the whole list: no address is handed out before Ironic
-        // has said who the members are.
-        let mut changes = resolver.roster().subscribe();
-        if changes.borrow().generation == 0 {
-            info!("waiting for Ironic's conductor list before serving DHCP");
-        }
-        while changes.borrow_and_update().generation == 0 {
-            if changes.changed().await.is_err() {
-                break;
-            }
-        }
+    if let crate::config::MembersSource::Ironic(settings) = &config.owner.members {
+        first_member_list(settings, &stored, &resolver).await;
     }
     let view = resolver.roster().current();
     let mut peer_transition = 0;
@@ -141,7 +180,8 @@ pub async fn prepare(config: &Config, parts: Parts) -> Result<Server, StartError
         }
     }
     let settled = settle(stored.membership, &view.list, span, peer_transition, now);
-    if let Some(record) = settled.record {
+    if let Some(mut record) = settled.record {
+        record.conductors = view.conductors();
         committer.commit_blocking(vec![Change::Membership(record)])?;
     }
     if let Some(me) = config.owner.self_name.as_deref() {
