@@ -168,8 +168,8 @@ def check(binary, files):
                         os.unlink(os.path.join(stand_ins, n))
                     os.rmdir(stand_ins)
                 print(f"{f}: {name}/{c['name']}: exit {r.returncode}")
-                for s in stood_in:
-                    print(f"  stood in for {s}")
+                for line in stood_in:
+                    print(f"  stood in for {line}")
                 sys.stdout.write(r.stdout)
                 sys.stdout.write(r.stderr)
                 if r.returncode != 0:
