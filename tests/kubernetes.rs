@@ -31,10 +31,27 @@ fn manifests_validate_and_embedded_environments_pass_check_config() {
     let log = text(&out);
     assert!(out.status.success(), "{log}");
     assert!(
-        log.contains("checked 2 embedded shardboot environments"),
+        log.contains("checked 3 embedded shardboot environments"),
         "{log}"
     );
-    assert_eq!(log.matches("configuration OK").count(), 2, "{log}");
+    assert_eq!(log.matches("configuration OK").count(), 3, "{log}");
+    // The HA DaemonSet and the IrSO HA override get their Secret-backed files.
+    for file in ["daemonset.yaml", "irso-ha-override.yaml"] {
+        let section = log
+            .split("deploy/kubernetes/")
+            .find(|s| s.starts_with(&format!("{file}: ")))
+            .unwrap_or_else(|| panic!("{file} not checked:\n{log}"));
+        for var in [
+            "SHARDBOOT_OWNER__MEMBER_SECRET_FILE=/run/shardboot/member-secret",
+            "SHARDBOOT_OWNER__IRONIC__PASSWORD_FILE=/auth/ironic/password",
+            "SHARDBOOT_OWNER__IRONIC__CA_FILE=/certs/ironic/ca.crt",
+        ] {
+            assert!(
+                section.contains(&format!("stood in for {var}")),
+                "{file}: {var}:\n{log}"
+            );
+        }
+    }
 }
 
 #[test]
@@ -62,10 +79,37 @@ fn a_broken_manifest_or_environment_is_refused() {
     )
     .unwrap();
     std::fs::write(&ds, &daemonset).unwrap();
-    let out = check(&[cm, ds]);
+    let out = check(&[cm.clone(), ds.clone()]);
     assert!(!out.status.success(), "unservable DHCP_OPTIONS accepted");
     assert!(
         text(&out).contains("DHCP_OPTIONS: entry \"option:tftp-server,172.22.0.2\""),
+        "{}",
+        text(&out)
+    );
+
+    // Members from Ironic without the member secret.
+    let secret_env = "            - name: SHARDBOOT_OWNER__MEMBER_SECRET_FILE\n              value: /run/shardboot/member-secret\n";
+    assert!(daemonset.contains(secret_env), "daemonset.yaml changed");
+    std::fs::write(&cm, &configmap).unwrap();
+    std::fs::write(&ds, daemonset.replace(secret_env, "")).unwrap();
+    let out = check(&[cm.clone(), ds.clone()]);
+    assert!(!out.status.success(), "members without a secret accepted");
+    assert!(
+        text(&out).contains("owner.member_secret_file: is required"),
+        "{}",
+        text(&out)
+    );
+
+    // A Secret-backed file the container does not mount.
+    let ca_mount = "            - name: ironic-ca\n              mountPath: /certs/ironic\n              readOnly: true\n";
+    assert!(daemonset.contains(ca_mount), "daemonset.yaml changed");
+    std::fs::write(&ds, daemonset.replace(ca_mount, "")).unwrap();
+    let out = check(&[cm, ds]);
+    assert!(!out.status.success(), "unmounted CA file accepted");
+    assert!(
+        text(&out).contains(
+            "SHARDBOOT_OWNER__IRONIC__CA_FILE: /certs/ironic/ca.crt is not in any volume the container mounts"
+        ),
         "{}",
         text(&out)
     );
