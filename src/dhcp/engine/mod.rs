@@ -44,6 +44,33 @@ struct PastList {
     list: crate::owner::MemberList,
     split: crate::owner::shares::Split,
     until: u64,
+    /// When this list came in force and the list before it, when known (a change while
+    /// running): a list this member was not in, served for less than a transition span,
+    /// narrows to this member's share under the list before, not to nothing.
+    served_from: Option<u64>,
+    before: Option<crate::owner::MemberList>,
+}
+
+/// The list whose share of `me` bounds what others may have handed out while `past` was
+/// in force, or `None` when that could be anything.
+///
+/// - `me` was in `past`: the others shared what was not `me`'s share under it.
+/// - `me` was not in it (its conductor was briefly gone), but it followed a list `me` was
+///   in and lasted less than a span: every other member was still narrowed to its share
+///   under that earlier list for all of it, so what was `me`'s share then stayed free.
+/// - Otherwise (a new member, a long absence, a list from before a restart): nothing.
+fn past_share_list<'a>(
+    past: &'a PastList,
+    me: &str,
+    span: u64,
+) -> Option<&'a crate::owner::MemberList> {
+    if past.list.index_of(me).is_some() {
+        return Some(&past.list);
+    }
+    let ended = past.until.checked_sub(span)?;
+    let lasted = ended.checked_sub(past.served_from?)?;
+    let before = past.before.as_ref()?;
+    (lasted < span && before.index_of(me).is_some()).then_some(before)
 }
 
 /// The DHCP engine's state and decision logic.
@@ -64,6 +91,10 @@ pub struct Engine {
     /// The lists served before, until their transitions end: fresh addresses come only
     /// from what this member's share was under every one of them.
     past: Vec<PastList>,
+    /// Since when the current list is in force, and the list before it, when this
+    /// engine saw the change.
+    members_since: Option<u64>,
+    members_before: Option<crate::owner::MemberList>,
     /// The `[[host]]` entries as configured (run-time reservations overlay `hosts`).
     config_hosts: HashMap<MacAddr, Host>,
     /// MACs whose reservation was made at run time.
@@ -105,6 +136,8 @@ impl Engine {
             members,
             transition_span: crate::owner::membership::transition_span(config),
             past: Vec::new(),
+            members_since: None,
+            members_before: None,
             config_hosts: config.hosts.iter().map(|h| (h.mac, h.clone())).collect(),
             runtime_reserved: std::collections::HashSet::new(),
             limits: Limits::default(),
@@ -475,6 +508,8 @@ impl Engine {
             list: crate::owner::MemberList::new(previous.iter().cloned()),
             split: previous_split,
             until,
+            served_from: None,
+            before: None,
         });
         self.restrict_to_past_shares();
     }
@@ -516,7 +551,11 @@ impl Engine {
             list: old.clone(),
             split: Split::CURRENT,
             until: now + self.transition_span,
+            served_from: self.members_since,
+            before: self.members_before.take(),
         });
+        self.members_since = Some(now);
+        self.members_before = Some(old.clone());
         self.reshare();
         self.restrict_to_past_shares();
         let split = Some(Split::CURRENT.as_str().to_string());
@@ -555,10 +594,9 @@ impl Engine {
             pool.lift_restriction();
             let (first, last) = pool.bounds();
             for past in &self.past {
-                let old = if past.list.index_of(&me).is_some() {
-                    past.list.share_of(past.split, first, last, Some(&me))
-                } else {
-                    Vec::new()
+                let old = match past_share_list(past, &me, self.transition_span) {
+                    Some(list) => list.share_of(past.split, first, last, Some(&me)),
+                    None => Vec::new(),
                 };
                 pool.restrict(&old);
             }

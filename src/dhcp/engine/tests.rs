@@ -1309,3 +1309,41 @@ fn a_live_member_change_narrows_at_once_and_stacks_with_a_running_transition() {
     );
     assert!(share(&["a", "b", "d"], "b").contains(&offered(&d)));
 }
+
+#[test]
+fn a_member_back_after_a_short_absence_serves_its_share_at_once_but_not_after_a_long_one() {
+    use crate::owner::MemberList;
+    let i = iface();
+    let cfg = config(&format!(
+        "[owner]\ninsecure_members = true\nself = \"b\"\n{THREE_MEMBERS}"
+    ));
+    let span = crate::owner::membership::transition_span(&cfg);
+    let fresh = |e: &mut Engine, at: u64, from: u8| {
+        let mut got = Vec::new();
+        for n in from..from + 60 {
+            let d = e.handle_message(&msg(MessageType::Discover, mac(n)), &ctx(&i, at));
+            let Outcome::Offer(ip) = d.outcome else { break };
+            bind(e, &i, mac(n), at);
+            got.push(ip);
+        }
+        got.sort();
+        got
+    };
+    let (abc, ac) = (MemberList::new(ABC), MemberList::new(["a", "c"]));
+    // b's conductor is gone for 30 s: b hands out nothing meanwhile; back, all of its
+    // share at once, since a and c stayed within their shares under a, b, c throughout.
+    let mut e = Engine::new(&cfg, Vec::new(), T0);
+    e.change_members(ac.clone(), T0).unwrap();
+    assert!(fresh(&mut e, T0 + 1, 0).is_empty());
+    e.change_members(abc.clone(), T0 + 30).unwrap();
+    assert_eq!(fresh(&mut e, T0 + 31, 100), share(&ABC, "b"));
+    // Gone for longer than a transition: a and c were free to use b's blocks by then,
+    // so b, back, hands out nothing fresh until its own transitions end.
+    let mut e = Engine::new(&cfg, Vec::new(), T0);
+    e.change_members(ac, T0).unwrap();
+    e.handle_tick(T0 + span + 1);
+    e.change_members(abc, T0 + span + 1).unwrap();
+    assert!(fresh(&mut e, T0 + span + 2, 0).is_empty());
+    e.handle_tick(T0 + 2 * span + 1);
+    assert_eq!(fresh(&mut e, T0 + 2 * span + 2, 100), share(&ABC, "b"));
+}
