@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
-use common::segment::{BroadcastClient, Seen, Segment};
+use common::segment::{Seen, Segment};
 use common::Server;
 use dhcproto::v4::MessageType;
 use shardboot::mac::MacAddr;
@@ -102,14 +102,7 @@ fn offers(seen: &[Seen]) -> Vec<Seen> {
 
 /// `curl` a member's metrics from inside the servers namespace.
 fn metric(seg: &Segment, member: usize, prefix: &str) -> Option<u64> {
-    let out = seg
-        .servers
-        .command("curl")
-        .args(["-s", "-m", "2", "--noproxy", "*"])
-        .arg(format!("http://{}:8080/metrics", member_ip(member)))
-        .output()
-        .ok()?;
-    String::from_utf8_lossy(&out.stdout)
+    seg.metrics(member_ip(member))
         .lines()
         .find_map(|l| l.strip_prefix(prefix).map(|v| v.trim().parse().ok()))
         .flatten()
@@ -133,9 +126,7 @@ fn three_members_share_a_segment_without_duplicates_and_take_over() {
     let mut servers: Vec<Server> = (0..3)
         .map(|i| Server::start(&seg.servers, dirs[i].path(), &config(&seg.member_ifs[i], i)))
         .collect();
-    let client_if = seg.client_if.clone();
-    let client = seg.clients.run(move || BroadcastClient::new(&client_if));
-    let mut client = client.join().unwrap();
+    let mut client = seg.client();
     // The client socket was made inside the namespace; using it from this thread is
     // fine (a socket keeps its namespace).
 
@@ -403,12 +394,7 @@ fn adding_a_member_never_hands_out_an_address_twice() {
     let addr_refs: Vec<&str> = addrs.iter().map(String::as_str).collect();
     let seg = Segment::new(&addr_refs);
     let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let client_if = seg.client_if.clone();
-    let mut client = seg
-        .clients
-        .run(move || BroadcastClient::new(&client_if))
-        .join()
-        .unwrap();
+    let mut client = seg.client();
 
     // a and b serve the range in halves; 60 machines take leases.
     let two = ["a", "b"];
@@ -594,12 +580,7 @@ fn a_forged_member_cannot_stop_a_member_or_freeze_its_allocation() {
         Some(0)
     );
     assert!(a.log_text().contains("no valid proof"), "{}", a.log_text());
-    let client_if = seg.client_if.clone();
-    let mut client = seg
-        .clients
-        .run(move || BroadcastClient::new(&client_if))
-        .join()
-        .unwrap();
+    let mut client = seg.client();
     let macs: Vec<[u8; 6]> = (5001..5021).map(mac).collect();
     let seen = client.discover(&macs, 0, Duration::from_millis(1500));
     for (m, s) in macs.iter().zip(&seen) {

@@ -429,7 +429,7 @@ fn ironic_behind_basic_auth_and_tls_with_a_private_ca() {
 /// the member beside the conductor Ironic gives it, and only by that member.
 #[test]
 fn dhcp_answers_come_from_the_member_beside_the_owning_conductor() {
-    use common::segment::{BroadcastClient, Segment};
+    use common::segment::Segment;
     use common::Server;
     use dhcproto::v4::MessageType;
     use std::net::Ipv4Addr;
@@ -492,14 +492,8 @@ ranges = ["198.18.1.0 - 198.18.4.255"]
         .map(|i| Server::start(&seg.servers, dirs[i].path(), &config(i)))
         .collect();
     let snapshot = |i: usize| {
-        let out = seg
-            .servers
-            .command("curl")
-            .args(["-s", "-m", "2", "--noproxy", "*"])
-            .arg(format!("http://{}:8080/metrics", ips[i]))
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).contains("shardboot_owner_ironic_snapshot_macs 20\n")
+        seg.metrics(ips[i])
+            .contains("shardboot_owner_ironic_snapshot_macs 20\n")
     };
     wait_until(
         "both members loaded Ironic's ports",
@@ -507,12 +501,7 @@ ranges = ["198.18.1.0 - 198.18.4.255"]
         || snapshot(0) && snapshot(1),
     );
 
-    let client_if = seg.client_if.clone();
-    let mut client = seg
-        .clients
-        .run(move || BroadcastClient::new(&client_if))
-        .join()
-        .unwrap();
+    let mut client = seg.client();
     let macs: Vec<[u8; 6]> = owners
         .iter()
         .map(|(m, _)| m.parse::<shardboot::mac::MacAddr>().unwrap().0)
@@ -718,7 +707,7 @@ ranges = ["198.18.1.0 - 198.18.4.255"]
 /// When Ironic stops answering, the last list stays in force and says it is stale.
 #[test]
 fn members_from_ironic_follow_a_conductor_leaving_and_coming_back() {
-    use common::segment::{BroadcastClient, Segment};
+    use common::segment::Segment;
     use common::Server;
     use dhcproto::v4::MessageType;
     use shardboot::owner::shares::Split;
@@ -775,29 +764,13 @@ lease_time = 600
     let mut servers: Vec<Server> = (0..2)
         .map(|i| Server::start(&seg.servers, dirs[i].path(), &config(i)))
         .collect();
-    let metrics = |i: usize| {
-        let out = seg
-            .servers
-            .command("curl")
-            .args(["-s", "-m", "2", "--noproxy", "*"])
-            .arg(format!("http://{}:8080/metrics", hosts[i]))
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).to_string()
-    };
     let metric = |i: usize, name: &str| -> Option<u64> {
-        metrics(i)
+        seg.metrics(hosts[i])
             .lines()
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
     };
-    let client_if = seg.client_if.clone();
-    let mut client = seg
-        .clients
-        .run(move || BroadcastClient::new(&client_if))
-        .join()
-        .unwrap();
-    // Who answers each enrolled machine now, by member index; `xid_base` keeps rounds
-    // apart.
+    let mut client = seg.client();
+    // Who answers each enrolled machine now, by member index and offered address.
     let mut round = |owners: &[(String, Option<String>)]| -> Vec<Vec<(usize, Ipv4Addr)>> {
         let macs: Vec<[u8; 6]> = owners
             .iter()

@@ -312,17 +312,47 @@ fn per_client_limit_refuses_extra_transfers() {
         s.max_per_client = 1;
         s.retries = 50;
     });
-    // First client requests and then never ACKs: its transfer holds the slot.
+    // The first client ACKs its first block and then stalls: a real transfer, which
+    // holds the address's one slot.
     let hog = TestClient::new();
-    let (first, _) = hog
+    let (first, tid) = hog
         .request(server.addr, &TestClient::rrq(b"ipxe.efi", "octet", &[]))
         .unwrap();
     assert_eq!(first[1], 3, "first transfer starts with DATA 1");
+    hog.sock.send_to(&[0, 4, 0, 1], tid).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(100));
     let (reply, _) = TestClient::new()
         .request(server.addr, &TestClient::rrq(b"one.bin", "octet", &[]))
         .unwrap();
     assert_eq!(error_code(&reply), Some(0));
     assert!(String::from_utf8_lossy(&reply).contains("too many transfers"));
+}
+
+#[test]
+fn at_the_per_client_limit_a_transfer_that_never_acked_gives_way() {
+    let root = Root::new();
+    let server = start(&root, |s| {
+        s.max_per_client = 1;
+        s.retries = 50;
+    });
+    // A request (perhaps spoofed under this address) that never ACKs does not keep the
+    // address's next real client out: it is evicted for the newer request.
+    let silent = TestClient::new();
+    let (first, _) = silent
+        .request(server.addr, &TestClient::rrq(b"ipxe.efi", "octet", &[]))
+        .unwrap();
+    assert_eq!(first[1], 3);
+    let r = TestClient::new()
+        .get(server.addr, "one.bin", &[], &Faults::default())
+        .unwrap();
+    assert!(!r.data.is_empty());
+    assert_eq!(
+        server
+            .metrics
+            .transfers_evicted
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
 }
 
 #[test]

@@ -57,6 +57,29 @@ impl Segment {
     }
 }
 
+impl Segment {
+    /// A broadcast DHCP client on the clients' side of the segment.
+    pub(crate) fn client(&self) -> BroadcastClient {
+        let client_if = self.client_if.clone();
+        self.clients
+            .run(move || BroadcastClient::new(&client_if))
+            .join()
+            .unwrap()
+    }
+
+    /// The `/metrics` text of the member whose HTTP listener is `host`:8080, read with
+    /// curl inside the servers' namespace ("" when it does not answer).
+    pub(crate) fn metrics(&self, host: impl std::fmt::Display) -> String {
+        self.servers
+            .command("curl")
+            .args(["-s", "-m", "2", "--noproxy", "*"])
+            .arg(format!("http://{host}:8080/metrics"))
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    }
+}
+
 /// One reply seen by the broadcast client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Seen {
