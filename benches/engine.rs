@@ -18,8 +18,13 @@ ranges = ["198.18.1.0 - 198.19.255.254"]
 "#;
 
 fn engine() -> Engine {
+    // Every DISCOVER is a new client whose offer is held 60 s: at 1,000 a simulated
+    // second that is 60,000 offers outstanding, above the default cap on offers to
+    // unknown machines (`dhcp.max_offers`), which would silence the engine mid-run.
+    let overrides = [("dhcp.max_offers".to_string(), "1000000".to_string())];
     let cfg =
-        Config::from_toml_with_overrides(&format!("{DEFAULT_CONFIG_TOML}{BIG_POOL}"), &[]).unwrap();
+        Config::from_toml_with_overrides(&format!("{DEFAULT_CONFIG_TOML}{BIG_POOL}"), &overrides)
+            .unwrap();
     Engine::new(&cfg, Vec::new(), 1_000_000)
 }
 
