@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Three members against one, in one run: perfdhcp broadcasting on a bridge (like a rack
 # of PXE ROMs) to a single shardboot serving the whole range, then to three members that
-# each answer only their own machines from their own slice. Prints 4-way exchanges/s,
+# each answer only their own machines from their own share. Prints 4-way exchanges/s,
 # the members' summed CPU per exchange, and how many addresses were handed out twice
 # (must be 0). Run as root.
 #
