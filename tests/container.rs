@@ -119,17 +119,12 @@ fn start(name: &str, netns: &str, volume: &str, env: &[&str]) {
 /// One-shot udhcpc as a UEFI x64 PXE ROM; the fields of its `bound` event.
 fn obtain(ns: &Netns, iface: &str, events: &Path) -> Vec<String> {
     let _ = std::fs::remove_file(events);
-    let status = ns
-        .command("udhcpc")
-        .args(["-V", "PXEClient:Arch:00007:UNDI:003016", "-x", "0x5d:0007"])
-        .args(["-q", "-n", "-f", "-t", "5", "-T", "1", "-A", "1", "-s"])
-        .arg(repo("tests/scripts/udhcpc-script"))
-        .args(["-i", iface])
-        .env("SB_EVENTS", events)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .unwrap();
+    let status = common::clients::udhcpc_once(
+        ns,
+        iface,
+        events,
+        &["-V", "PXEClient:Arch:00007:UNDI:003016", "-x", "0x5d:0007"],
+    );
     assert!(status.success(), "udhcpc got no lease from the container");
     let text = std::fs::read_to_string(events).unwrap();
     let line = text
@@ -214,20 +209,7 @@ fn image_runs_as_irsos_dnsmasq_container_keeps_leases_across_kill_and_pxe_boots_
     assert_eq!(ev[6], "192.0.2.1", "DNS_IP=provisioning");
     // The boot file it was told, from the image's /tftpboot (Debian's snponly.efi).
     let dest = dir.path().join("snponly.efi");
-    let out = lab
-        .client
-        .command("tftp")
-        .args([
-            "-m",
-            "binary",
-            "192.0.2.1",
-            "-c",
-            "get",
-            "snponly-x86_64.efi",
-        ])
-        .arg(&dest)
-        .output()
-        .unwrap();
+    let out = common::clients::tftp_get(&lab.client, "192.0.2.1", "snponly-x86_64.efi", &dest);
     assert!(
         out.status.success(),
         "{}",

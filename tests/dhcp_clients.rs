@@ -9,9 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::{Lab, Server};
 
-fn script(name: &str) -> String {
-    format!("{}/tests/scripts/{name}", env!("CARGO_MANIFEST_DIR"))
-}
+use common::clients::script;
 
 /// Waits until the events file has a line starting with `event`; returns that line's fields.
 fn wait_event(events: &Path, event: &str, nth: usize) -> Vec<String> {
@@ -237,16 +235,7 @@ router = "198.51.100.1"
     let mut server = Server::start(&lab.server, dir.path(), &cfg);
     let obtain = |ns: &common::Netns, iface: &str, events: &Path| {
         // One-shot: obtain a lease and quit (-q), fail rather than background (-n).
-        let status = ns
-            .command("udhcpc")
-            .args(["-q", "-n", "-f", "-t", "5", "-T", "1", "-A", "1", "-s"])
-            .arg(script("udhcpc-script"))
-            .args(["-i", iface])
-            .env("SB_EVENTS", events)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .unwrap();
+        let status = common::clients::udhcpc_once(ns, iface, events, &[]);
         assert!(status.success(), "udhcpc on {iface} got no lease");
         wait_event(events, "bound", 1)
     };

@@ -12,9 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::{Lab, Server};
 
-fn script(name: &str) -> String {
-    format!("{}/tests/scripts/{name}", env!("CARGO_MANIFEST_DIR"))
-}
+use common::clients::script;
 
 /// Ironic's `DnsmasqDHCPApi.get_ip_addresses` for a node with one PXE port `mac`.
 fn ironic_addresses(leasefile: &Path, mac: &str) -> Vec<String> {

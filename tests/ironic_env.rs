@@ -10,10 +10,6 @@ use std::time::{Duration, Instant};
 
 use common::{Lab, Netns, Server};
 
-fn script(name: &str) -> String {
-    format!("{}/tests/scripts/{name}", env!("CARGO_MANIFEST_DIR"))
-}
-
 /// The fields of the first `bound` event the udhcpc script recorded.
 fn bound(events: &Path) -> Vec<String> {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -29,17 +25,7 @@ fn bound(events: &Path) -> Vec<String> {
 
 /// One-shot udhcpc on `iface` in `ns` (with `extra` flags): a lease or a failed test.
 fn obtain(ns: &Netns, iface: &str, events: &Path, server: &Server, extra: &[&str]) -> Vec<String> {
-    let status = ns
-        .command("udhcpc")
-        .args(extra)
-        .args(["-q", "-n", "-f", "-t", "5", "-T", "1", "-A", "1", "-s"])
-        .arg(script("udhcpc-script"))
-        .args(["-i", iface])
-        .env("SB_EVENTS", events)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .unwrap();
+    let status = common::clients::udhcpc_once(ns, iface, events, extra);
     assert!(
         status.success(),
         "udhcpc on {iface} got no lease:\n{}",
@@ -120,20 +106,7 @@ fn irso_single_range_environment_serves_dhcp_tftp_and_the_probe() {
 
     // The UEFI file, by ironic-image's name, from the firmware directory over TFTP.
     let dest = dir.path().join("got.efi");
-    let out = lab
-        .client
-        .command("tftp")
-        .args([
-            "-m",
-            "binary",
-            "192.0.2.1",
-            "-c",
-            "get",
-            "snponly-x86_64.efi",
-        ])
-        .arg(&dest)
-        .output()
-        .unwrap();
+    let out = common::clients::tftp_get(&lab.client, "192.0.2.1", "snponly-x86_64.efi", &dest);
     assert!(
         out.status.success(),
         "{}",
@@ -225,13 +198,7 @@ fn empty_range_serves_tftp_and_answers_no_dhcp() {
         "TFTP listening",
     );
     let dest = dir.path().join("got.kpxe");
-    let out = lab
-        .client
-        .command("tftp")
-        .args(["-m", "binary", "192.0.2.1", "-c", "get", "undionly.kpxe"])
-        .arg(&dest)
-        .output()
-        .unwrap();
+    let out = common::clients::tftp_get(&lab.client, "192.0.2.1", "undionly.kpxe", &dest);
     assert!(
         out.status.success(),
         "{}",
@@ -239,17 +206,8 @@ fn empty_range_serves_tftp_and_answers_no_dhcp() {
     );
     assert_eq!(std::fs::read(&dest).unwrap(), b"bios ipxe stand-in\n");
     // Nothing on port 67: a client gets no lease.
-    let status = lab
-        .client
-        .command("udhcpc")
-        .args(["-q", "-n", "-f", "-t", "2", "-T", "1", "-s"])
-        .arg(script("udhcpc-script"))
-        .args(["-i", &lab.client_if])
-        .env("SB_EVENTS", dir.path().join("events"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .unwrap();
+    let status =
+        common::clients::udhcpc_once(&lab.client, &lab.client_if, &dir.path().join("events"), &[]);
     assert!(!status.success(), "a lease without DHCP_RANGE");
     assert!(!server.log_text().contains("DHCP listening"));
 }

@@ -34,14 +34,8 @@ fn one_process_serves_dhcp_and_the_boot_file_over_tftp() {
     );
 
     let out = dir.path().join("fetched");
-    let status = lab
-        .client
-        .command("tftp")
-        .args(["-m", "binary", "192.0.2.1", "-c", "get", "undionly.kpxe"])
-        .arg(&out)
-        .status()
-        .unwrap();
-    assert!(status.success());
+    let got = common::clients::tftp_get(&lab.client, "192.0.2.1", "undionly.kpxe", &out);
+    assert!(got.status.success());
     assert_eq!(std::fs::read(&out).unwrap(), payload);
 }
 

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub(crate) mod api_lab;
+pub(crate) mod clients;
 pub(crate) mod members;
 pub(crate) mod powercut;
 pub(crate) mod qemu;

@@ -1,0 +1,37 @@
+//! The real DHCP and TFTP clients as the tests run them inside a namespace: udhcpc with
+//! the event-recording script, and tftp-hpa fetching one file.
+
+use std::path::Path;
+use std::process::{ExitStatus, Output, Stdio};
+
+use super::Netns;
+
+/// The path of a script in `tests/scripts/`.
+pub(crate) fn script(name: &str) -> String {
+    format!("{}/tests/scripts/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// One-shot udhcpc on `iface` in `ns`: obtain a lease and quit (`-q`), fail rather than
+/// background (`-n`), five tries a second apart; `extra` flags first (vendor class,
+/// options). Its events go to `events` (tests/scripts/udhcpc-script).
+pub(crate) fn udhcpc_once(ns: &Netns, iface: &str, events: &Path, extra: &[&str]) -> ExitStatus {
+    ns.command("udhcpc")
+        .args(extra)
+        .args(["-q", "-n", "-f", "-t", "5", "-T", "1", "-A", "1", "-s"])
+        .arg(script("udhcpc-script"))
+        .args(["-i", iface])
+        .env("SB_EVENTS", events)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap()
+}
+
+/// tftp-hpa in `ns` fetching `file` from `server` in binary mode into `dest`.
+pub(crate) fn tftp_get(ns: &Netns, server: &str, file: &str, dest: &Path) -> Output {
+    ns.command("tftp")
+        .args(["-m", "binary", server, "-c", "get", file])
+        .arg(dest)
+        .output()
+        .unwrap()
+}
