@@ -191,7 +191,15 @@ fn half_open_requests_are_closed_within_the_header_timeout_while_boots_go_on() {
         N,
         "every half-open request is closed by the server"
     );
-    assert!(held >= 2000, "only {held} of {N} were open at once");
+    // None was refused at accept: each was admitted and then held until the header
+    // timeout (the `fastest` bound below). How many were open at once is sampled
+    // between boot requests, so on a loaded machine the sample misses the peak (CI saw
+    // 1,882 of 2,500 once): only a loose floor on it.
+    for cap in ["global", "per_source"] {
+        let sample = format!("shardboot_http_connections_refused_total{{cap=\"{cap}\"}}");
+        assert_eq!(metric(&lab.client, &sample), 0, "{sample}");
+    }
+    assert!(held >= N as u64 / 2, "only {held} of {N} were open at once");
     // Admitted (not refused), then closed by the header timeout, with slack for a busy
     // machine.
     assert!(
