@@ -146,10 +146,14 @@ struct Walk {
 fn walk_options(mut opts: &[u8]) -> Result<Walk, DropReason> {
     let mut walk = Walk::default();
     let mut seen = [false; 256];
+    // RFC 3396: repeated instances are concatenated (dhcproto does so), so the fixed
+    // lengths hold for the total too: three well-formed 3-octet option 94s are one
+    // 9-octet option 94 (found by `fuzz/` dhcp_engine).
+    let mut totals = [0usize; 256];
     while let Some((&code, rest)) = opts.split_first() {
         match code {
             0 => opts = rest,
-            255 => return Ok(walk),
+            255 => break,
             _ => {
                 let (&len, rest) = rest.split_first().ok_or(DropReason::BadOptionLength)?;
                 let len = len as usize;
@@ -164,6 +168,7 @@ fn walk_options(mut opts: &[u8]) -> Result<Walk, DropReason> {
                     walk.message_types += 1;
                 }
                 walk.has_relay_agent_info |= code == 82;
+                totals[usize::from(code)] += len;
                 // RFC 3396 §6: several instances of one code are one option, split.
                 if !std::mem::replace(&mut seen[usize::from(code)], true) {
                     walk.distinct_codes += 1;
@@ -174,7 +179,15 @@ fn walk_options(mut opts: &[u8]) -> Result<Walk, DropReason> {
     }
     // RFC 2131 requires an End option, but some clients omit it when the packet ends
     // exactly at the last option; accept that.
-    Ok(walk)
+    let concatenated_ok = (1..255u8)
+        // A repeated 53 is refused as ambiguous, below.
+        .filter(|c| *c != 53 && seen[usize::from(*c)])
+        .all(|c| fixed_length_ok(c, totals[usize::from(c)]));
+    if concatenated_ok {
+        Ok(walk)
+    } else {
+        Err(DropReason::BadOptionLength)
+    }
 }
 
 /// Whether `value` is a whole number of sub-options (code, length, value; RFC 3046
@@ -363,6 +376,17 @@ mod tests {
             decode_request(&with_options(&opts)).unwrap_err(),
             DropReason::OptionsLost
         );
+    }
+
+    #[test]
+    fn fixed_lengths_hold_for_repeated_instances_concatenated() {
+        // Two well-formed 3-octet client NIC options are one 6-octet option (RFC 3396).
+        let opts = [53, 1, 1, 94, 3, 1, 3, 0, 94, 3, 1, 3, 0, 255];
+        assert_eq!(
+            decode_request(&with_options(&opts)).unwrap_err(),
+            DropReason::BadOptionLength
+        );
+        assert!(decode_request(&with_options(&[53, 1, 1, 94, 3, 1, 3, 0, 255])).is_ok());
     }
 
     #[test]
