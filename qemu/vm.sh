@@ -2,7 +2,11 @@
 # Launches one QEMU machine that network-boots from tap device TAP, with its serial
 # console written to CONSOLE. Run it inside the lab namespace (qemu/lab.sh):
 #
-#   ip netns exec NS qemu/vm.sh FIRMWARE TAP MAC CONSOLE
+#   ip netns exec NS qemu/vm.sh FIRMWARE TAP MAC CONSOLE [OTHER_MAC...]
+#
+# Each OTHER_MAC is one more NIC, connected to nothing, placed before the booting NIC in
+# PCI order: iPXE then numbers them net0, net1, ... and the booting NIC (MAC, on TAP,
+# first in the boot order) comes last, like a server whose provisioning NIC is not net0.
 #
 # FIRMWARE is one of
 #   bios-ipxe   SeaBIOS, then the iPXE option ROM of the virtio NIC (Debian's ipxe-qemu);
@@ -18,8 +22,16 @@
 # replaced by QEMU (exec), so the caller's PID is QEMU's and killing it stops the VM;
 # `qemu/lab.sh down` kills whatever is left in the namespace.
 set -euo pipefail
-[ $# -eq 4 ] || { sed -n '2,18p' "$0" >&2; exit 2; }
+[ $# -ge 4 ] || { sed -n '2,23p' "$0" >&2; exit 2; }
 firmware=$1 tap=$2 mac=$3 console=$4
+shift 4
+# The NICs that come first: no netdev (QEMU warns that they have no peer).
+others=()
+boot_nic=""
+for m in "$@"; do
+  others+=(-device "virtio-net-pci,mac=$m,romfile=")
+  boot_nic=",bootindex=1"
+done
 
 # The SMBIOS UUID (DHCP option 97) is made from the MAC.
 common=(-accel tcg -m 256 -display none -no-reboot -monitor none
@@ -38,10 +50,10 @@ ovmf() {
 
 case "$firmware" in
   bios-ipxe)
-    args=(-boot n -device sga -device "virtio-net-pci,netdev=n0,mac=$mac") ;;
+    args=(-boot n -device sga "${others[@]}" -device "virtio-net-pci,netdev=n0,mac=$mac$boot_nic") ;;
   uefi-pxe)
     # shellcheck disable=SC2207
-    args=($(ovmf) -device "virtio-net-pci,netdev=n0,mac=$mac,romfile=") ;;
+    args=($(ovmf) "${others[@]}" -device "virtio-net-pci,netdev=n0,mac=$mac,romfile=$boot_nic") ;;
   uefi-http)
     # shellcheck disable=SC2207
     args=($(ovmf) -device "virtio-net-pci,netdev=n0,mac=$mac,romfile="

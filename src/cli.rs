@@ -397,16 +397,30 @@ pub fn print_owner(config: &Config, mac: &str) -> anyhow::Result<()> {
         .enable_all()
         .build()?
         .block_on(resolver.resolve(&mac));
-    let ctx = crate::http::boot::BootContext::new(&config.http, &resolver, &res);
+    use crate::http::boot::{self, BootAnswer, BootContext};
+    let ctx = BootContext::new(&config.http, &resolver, &res);
     let mut out = std::io::stdout().lock();
     writeln!(out, "mac:    {mac}")?;
     writeln!(out, "owner:  {}", res.member.as_deref().unwrap_or("(none)"))?;
     writeln!(out, "source: {}", res.source)?;
-    match crate::http::boot::answer(&mac, &res, &ctx)? {
-        crate::http::boot::BootAnswer::Script { kind, body } => {
-            writeln!(out, "answer: {kind}\n\n{body}")?;
+    let answer = match boot::route(&mac, boot::FIRST_STAGE_NAME, &res, &ctx) {
+        None => BootAnswer::NotFound { kind: "not_found" },
+        Some(chain) => {
+            // Not checked: a boot request asks the URL first and answers 404 if the
+            // conductor does; this only shows where the request would go.
+            writeln!(
+                out,
+                "chains: {} (a boot request checks it first)",
+                chain.url
+            )?;
+            let again = format!("/v1/boot/{}/{}", mac.hyphenated(), boot::FIRST_STAGE_NAME);
+            let check = boot::Check::Unchecked;
+            boot::answer_chain(&chain, check, 1, &again, &mac.to_string(), &config.http)?
         }
-        crate::http::boot::BootAnswer::NotFound => writeln!(out, "answer: 404")?,
+    };
+    match answer {
+        BootAnswer::Script { kind, body } => writeln!(out, "answer: {kind}\n\n{body}")?,
+        BootAnswer::NotFound { kind } => writeln!(out, "answer: 404 ({kind})")?,
     }
     Ok(())
 }

@@ -9,11 +9,11 @@ pub struct UnsafeValue(pub &'static str);
 
 /// The first-stage script (`/boot.ipxe`).
 pub const BOOT: &str = include_str!("../ipxe/boot.ipxe");
-/// Chain to one URL, with retries.
+/// Chain to one URL; a failure asks the boot route again (`{{again}}`).
 pub const CHAIN: &str = include_str!("../ipxe/chain.ipxe");
-/// Unknown machine: leave iPXE so the firmware tries the next boot device.
+/// No NIC known: leave iPXE so the firmware tries the next boot device.
 pub const EXIT: &str = include_str!("../ipxe/exit.ipxe");
-/// Unknown machine: boot the first local disk.
+/// No NIC known: boot the first local disk.
 pub const SANBOOT: &str = include_str!("../ipxe/sanboot.ipxe");
 
 /// Whether `v` may appear in an iPXE script: non-empty, at most 512 bytes, and only
@@ -94,13 +94,15 @@ mod tests {
                     "http://192.0.2.1:8088/pxelinux.cfg/52-54-00-12-34-56",
                 ),
                 ("timeout_ms", "10000"),
-                ("retries", "3"),
+                ("attempt", "1"),
+                ("attempts", "3"),
+                ("again", "/v1/boot/52-54-00-12-34-56/boot.ipxe?try=2"),
             ],
         )
         .unwrap();
         assert!(s.starts_with("#!ipxe\n"));
         assert!(s.contains(
-            "chain --timeout 10000 http://192.0.2.1:8088/pxelinux.cfg/52-54-00-12-34-56 ||"
+            "chain --timeout 10000 http://192.0.2.1:8088/pxelinux.cfg/52-54-00-12-34-56 && exit 0 ||"
         ));
         assert!(!s.contains("{{"), "{s}");
         assert_eq!(

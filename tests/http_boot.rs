@@ -15,11 +15,17 @@ use shardboot::owner::{responsible_member, Resolver};
 use shardboot::tftp::{self, FileRoot, TftpMetrics};
 use tokio_util::sync::CancellationToken;
 
+mod common;
+
+use common::qemu::{per_node_path, ConductorStub};
+
 struct TestServer {
     addr: SocketAddr,
     handles: Handles,
     /// The root the HTTP file route serves, with its cache, for a TFTP server to share.
     files: Arc<FileRoot>,
+    /// Stand-ins for conductor a, member b and conductor b (`None` when b is down).
+    world: World,
     stop: CancellationToken,
     thread: Option<std::thread::JoinHandle<()>>,
     _dir: tempfile::TempDir,
@@ -34,41 +40,120 @@ impl Drop for TestServer {
     }
 }
 
-const MEMBERS: &str = r#"
+/// The HTTP servers around member `a`: its conductor, member `b`'s boot route and `b`'s
+/// conductor. The conductors hold per-node configs only for MACs whose last octet is
+/// below 0x20 (a machine with a higher one is not theirs: 404); member `b` answers
+/// every path, or is down.
+struct World {
+    conductor_a: ConductorStub,
+    /// Kept for its listener.
+    _member_b: Option<ConductorStub>,
+    member_b_url: String,
+    conductor_b: ConductorStub,
+}
+
+/// The per-node config paths the conductors hold.
+fn configs() -> Vec<String> {
+    (0..0x20u8)
+        .flat_map(|n| {
+            [
+                per_node_path(&format!("52:54:00:12:34:{n:02x}")),
+                per_node_path(&format!("52:54:00:00:00:{n:02x}")),
+            ]
+        })
+        .chain(["/inspector.ipxe".to_string()])
+        .collect()
+}
+
+impl World {
+    fn start(member_b_up: bool) -> Self {
+        let configs = configs();
+        let conductor_a =
+            ConductorStub::start_knowing(None, "127.0.0.1:0".parse().unwrap(), Some(&configs));
+        let conductor_b =
+            ConductorStub::start_knowing(None, "127.0.0.2:0".parse().unwrap(), Some(&configs));
+        let (member_b, member_b_url) = if member_b_up {
+            let m = ConductorStub::start_knowing(None, "127.0.0.2:0".parse().unwrap(), None);
+            let url = format!("http://{}", m.addr);
+            (Some(m), url)
+        } else {
+            // A port bound and closed again: nothing listens there.
+            let port = std::net::TcpListener::bind("127.0.0.2:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            (None, format!("http://127.0.0.2:{port}"))
+        };
+        Self {
+            conductor_a,
+            _member_b: member_b,
+            member_b_url,
+            conductor_b,
+        }
+    }
+
+    fn members(&self) -> String {
+        format!(
+            r#"
 [[member]]
 name = "a"
 http_url = "http://127.0.0.1:18080"
 conductor = "127.0.0.1"
-conductor_url = "http://127.0.0.1:8088"
+conductor_url = "http://{}"
 
 [[member]]
 name = "b"
-http_url = "http://127.0.0.2:18080"
+http_url = "{}"
 conductor = "127.0.0.2:8090"
-conductor_url = "http://127.0.0.2:8088"
-"#;
+conductor_url = "http://{}"
+"#,
+            self.conductor_a.addr, self.member_b_url, self.conductor_b.addr
+        )
+    }
+
+    fn conductor_a_url(&self, mac: &str) -> String {
+        format!("http://{}{}", self.conductor_a.addr, per_node_path(mac))
+    }
+
+    fn conductor_b_url(&self, mac: &str) -> String {
+        format!("http://{}{}", self.conductor_b.addr, per_node_path(mac))
+    }
+
+    fn member_b_route(&self, mac: &str) -> String {
+        format!(
+            "{}/v1/boot/{}/boot.ipxe",
+            self.member_b_url,
+            mac.replace(':', "-")
+        )
+    }
+}
 
 const INVENTORY: &str = r#"
 "52:54:00:00:00:0a" = "a"
 "52-54-00-00-00-0b" = "127.0.0.2:8090"
 "52:54:00:00:00:0c" = "not-a-member"
+"52:54:00:00:00:2a" = "a"
 "#;
 
 fn start(owner: &str) -> TestServer {
-    start_limited(
+    start_with(
         owner,
         shardboot::config::TftpSettings::default().max_file_size,
+        true,
     )
 }
 
-/// Like [`start`], with `tftp.max_file_size` set.
-fn start_limited(owner: &str, max_file_size: u64) -> TestServer {
+/// Like [`start`], with `tftp.max_file_size` set and member `b` up or down.
+fn start_with(owner: &str, max_file_size: u64, member_b_up: bool) -> TestServer {
+    let world = World::start(member_b_up);
     let dir = tempfile::tempdir().unwrap();
     let inv = dir.path().join("inventory.toml");
     std::fs::write(&inv, INVENTORY).unwrap();
     let text = format!(
-        "[owner]\nself = \"a\"\ninsecure_members = true\ninventory = \"{}\"\n{owner}\n{MEMBERS}",
-        inv.display()
+        "[owner]\nself = \"a\"\ninsecure_members = true\ninventory = \"{}\"\n{owner}\n{}",
+        inv.display(),
+        world.members()
     );
     let config = Config::from_toml_with_overrides(&text, &[]).unwrap();
     let handles = Handles::default();
@@ -96,6 +181,7 @@ fn start_limited(owner: &str, max_file_size: u64) -> TestServer {
         settings: config.http.clone(),
         resolver: Arc::new(Resolver::new(&config).unwrap()),
         handles: handles.clone(),
+        chain_check: Default::default(),
     });
     let stop = CancellationToken::new();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -115,6 +201,7 @@ fn start_limited(owner: &str, max_file_size: u64) -> TestServer {
         addr: rx.recv().unwrap(),
         handles,
         files,
+        world,
         stop,
         thread: Some(thread),
         _dir: dir,
@@ -133,67 +220,141 @@ fn get(s: &TestServer, path: &str) -> (u16, String) {
     (code.parse().unwrap(), body.to_string())
 }
 
+/// The URL a script chains first (its first `chain` line).
+fn chained(body: &str) -> Option<&str> {
+    body.lines()
+        .find_map(|l| l.strip_prefix("chain --timeout 10000 "))
+        .and_then(|l| l.split_whitespace().next())
+}
+
 #[test]
-fn first_stage_tries_every_nic_on_this_server() {
+fn first_stage_walks_every_nic_then_the_fallback_once() {
     let s = start("");
     let (code, body) = get(&s, "/boot.ipxe");
     assert_eq!(code, 200);
     assert!(body.starts_with("#!ipxe\n"), "{body}");
-    for nic in ["net0", "net1", "net2", "net3"] {
-        assert!(
-            body.contains(&format!(
-                "chain --timeout 10000 /v1/boot/${{{nic}/mac:hexhyp}}/boot.ipxe"
-            )),
-            "{body}"
-        );
-    }
+    assert!(
+        body.contains(
+            "chain --timeout 10000 /v1/boot/${net${shardboot-nic}/mac:hexhyp}/boot.ipxe && exit 0 || goto next_nic"
+        ),
+        "{body}"
+    );
+    assert!(
+        body.contains("/v1/boot/${mac:hexhyp}/boot.ipxe"),
+        "old ROMs: {body}"
+    );
+    assert_eq!(body.matches("fallback.ipxe").count(), 1, "{body}");
     assert_eq!(get(&s, "/healthz"), (200, "ok\n".to_string()));
 }
 
 #[test]
-fn inventory_owner_decides_the_chain() {
-    let s = start("resolvers = [\"inventory\"]");
-    // Owned by this member: its conductor's per-node config.
+fn inventory_owner_decides_the_chain_and_unknown_nics_are_fast_misses() {
+    let mut s = start("resolvers = [\"inventory\"]");
+    // Owned by this member: its conductor's per-node config, checked first.
     let (code, body) = get(&s, "/v1/boot/52:54:00:00:00:0a/boot.ipxe");
     assert_eq!(code, 200);
-    assert!(
-        body.contains(
-            "chain --timeout 10000 http://127.0.0.1:8088/pxelinux.cfg/52-54-00-00-00-0a ||"
-        ),
-        "{body}"
-    );
-    // Owned by the member beside conductor 127.0.0.2:8090, any MAC spelling: that member.
+    let want = s.world.conductor_a_url("52:54:00:00:00:0a");
+    assert_eq!(chained(&body), Some(want.as_str()), "{body}");
+    assert!(s
+        .world
+        .conductor_a
+        .checked()
+        .contains(&per_node_path("52:54:00:00:00:0a")));
+    // Owned by the member beside conductor 127.0.0.2:8090, any MAC spelling: that
+    // member's route, under the name asked for.
     for form in ["52:54:00:00:00:0b", "52-54-00-00-00-0B", "52540000000b"] {
         let (code, body) = get(&s, &format!("/v1/boot/{form}/boot.ipxe"));
         assert_eq!(code, 200);
-        assert!(
-            body.contains("http://127.0.0.2:18080/v1/boot/52-54-00-00-00-0b/boot.ipxe"),
-            "{form}: {body}"
-        );
+        let want = s.world.member_b_route("52:54:00:00:00:0b");
+        assert_eq!(chained(&body), Some(want.as_str()), "{form}: {body}");
+        // The member retries its own conductor: this script does not retry it again.
+        assert!(body.contains("iseq 1 1 && goto give_up"), "{body}");
     }
-    // Unknown, or owned by something that is not a member: the fallback (exit).
+    let (_, body) = get(&s, "/v1/boot/52:54:00:00:00:0b/config");
+    assert!(body.contains("/v1/boot/52-54-00-00-00-0b/config"), "{body}");
+    // Unknown, or owned by something that is not a member: 404, so the first stage asks
+    // for the next NIC at once.
     for mac in ["52:54:00:00:00:0c", "52:54:00:00:00:0d"] {
-        let (code, body) = get(&s, &format!("/v1/boot/{mac}/boot.ipxe"));
-        assert_eq!(code, 200);
-        assert!(
-            body.contains("\nexit\n") && !body.contains("chain"),
-            "{body}"
+        assert_eq!(
+            get(&s, &format!("/v1/boot/{mac}/boot.ipxe")).0,
+            404,
+            "{mac}"
         );
     }
+    // Owned here, but the conductor has no config for it: a miss too, not a retry.
+    assert_eq!(get(&s, "/v1/boot/52:54:00:00:00:2a/boot.ipxe").0, 404);
+    // After the loop: the fallback (exit), once.
+    let (code, body) = get(&s, "/v1/boot/fallback.ipxe");
+    assert_eq!(code, 200);
+    assert!(
+        body.contains("\nexit\n") && !body.contains("chain"),
+        "{body}"
+    );
     assert_eq!(s.handles.http.get("local"), 1);
-    assert_eq!(s.handles.http.get("remote"), 3);
-    assert_eq!(s.handles.http.get("fallback"), 2);
+    assert_eq!(s.handles.http.get("remote"), 4);
+    assert_eq!(s.handles.http.get("not_found"), 2);
+    assert_eq!(s.handles.http.get("miss"), 1);
+    assert_eq!(s.handles.http.get("fallback"), 1);
+}
+
+#[test]
+fn a_member_that_does_not_answer_is_passed_over_for_its_conductor() {
+    let s = start_with("resolvers = [\"inventory\"]", 1 << 20, false);
+    let (code, body) = get(&s, "/v1/boot/52:54:00:00:00:0b/boot.ipxe");
+    assert_eq!(code, 200);
+    let want = s.world.conductor_b_url("52:54:00:00:00:0b");
+    assert_eq!(chained(&body), Some(want.as_str()), "{body}");
+    // A transport failure: retried from here, back through this route.
+    assert!(body.contains("iseq 1 5 && goto give_up"), "{body}");
+    assert!(
+        body.contains(
+            "chain --timeout 10000 /v1/boot/52-54-00-00-00-0b/boot.ipxe?try=2 && exit 0 ||"
+        ),
+        "{body}"
+    );
+    // The retry counts on; at the last attempt the script gives up (and the first stage
+    // goes on with the next NIC).
+    let (_, body) = get(&s, "/v1/boot/52:54:00:00:00:0b/boot.ipxe?try=5");
+    assert!(body.contains("iseq 5 5 && goto give_up"), "{body}");
 }
 
 #[test]
 fn chain_to_conductor_and_404_fallback() {
     let s = start("resolvers = [\"inventory\"]\nchain_to = \"conductor\"\nfallback = \"404\"");
     let (_, body) = get(&s, "/v1/boot/52:54:00:00:00:0b/boot.ipxe");
-    assert!(
-        body.contains("http://127.0.0.2:8088/pxelinux.cfg/52-54-00-00-00-0b"),
+    let want = s.world.conductor_b_url("52:54:00:00:00:0b");
+    assert_eq!(chained(&body), Some(want.as_str()), "{body}");
+    assert_eq!(get(&s, "/v1/boot/52:54:00:00:00:0d/boot.ipxe").0, 404);
+    assert_eq!(get(&s, "/v1/boot/fallback.ipxe").0, 404);
+}
+
+#[test]
+fn a_fallback_url_is_checked_like_a_conductor() {
+    let mut inspection = ConductorStub::start_knowing(
+        None,
+        "127.0.0.1:0".parse().unwrap(),
+        Some(&["/inspector.ipxe".to_string()]),
+    );
+    let addr = inspection.addr;
+    let url = |file: &str| format!("http://{addr}/{file}");
+    let fallback =
+        |file: &str| format!("resolvers = [\"inventory\"]\nfallback = \"{}\"", url(file));
+    let s = start(&fallback("inspector.ipxe"));
+    let (code, body) = get(&s, "/v1/boot/fallback.ipxe");
+    assert_eq!(code, 200);
+    assert_eq!(
+        chained(&body),
+        Some(url("inspector.ipxe").as_str()),
         "{body}"
     );
-    assert_eq!(get(&s, "/v1/boot/52:54:00:00:00:0d/boot.ipxe").0, 404);
+    assert!(
+        body.contains("/v1/boot/fallback.ipxe?try=2"),
+        "a failure retries the fallback: {body}"
+    );
+    assert_eq!(inspection.checked(), ["/inspector.ipxe"]);
+    // A fallback its server has no file for: 404, and the first stage says so and ends.
+    let s = start(&fallback("missing.ipxe"));
+    assert_eq!(get(&s, "/v1/boot/fallback.ipxe").0, 404);
 }
 
 #[test]
@@ -203,16 +364,19 @@ fn hash_resolver_agrees_with_rfc3074_buckets() {
         let mac = MacAddr([0x52, 0x54, 0x00, 0x12, 0x34, n]);
         let want = responsible_member(&mac, &["a", "b"]).unwrap();
         let (code, body) = get(&s, &format!("/v1/boot/{mac}/boot.ipxe"));
-        assert_eq!(code, 200);
-        let expected = if want == "a" {
-            format!("http://127.0.0.1:8088/pxelinux.cfg/{}", mac.hyphenated())
-        } else {
-            format!(
-                "http://127.0.0.2:18080/v1/boot/{}/boot.ipxe",
-                mac.hyphenated()
-            )
-        };
-        assert!(body.contains(&expected), "{mac} → {want}: {body}");
+        let m = mac.to_string();
+        match (want, n < 0x20) {
+            ("a", true) => {
+                assert_eq!(code, 200);
+                assert_eq!(chained(&body), Some(s.world.conductor_a_url(&m).as_str()));
+            }
+            // The hash gave it to this member, whose conductor does not know it.
+            ("a", false) => assert_eq!(code, 404, "{mac}: {body}"),
+            _ => {
+                assert_eq!(code, 200);
+                assert_eq!(chained(&body), Some(s.world.member_b_route(&m).as_str()));
+            }
+        }
     }
 }
 
@@ -404,7 +568,7 @@ fn tftp_and_the_http_file_route_share_one_cache() {
 #[test]
 fn ipxe_files_over_max_file_size_are_refused_unread() {
     // snponly.efi is 300,000 octets; TFTP would refuse it with "file too large".
-    let s = start_limited("", 200_000);
+    let s = start_with("", 200_000, true);
     for range in [&[][..], &["-r", "0-9"][..]] {
         let (code, body, _) = fetch(&s, "/ipxe/snponly.efi", range);
         assert_eq!(code, 403, "{range:?}");
@@ -412,6 +576,6 @@ fn ipxe_files_over_max_file_size_are_refused_unread() {
     }
     // Refused before it is read: nothing came into the cache.
     assert_eq!(s.files.cache.bytes(), 0);
-    let s = start_limited("", 300_000);
+    let s = start_with("", 300_000, true);
     assert_eq!(fetch(&s, "/ipxe/snponly.efi", &[]).0, 200);
 }

@@ -221,7 +221,10 @@ fn members_route_each_machine_to_the_conductor_ironic_reports() {
     assert!(a.metric("shardboot_owner_ironic_up ") == Some(1));
 
     // 2. Unknown, malformed and hostile MACs.
-    let (code, body) = a.get("/v1/boot/02:00:00:00:00:01/boot.ipxe");
+    // Unknown to Ironic: a fast miss (the first stage asks for the next NIC), and the
+    // fallback only after the loop.
+    assert_eq!(a.get("/v1/boot/02:00:00:00:00:01/boot.ipxe").0, 404);
+    let (code, body) = a.get("/v1/boot/fallback.ipxe");
     assert_eq!(code, 200);
     assert_eq!(chained_url(&body), Some(FALLBACK), "{body}");
     for bad in [
@@ -256,9 +259,8 @@ fn members_route_each_machine_to_the_conductor_ironic_reports() {
     let (_, body) = a.get(&format!("/v1/boot/{}/boot.ipxe", moved[0].0));
     assert!(body.contains("(ironic-stale)"), "{body}");
     assert!(a.metric("shardboot_owner_ironic_cache_total{result=\"stale_hit\"} ") > Some(0));
-    // An unknown MAC does not wait for the unreachable Ironic and gets the fallback.
-    let (code, body) = a.get("/v1/boot/02:00:00:00:00:02/boot.ipxe");
-    assert_eq!((code, chained_url(&body)), (200, Some(FALLBACK)));
+    // An unknown MAC does not wait for the unreachable Ironic: a miss at once.
+    assert_eq!(a.get("/v1/boot/02:00:00:00:00:02/boot.ipxe").0, 404);
 }
 
 /// A TLS-terminating proxy in front of Ironic, as Metal3 deploys it (httpd with TLS in
@@ -691,11 +693,127 @@ ranges = ["198.18.1.0 - 198.18.4.255"]
         assert!(
             metric(
                 &m,
-                "shardboot_http_requests_total{route=\"/v1/boot/{mac}/boot.ipxe\",status=\"200\"} "
+                "shardboot_http_requests_total{route=\"/v1/boot/{mac}/{name}\",status=\"200\"} "
             ) >= 1,
             "member {i} served no boot script:\n{m}"
         );
     }
+}
+
+/// A real server's NICs beside a real Ironic: a QEMU machine (SeaBIOS, iPXE ROM) with
+/// three NICs, booting from the third. Ironic knows the third as its node's PXE port and
+/// the second as a port of the same node with `pxe_enabled` off; the first it has never
+/// seen. The first stage misses the first two at once and boots the third's per-node
+/// config, although the conductor would also serve one for the second.
+#[test]
+fn a_three_nic_machine_boots_the_nic_ironic_boots_it_from() {
+    use common::qemu::{self, curl, metric, ConductorStub, Firmware, Vm, BOOTED_LINE};
+    use common::Server;
+
+    if !common::is_root() {
+        eprintln!("skipped: needs root (namespaces, PostgreSQL as user postgres)");
+        return;
+    }
+    qemu::require_qemu();
+    let _turn = ONE_LAB_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let ip = "198.18.0.11";
+    let ns = qemu::lab(1, &["198.18.0.11/16"]);
+    let lab = IronicLab::start_in(Some(&ns.name), &[]);
+    lab.run(&["enroll"], &["2"]);
+    let owners = lab.run(&["owners"], &[]);
+    let enrolled: serde_json::Value = owners
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|v| v["conductor"] == CONDUCTOR_1)
+        .unwrap_or_else(|| panic!("Ironic gave no machine to {CONDUCTOR_1}: {owners}"));
+    let pxe_nic = enrolled["mac"].as_str().unwrap().to_string();
+    let node = enrolled["node"].as_str().unwrap();
+    let (unknown_nic, other_port) = ("52:54:00:5e:0d:01", "52:54:00:5e:0d:02");
+    let body = format!(
+        r#"{{"address": "{other_port}", "node_uuid": "{node}", "pxe_enabled": false}}"#
+    );
+    lab.run(&["curl"], &["/v1/ports", "-X", "POST", "-d", &body]);
+    let paths = [qemu::per_node_path(&pxe_nic), qemu::per_node_path(other_port)];
+    let mut conductor = ConductorStub::start_knowing(
+        Some(&ns),
+        format!("{ip}:8088").parse().unwrap(),
+        Some(&paths),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        r#"
+[tftp]
+listen = "{ip}:69"
+[dhcp]
+interfaces = ["m0"]
+[http]
+listen = "{ip}:8080"
+[ra]
+enabled = true
+[owner]
+self = "a"
+[owner.ironic]
+url = "{api}"
+[[member]]
+name = "a"
+http_url = "http://{ip}:8080"
+conductor = "{CONDUCTOR_1}"
+conductor_url = "http://{ip}:8088"
+[[subnet]]
+network = "198.18.0.0/16"
+ranges = ["198.18.1.0 - 198.18.4.255"]
+"#,
+        api = lab.api_url(),
+    );
+    let server = Server::start(&ns, dir.path(), &config);
+    let metrics = || curl(&ns, &format!("http://{ip}:8080/metrics"), None);
+    wait_until("the member loaded Ironic's ports", Duration::from_secs(30), || {
+        metrics().contains("shardboot_owner_ironic_snapshot_macs 2\n")
+    });
+    let mut vm = Vm::with_nics_before(
+        &ns,
+        Firmware::BiosIpxe,
+        "tap0",
+        &pxe_nic,
+        &[unknown_nic, other_port],
+        dir.path(),
+    );
+    let want = qemu::per_node_path(&pxe_nic);
+    let at = match conductor.wait_for(&want, &mut vm, Duration::from_secs(240)) {
+        Ok(at) => at,
+        Err(asked) => panic!(
+            "never asked for {want} (asked: {asked:?})\nconsole:\n{}\nlog:\n{}",
+            vm.console_text(),
+            server.log_text()
+        ),
+    };
+    assert!(
+        vm.wait_console(BOOTED_LINE, Duration::from_secs(30)),
+        "{}",
+        vm.console_text()
+    );
+    eprintln!(
+        "three NICs, the third enrolled: VM start to its per-node config in {:.1} s",
+        (at - vm.started).as_secs_f64()
+    );
+    let console = vm.console_text();
+    for (n, mac) in [unknown_nic, other_port, pxe_nic.as_str()].iter().enumerate() {
+        assert!(
+            console.contains(&format!("asking for net{n} {mac}")),
+            "net{n}:\n{console}"
+        );
+    }
+    // The NIC Ironic does not boot from was never sent to the conductor, not even to be
+    // checked, and nothing was retried.
+    assert_eq!(conductor.paths(), [want.clone()]);
+    assert_eq!(conductor.checked(), [want]);
+    assert!(!console.contains("asking again"), "{console}");
+    let m = metrics();
+    assert_eq!(
+        metric(&m, "shardboot_http_boot_requests_total{outcome=\"not_found\"} "),
+        2,
+        "{m}"
+    );
 }
 
 /// Members from Ironic (`owner.members = "ironic"`), no `[[member]]` list: two members

@@ -29,9 +29,17 @@ struct OneMember {
 
 impl OneMember {
     fn start(mac: &str) -> Self {
+        Self::start_with("inventory = \"{inventory}\"\n", mac, None)
+    }
+
+    /// A lab whose `[owner]` has `owner` (`{inventory}` becomes the inventory file, which
+    /// gives `mac` to this member) and whose conductor holds configs for `paths` only
+    /// (`None`: every path).
+    fn start_with(owner: &str, mac: &str, paths: Option<&[String]>) -> Self {
         qemu::require_qemu();
         let ns = qemu::lab(1, &["192.0.2.1/24"]);
-        let conductor = ConductorStub::start(&ns, "192.0.2.1:8088".parse().unwrap());
+        let conductor =
+            ConductorStub::start_knowing(Some(&ns), "192.0.2.1:8088".parse().unwrap(), paths);
         let dir = tempfile::tempdir().unwrap();
         let tokens = dir.path().join("tokens");
         std::fs::write(&tokens, format!("{TOKEN}\n")).unwrap();
@@ -51,8 +59,7 @@ token_file = "{tokens}"
 enabled = true
 [owner]
 self = "a"
-inventory = "{inventory}"
-[[member]]
+{owner}[[member]]
 name = "a"
 http_url = "http://192.0.2.1:8080"
 conductor_url = "http://192.0.2.1:8088"
@@ -63,7 +70,7 @@ lease_time = 3600
 router = "192.0.2.1"
 "#,
             tokens = tokens.display(),
-            inventory = inventory.display(),
+            owner = owner.replace("{inventory}", &inventory.display().to_string()),
         );
         let server = Server::start(&ns, dir.path(), &config);
         Self {
@@ -219,8 +226,89 @@ fn the_machine_completes_its_boot_across_a_restart_of_shardboot() {
     assert!(
         metric(
             &m,
-            "shardboot_http_requests_total{route=\"/v1/boot/{mac}/boot.ipxe\",status=\"200\"} "
+            "shardboot_http_requests_total{route=\"/v1/boot/{mac}/{name}\",status=\"200\"} "
         ) >= 1,
+        "{m}"
+    );
+}
+
+/// A three-NIC machine nobody knows, booting from its third NIC (SeaBIOS, iPXE ROM):
+/// the hash gives each NIC to the only member, whose conductor has no config for any of
+/// them (404). The first stage asks for every NIC in turn, moving on at once on each
+/// miss, and only after the loop chains the inspection script, exactly once.
+#[test]
+fn an_unknown_three_nic_machine_is_inspected_once_after_every_nic_missed() {
+    require_root!();
+    let nics = [
+        "52:54:00:5e:03:01",
+        "52:54:00:5e:03:02",
+        "52:54:00:5e:03:03",
+    ];
+    let boot_nic = nics[2];
+    let owner = "resolvers = [\"hash\"]\nfallback = \"http://192.0.2.1:8088/inspector.ipxe\"\n";
+    let mut lab = OneMember::start_with(owner, boot_nic, Some(&["/inspector.ipxe".to_string()]));
+    let mut vm = Vm::with_nics_before(
+        &lab.ns,
+        Firmware::BiosIpxe,
+        "tap0",
+        boot_nic,
+        &nics[..2],
+        lab.dir.path(),
+    );
+    let at = match lab
+        .conductor
+        .wait_for("/inspector.ipxe", &mut vm, BOOT_LIMIT)
+    {
+        Ok(at) => at,
+        Err(asked) => panic!(
+            "never inspected (asked: {asked:?})\nconsole:\n{}\nlog:\n{}",
+            vm.console_text(),
+            lab.server.log_text()
+        ),
+    };
+    eprintln!(
+        "three NICs, none known: VM start to the inspection script in {:.1} s",
+        (at - vm.started).as_secs_f64()
+    );
+    assert!(
+        vm.wait_console(BOOTED_LINE, Duration::from_secs(30)),
+        "{}",
+        vm.console_text()
+    );
+    let console = vm.console_text();
+    // Every NIC was asked for, in order, before the fallback.
+    let mut at = 0;
+    for (n, mac) in nics.iter().enumerate() {
+        let line = format!("asking for net{n} {mac}");
+        let found = console[at..]
+            .find(&line)
+            .unwrap_or_else(|| panic!("no {line:?} after offset {at}:\n{console}"));
+        at += found + line.len();
+    }
+    assert!(console[at..].contains("/inspector.ipxe"), "{console}");
+    // Each miss was the conductor's 404, checked by shardboot, and none was retried.
+    let checked = lab.conductor.checked();
+    for mac in nics {
+        assert!(
+            checked.contains(&qemu::per_node_path(mac)),
+            "{mac} not checked: {checked:?}"
+        );
+    }
+    assert!(!console.contains("asking again"), "{console}");
+    // The machine loaded the inspection script once, and nothing else.
+    assert_eq!(lab.conductor.paths(), ["/inspector.ipxe"]);
+    let m = lab.metrics();
+    assert_eq!(
+        metric(&m, "shardboot_http_boot_requests_total{outcome=\"miss\"} "),
+        3,
+        "{m}"
+    );
+    assert_eq!(
+        metric(
+            &m,
+            "shardboot_http_boot_requests_total{outcome=\"fallback\"} "
+        ),
+        1,
         "{m}"
     );
 }

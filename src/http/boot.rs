@@ -1,10 +1,21 @@
-//! The boot routes' decisions, pure: from a MAC and its owner resolution to the iPXE
-//! script (or status) to send.
+//! The boot routes' decisions, pure: from a MAC and its owner resolution to the URL to
+//! chain, and from that URL's check (`http::chain_check`) to the iPXE script or status
+//! to send (ARCHITECTURE.md, "HTTP boot routing").
+//!
+//! A machine's first stage walks every NIC; for each it asks `/v1/boot/<mac>/<name>`.
+//! A NIC no resolver knows, or whose conductor answers 404 for it, is a *miss*: HTTP
+//! 404, and the first stage moves to the next NIC at once. Only a URL that did not
+//! answer is retried, 5 seconds apart, each retry coming back here so that a miss that
+//! began meanwhile still ends the NIC's turn. The fallback applies once, after the loop
+//! (`/v1/boot/fallback.ipxe`).
 
 use crate::config::{ChainTo, Fallback, HttpSettings, Member};
 use crate::ipxe::{self, UnsafeValue};
 use crate::mac::MacAddr;
 use crate::owner::Resolution;
+
+/// The name the first stage asks for under `/v1/boot/<mac>/`.
+pub const FIRST_STAGE_NAME: &str = "boot.ipxe";
 
 /// What a boot request gets.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,8 +27,44 @@ pub enum BootAnswer {
         /// The script.
         body: String,
     },
-    /// 404: unknown machine and `fallback = "404"`.
-    NotFound,
+    /// 404: a miss, so the first stage asks for the next NIC.
+    NotFound {
+        /// For metrics: `not_found` (no resolver knows the MAC, or `fallback = "404"`)
+        /// or `miss` (the URL it would chain answered 404).
+        kind: &'static str,
+    },
+}
+
+/// What checking a URL before chaining it found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check {
+    /// It answered, not with 404: chain it.
+    Answers,
+    /// It answered 404 (or 410): a miss.
+    Missing,
+    /// No answer (refused, timed out, 5xx): chain it anyway, and let the script retry.
+    Unreachable,
+    /// Not checked (too many checks in flight, or a reply that says nothing either way).
+    Unchecked,
+}
+
+/// A URL to chain, before it is checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chain {
+    /// For metrics: `local`, `remote`, `fallback`.
+    pub kind: &'static str,
+    /// The owner's name, for the script's comment.
+    pub owner: String,
+    /// Which resolver answered, for the script's comment.
+    pub reason: &'static str,
+    /// What to chain.
+    pub url: String,
+    /// When `url` is another member's boot route: its conductor's per-node config,
+    /// chained instead when the member does not answer.
+    pub direct: Option<String>,
+    /// Whether this script retries a failed chain. A member's boot route retries its
+    /// own conductor, so a script chaining it does not retry as well.
+    pub retries_here: bool,
 }
 
 /// Inputs besides the MAC and resolution.
@@ -60,70 +107,316 @@ impl<'a> BootContext<'a> {
     }
 }
 
+/// Whether `name` may follow `/v1/boot/<mac>/`: 1 to 64 letters, digits, `.`, `_` or
+/// `-`, not starting with a dot. It is passed on to the owning member's route, so it
+/// must be as safe in a URL and a script as a MAC is.
+pub fn is_boot_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+}
+
 fn per_node_url(conductor_url: &str, mac: &MacAddr) -> String {
     format!("{conductor_url}/pxelinux.cfg/{}", mac.hyphenated())
 }
 
-/// Decides the script for `mac` (ARCHITECTURE.md, "HTTP boot routing").
-pub fn answer(
-    mac: &MacAddr,
-    res: &Resolution,
-    ctx: &BootContext<'_>,
-) -> Result<BootAnswer, UnsafeValue> {
-    let timeout = ctx.http.chain_timeout_ms.to_string();
-    let retries = ctx.http.chain_retries.to_string();
-    let mac_s = mac.to_string();
-    let chain = |kind: &'static str, owner: &str, url: &str| -> Result<BootAnswer, UnsafeValue> {
-        let body = ipxe::render(
-            ipxe::CHAIN,
-            &[
-                ("mac", &mac_s),
-                ("owner", owner),
-                ("reason", res.source),
-                ("url", url),
-                ("timeout_ms", &timeout),
-                ("retries", &retries),
-            ],
-        )?;
-        Ok(BootAnswer::Script { kind, body })
+/// Where `mac`'s `name` is chained from; `None` when no resolver knows it (a miss).
+/// Every name leads to the conductor's one per-node config; the name is kept when the
+/// request is sent on to another member.
+pub fn route(mac: &MacAddr, name: &str, res: &Resolution, ctx: &BootContext<'_>) -> Option<Chain> {
+    let owner = ctx.owner.as_ref()?;
+    let local = ctx.me.as_ref().is_some_and(|me| me.name == owner.name);
+    let chain = |kind, url: String, direct, retries_here| Chain {
+        kind,
+        owner: owner.name.clone(),
+        reason: res.source,
+        url,
+        direct,
+        retries_here,
     };
-    let local = matches!((&ctx.me, &ctx.owner), (Some(me), Some(o)) if me.name == o.name);
-    match &ctx.owner {
-        Some(owner) if local => {
-            if let Some(c) = &owner.conductor_url {
-                return chain("local", &owner.name, &per_node_url(c, mac));
-            }
-        }
-        Some(owner) => {
-            let direct = ctx.chain_to == ChainTo::Conductor || !ctx.owner_alive;
-            let url = match (direct, &owner.conductor_url) {
-                (true, Some(c)) => per_node_url(c, mac),
-                // Hyphens, not colons: iPXE's URI parser takes "52:" for a scheme.
-                _ => format!("{}/v1/boot/{}/boot.ipxe", owner.http_url, mac.hyphenated()),
-            };
-            return chain("remote", &owner.name, &url);
-        }
-        None => {}
+    let per_node = owner.conductor_url.as_deref().map(|c| per_node_url(c, mac));
+    if local {
+        // No conductor URL: this member knows the owner but not where its configs are.
+        return per_node.map(|url| chain("local", url, None, true));
     }
-    let body = match ctx.fallback {
-        Fallback::NotFound => return Ok(BootAnswer::NotFound),
-        Fallback::Exit => ipxe::render(ipxe::EXIT, &[("mac", &mac_s)])?,
-        Fallback::Sanboot => ipxe::render(ipxe::SANBOOT, &[("mac", &mac_s)])?,
-        Fallback::Chain(url) => return chain("fallback", "fallback", url),
+    let direct = ctx.chain_to == ChainTo::Conductor || !ctx.owner_alive;
+    Some(match (direct, per_node) {
+        (true, Some(url)) => chain("remote", url, None, true),
+        // Hyphens, not colons: iPXE's URI parser takes "52:" for a scheme.
+        (_, per_node) => chain(
+            "remote",
+            format!("{}/v1/boot/{}/{name}", owner.http_url, mac.hyphenated()),
+            per_node,
+            false,
+        ),
+    })
+}
+
+/// What `/v1/boot/fallback.ipxe` decides: a script, a URL to check and chain, or 404.
+#[derive(Debug)]
+pub enum FallbackStep {
+    /// A fixed script (`exit`, `sanboot`).
+    Script(String),
+    /// `fallback = "<url>"`.
+    Chain(Chain),
+    /// `fallback = "404"`.
+    NotFound,
+}
+
+/// The fallback, for a machine none of whose NICs had a configuration.
+pub fn fallback(fallback: &Fallback) -> Result<FallbackStep, UnsafeValue> {
+    Ok(match fallback {
+        Fallback::NotFound => FallbackStep::NotFound,
+        Fallback::Exit => FallbackStep::Script(ipxe::render(ipxe::EXIT, &[])?),
+        Fallback::Sanboot => FallbackStep::Script(ipxe::render(ipxe::SANBOOT, &[])?),
+        Fallback::Chain(url) => FallbackStep::Chain(Chain {
+            kind: "fallback",
+            owner: "fallback".into(),
+            reason: "no-nic-known",
+            url: url.clone(),
+            direct: None,
+            retries_here: true,
+        }),
+    })
+}
+
+/// The answer for `chain` once checked. `attempt` counts from 1 (the `try` of the
+/// request); `again` is this route's own path, to which a failed chain returns.
+pub fn answer_chain(
+    chain: &Chain,
+    check: Check,
+    attempt: u32,
+    again: &str,
+    label: &str,
+    http: &HttpSettings,
+) -> Result<BootAnswer, UnsafeValue> {
+    let (url, retries_here) = match (check, &chain.direct) {
+        (Check::Missing, _) => return Ok(BootAnswer::NotFound { kind: "miss" }),
+        // The owning member did not answer: go to its conductor, retrying from here.
+        (Check::Unreachable, Some(direct)) => (direct.as_str(), true),
+        _ => (chain.url.as_str(), chain.retries_here),
     };
+    let attempts = if retries_here {
+        http.chain_retries.max(attempt)
+    } else {
+        attempt
+    };
+    let body = ipxe::render(
+        ipxe::CHAIN,
+        &[
+            ("mac", label),
+            ("owner", &chain.owner),
+            ("reason", chain.reason),
+            ("url", url),
+            ("timeout_ms", &http.chain_timeout_ms.to_string()),
+            ("attempt", &attempt.to_string()),
+            ("attempts", &attempts.to_string()),
+            ("again", &format!("{again}?try={}", attempt + 1)),
+        ],
+    )?;
     Ok(BootAnswer::Script {
-        kind: "fallback",
+        kind: chain.kind,
         body,
     })
+}
+
+/// The attempt a request's query string names (`try=<n>`), 1 when absent or not a
+/// number from 1 to `retries` (request data: anything else is ignored, never echoed).
+pub fn attempt_of(query: Option<&str>, retries: u32) -> u32 {
+    query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .find_map(|kv| kv.strip_prefix("try="))
+        .and_then(|n| n.parse::<u32>().ok())
+        .filter(|n| (1..=retries.max(1)).contains(n))
+        .unwrap_or(1)
 }
 
 /// The first-stage script.
 pub fn first_stage(http: &HttpSettings) -> Result<String, UnsafeValue> {
     ipxe::render(
         ipxe::BOOT,
-        &[
-            ("timeout_ms", &http.chain_timeout_ms.to_string()),
-            ("retries", &http.chain_retries.to_string()),
-        ],
+        &[("timeout_ms", &http.chain_timeout_ms.to_string())],
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(name: &str, conductor_url: Option<&str>) -> Member {
+        Member {
+            name: name.into(),
+            http_url: format!("http://{name}.example:8080"),
+            conductor: None,
+            conductor_url: conductor_url.map(String::from),
+        }
+    }
+
+    fn http() -> HttpSettings {
+        crate::config::Config::from_toml_with_overrides("", &[])
+            .unwrap()
+            .http
+    }
+
+    const MAC: &str = "52:54:00:12:34:56";
+
+    fn ctx<'a>(http: &'a HttpSettings, owner: Option<Member>, alive: bool) -> BootContext<'a> {
+        BootContext {
+            http,
+            me: Some(member("a", Some("http://a.example:8088"))),
+            owner,
+            fallback: &Fallback::Exit,
+            chain_to: ChainTo::Member,
+            owner_alive: alive,
+        }
+    }
+
+    fn res() -> Resolution {
+        Resolution {
+            member: None,
+            source: "hash",
+        }
+    }
+
+    #[test]
+    fn a_machine_nobody_knows_is_a_miss_not_the_fallback() {
+        let http = http();
+        let mac: MacAddr = MAC.parse().unwrap();
+        assert_eq!(
+            route(&mac, "boot.ipxe", &res(), &ctx(&http, None, false)),
+            None
+        );
+    }
+
+    #[test]
+    fn a_conductor_404_is_a_miss_and_a_silent_one_is_retried() {
+        let http = http();
+        let mac: MacAddr = MAC.parse().unwrap();
+        let c = ctx(
+            &http,
+            Some(member("a", Some("http://a.example:8088"))),
+            true,
+        );
+        let chain = route(&mac, "boot.ipxe", &res(), &c).unwrap();
+        assert_eq!(
+            chain.url,
+            "http://a.example:8088/pxelinux.cfg/52-54-00-12-34-56"
+        );
+        let again = "/v1/boot/52-54-00-12-34-56/boot.ipxe";
+        assert_eq!(
+            answer_chain(&chain, Check::Missing, 1, again, MAC, &http),
+            Ok(BootAnswer::NotFound { kind: "miss" })
+        );
+        for check in [Check::Answers, Check::Unreachable, Check::Unchecked] {
+            let Ok(BootAnswer::Script { kind, body }) =
+                answer_chain(&chain, check, 2, again, MAC, &http)
+            else {
+                panic!("{check:?}: no script");
+            };
+            assert_eq!(kind, "local");
+            assert!(body.contains(&format!("chain --timeout 10000 {} && exit 0 ||", chain.url)));
+            assert!(body.contains("iseq 2 5 && goto give_up ||"), "{body}");
+            assert!(
+                body.contains(&format!("chain --timeout 10000 {again}?try=3 && exit 0 ||")),
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn another_members_route_is_not_retried_twice_and_its_conductor_is_used_when_it_is_silent() {
+        let http = http();
+        let mac: MacAddr = MAC.parse().unwrap();
+        let c = ctx(
+            &http,
+            Some(member("b", Some("http://b.example:8088"))),
+            true,
+        );
+        let chain = route(&mac, "config", &res(), &c).unwrap();
+        assert_eq!(
+            chain.url,
+            "http://b.example:8080/v1/boot/52-54-00-12-34-56/config"
+        );
+        assert!(!chain.retries_here);
+        let again = "/v1/boot/52-54-00-12-34-56/config";
+        let Ok(BootAnswer::Script { body, .. }) =
+            answer_chain(&chain, Check::Answers, 1, again, MAC, &http)
+        else {
+            panic!()
+        };
+        assert!(body.contains("iseq 1 1 && goto give_up ||"), "{body}");
+        let Ok(BootAnswer::Script { body, .. }) =
+            answer_chain(&chain, Check::Unreachable, 1, again, MAC, &http)
+        else {
+            panic!()
+        };
+        assert!(body.contains("chain --timeout 10000 http://b.example:8088/pxelinux.cfg/52-54-00-12-34-56 && exit 0 ||"), "{body}");
+        assert!(body.contains("iseq 1 5 && goto give_up ||"), "{body}");
+        // A dead owner: its conductor directly, from the start.
+        let c = ctx(
+            &http,
+            Some(member("b", Some("http://b.example:8088"))),
+            false,
+        );
+        let chain = route(&mac, "boot.ipxe", &res(), &c).unwrap();
+        assert_eq!(
+            chain.url,
+            "http://b.example:8088/pxelinux.cfg/52-54-00-12-34-56"
+        );
+        assert!(chain.retries_here);
+    }
+
+    #[test]
+    fn boot_names_and_attempts_from_request_data() {
+        for good in ["boot.ipxe", "config", "inspector.ipxe", "a_b-c.1"] {
+            assert!(is_boot_name(good), "{good}");
+        }
+        let long = "a".repeat(65);
+        for bad in [
+            "",
+            ".",
+            "..",
+            ".hidden",
+            "a/b",
+            "a b",
+            "a%2Fb",
+            "${x}",
+            long.as_str(),
+        ] {
+            assert!(!is_boot_name(bad), "{bad:?}");
+        }
+        assert_eq!(attempt_of(None, 5), 1);
+        assert_eq!(attempt_of(Some("try=3"), 5), 3);
+        assert_eq!(attempt_of(Some("x=1&try=5"), 5), 5);
+        for bad in [
+            "try=0",
+            "try=6",
+            "try=-1",
+            "try=",
+            "try=1e3",
+            "try=99999999999",
+        ] {
+            assert_eq!(attempt_of(Some(bad), 5), 1, "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_first_stage_walks_every_nic_and_applies_the_fallback_once_after_the_loop() {
+        let s = first_stage(&http()).unwrap();
+        assert!(
+            s.contains("isset ${net${shardboot-nic}/mac} || goto after_loop"),
+            "{s}"
+        );
+        assert!(s.contains(
+            "chain --timeout 10000 /v1/boot/${net${shardboot-nic}/mac:hexhyp}/boot.ipxe && exit 0 || goto next_nic"
+        ));
+        assert!(s.contains("inc shardboot-nic || goto old_rom"));
+        assert!(s.contains("/v1/boot/${mac:hexhyp}/boot.ipxe"));
+        assert_eq!(s.matches("/v1/boot/fallback.ipxe").count(), 1);
+        assert!(!s.contains("net3"), "no fixed NIC count: {s}");
+        assert!(!s.contains("{{"), "{s}");
+    }
 }

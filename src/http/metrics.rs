@@ -13,7 +13,7 @@ pub type RequestCounts =
 #[derive(Debug)]
 pub struct HttpMetrics {
     /// Boot requests by outcome.
-    pub boot: LabeledCounters<6>,
+    pub boot: LabeledCounters<7>,
     /// Requests by route pattern and status; a read lock and an atomic add per request,
     /// the write lock only the first time a (route, status) pair is seen.
     pub requests: std::sync::RwLock<RequestCounts>,
@@ -37,6 +37,7 @@ impl Default for HttpMetrics {
                 "remote",
                 "fallback",
                 "not_found",
+                "miss",
                 "bad_request",
             ]),
             requests: Default::default(),

@@ -5,6 +5,7 @@
 pub mod api;
 pub mod auth;
 pub mod boot;
+pub mod chain_check;
 pub mod files;
 pub mod metrics;
 pub mod serve;
@@ -13,7 +14,7 @@ pub mod ui;
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -26,10 +27,12 @@ use crate::config::{Config, HttpSettings};
 use crate::dhcp::host_policy::HostPolicies;
 use crate::dhcp::shell::DhcpHandle;
 use crate::handles::Handles;
+use crate::ipxe;
 use crate::mac::MacAddr;
 use crate::owner::Resolver;
 use crate::store::{Committer, Store};
-use boot::{BootAnswer, BootContext};
+use boot::{BootAnswer, BootContext, Chain, FallbackStep};
+use chain_check::ChainChecker;
 pub use metrics::{HttpMetrics, RequestCounts};
 
 /// Shared state of the HTTP handlers.
@@ -55,6 +58,8 @@ pub struct HttpState {
     pub resolver: Arc<Resolver>,
     /// Metrics of every listener, for `/metrics`.
     pub handles: Handles,
+    /// Checks a URL before a boot script chains it (a 404 is a miss).
+    pub chain_check: ChainChecker,
 }
 
 impl HttpState {
@@ -82,6 +87,7 @@ impl HttpState {
             dhcp,
             resolver,
             handles,
+            chain_check: ChainChecker::default(),
         }
     }
 }
@@ -207,7 +213,8 @@ pub fn router_for(state: Arc<HttpState>, serves: Serves) -> Router {
     if serves != Serves::Operator {
         app = app
             .route("/boot.ipxe", get(first_stage))
-            .route("/v1/boot/{mac}/boot.ipxe", get(boot_mac))
+            .route("/v1/boot/fallback.ipxe", get(boot_fallback))
+            .route("/v1/boot/{mac}/{name}", get(boot_mac))
             .route("/ipxe/{*file}", get(files::ipxe_file));
     }
     app.layer(axum::middleware::from_fn_with_state(
@@ -282,26 +289,70 @@ async fn first_stage(State(s): State<Arc<HttpState>>) -> Response {
     }
 }
 
-async fn boot_mac(State(s): State<Arc<HttpState>>, Path(raw): Path<String>) -> Response {
-    // The path segment is request data: it is parsed, never echoed or logged raw.
-    let Ok(mac) = raw.parse::<MacAddr>() else {
+async fn boot_mac(
+    State(s): State<Arc<HttpState>>,
+    Path((raw, name)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    // Path segments are request data: parsed or checked, never echoed or logged raw.
+    let (Ok(mac), true) = (raw.parse::<MacAddr>(), boot::is_boot_name(&name)) else {
         s.handles.http.count("bad_request");
-        debug!(len = raw.len(), "boot request with an invalid MAC");
-        return (StatusCode::BAD_REQUEST, "invalid MAC address\n").into_response();
+        debug!(len = raw.len(), "boot request with an invalid MAC or name");
+        return (StatusCode::BAD_REQUEST, "invalid MAC address or name\n").into_response();
     };
     let res = s.resolver.resolve(&mac).await;
     let ctx = BootContext::new(&s.settings, &s.resolver, &res);
     debug!(%mac, owner = ?res.member, source = res.source, "boot request");
-    match boot::answer(&mac, &res, &ctx) {
+    let Some(chain) = boot::route(&mac, &name, &res, &ctx) else {
+        return boot_response(&s, Ok(BootAnswer::NotFound { kind: "not_found" }));
+    };
+    let again = format!("/v1/boot/{}/{name}", mac.hyphenated());
+    let answer = checked_chain(&s, &chain, query.as_deref(), &again, &mac.to_string()).await;
+    boot_response(&s, answer)
+}
+
+/// After the loop over every NIC: the fallback, once.
+async fn boot_fallback(State(s): State<Arc<HttpState>>, RawQuery(query): RawQuery) -> Response {
+    let answer = match boot::fallback(&s.resolver.settings().fallback) {
+        Ok(FallbackStep::NotFound) => Ok(BootAnswer::NotFound { kind: "not_found" }),
+        Ok(FallbackStep::Script(body)) => Ok(BootAnswer::Script {
+            kind: "fallback",
+            body,
+        }),
+        Ok(FallbackStep::Chain(chain)) => {
+            let again = "/v1/boot/fallback.ipxe";
+            checked_chain(&s, &chain, query.as_deref(), again, "every-nic").await
+        }
+        Err(e) => Err(e),
+    };
+    boot_response(&s, answer)
+}
+
+/// Checks `chain`'s URL, then decides the script (`boot::answer_chain`).
+async fn checked_chain(
+    s: &HttpState,
+    chain: &Chain,
+    query: Option<&str>,
+    again: &str,
+    label: &str,
+) -> Result<BootAnswer, ipxe::UnsafeValue> {
+    let check = s.chain_check.check(&chain.url).await;
+    debug!(url = %chain.url, ?check, "checked before chaining");
+    let attempt = boot::attempt_of(query, s.settings.chain_retries);
+    boot::answer_chain(chain, check, attempt, again, label, &s.settings)
+}
+
+fn boot_response(s: &HttpState, answer: Result<BootAnswer, ipxe::UnsafeValue>) -> Response {
+    match answer {
         Ok(BootAnswer::Script { kind, body }) => {
             s.handles.http.count(kind);
             ipxe_script(body)
         }
-        Ok(BootAnswer::NotFound) => {
-            s.handles.http.count("not_found");
+        Ok(BootAnswer::NotFound { kind }) => {
+            s.handles.http.count(kind);
             (
                 StatusCode::NOT_FOUND,
-                "no boot configuration for this machine\n",
+                "no boot configuration for this NIC\n",
             )
                 .into_response()
         }

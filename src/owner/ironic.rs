@@ -486,7 +486,12 @@ impl IronicOwners {
             path: "/v1/ports/detail".into(),
             source,
         })?;
-        let Some(node_uuid) = page.ports.into_iter().find_map(|p| p.node_uuid) else {
+        let Some(node_uuid) = page
+            .ports
+            .into_iter()
+            .filter(|p| p.pxe_enabled)
+            .find_map(|p| p.node_uuid)
+        else {
             return Ok(Known::NoPort);
         };
         // The UUID came from Ironic but still goes into a URL: keep it to UUID bytes.

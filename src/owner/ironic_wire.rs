@@ -18,6 +18,15 @@ pub struct Port {
     pub address: String,
     /// The node the port belongs to.
     pub node_uuid: Option<String>,
+    /// Whether the node boots from this NIC (API 1.19 on; absent before, meaning yes).
+    /// Like Ironic's own boot script, only such ports count: another NIC of the node is
+    /// a miss, so a machine is never sent down a NIC Ironic will not boot it from.
+    #[serde(default = "yes")]
+    pub pxe_enabled: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// A page of ports.
@@ -115,8 +124,8 @@ pub fn next_query(next: &str) -> Option<&str> {
 }
 
 /// Joins ports and nodes into MAC → conductor (`None`: the node has no conductor).
-/// Ports whose address is not a MAC (InfiniBand GUIDs are longer) or whose node is not
-/// listed are left out.
+/// Ports whose address is not a MAC (InfiniBand GUIDs are longer), whose node is not
+/// listed, or that are not `pxe_enabled` are left out.
 pub fn owners(ports: &[Port], nodes: &[Node]) -> HashMap<MacAddr, Option<String>> {
     let by_uuid: HashMap<&str, Option<&String>> = nodes
         .iter()
@@ -124,6 +133,7 @@ pub fn owners(ports: &[Port], nodes: &[Node]) -> HashMap<MacAddr, Option<String>
         .collect();
     ports
         .iter()
+        .filter(|p| p.pxe_enabled)
         .filter_map(|p| {
             let mac = p.address.parse::<MacAddr>().ok()?;
             let conductor = by_uuid.get(p.node_uuid.as_deref()?)?;
@@ -194,24 +204,23 @@ mod tests {
     }
 
     #[test]
-    fn ports_without_a_listed_node_or_a_mac_are_left_out() {
+    fn ports_without_a_listed_node_a_mac_or_pxe_are_left_out() {
+        let port = |address: &str, node: &str, pxe_enabled| Port {
+            address: address.into(),
+            node_uuid: Some(node.into()),
+            pxe_enabled,
+        };
         let ports = vec![
-            Port {
-                address: "52:54:00:00:00:01".into(),
-                node_uuid: Some("n1".into()),
-            },
-            Port {
-                address: "52:54:00:00:00:02".into(),
-                node_uuid: Some("gone".into()),
-            },
-            Port {
-                address: "80:00:02:08:fe:80:00:00:00:00:00:00:00:02:c9:03:00:02:4a:f1".into(),
-                node_uuid: Some("n1".into()),
-            },
-            Port {
-                address: "52:54:00:00:00:03".into(),
-                node_uuid: Some("n2".into()),
-            },
+            port("52:54:00:00:00:01", "n1", true),
+            port("52:54:00:00:00:02", "gone", true),
+            port(
+                "80:00:02:08:fe:80:00:00:00:00:00:00:00:02:c9:03:00:02:4a:f1",
+                "n1",
+                true,
+            ),
+            port("52:54:00:00:00:03", "n2", true),
+            // A NIC of n1 that Ironic does not boot from.
+            port("52:54:00:00:00:04", "n1", false),
         ];
         let nodes = vec![
             Node {
@@ -229,6 +238,16 @@ mod tests {
         let m3: MacAddr = "52:54:00:00:00:03".parse().unwrap();
         assert_eq!(map[&m1].as_deref(), Some("c1"));
         assert_eq!(map[&m3], None);
+        // Absent before API 1.19: every port boots.
+        let old =
+            parse_ports(br#"{"ports": [{"address": "52:54:00:00:00:05", "node_uuid": "n1"}]}"#)
+                .unwrap();
+        assert!(old.ports[0].pxe_enabled);
+        let off = parse_ports(
+            br#"{"ports": [{"address": "52:54:00:00:00:05", "node_uuid": "n1", "pxe_enabled": false}]}"#,
+        )
+        .unwrap();
+        assert!(!off.ports[0].pxe_enabled);
     }
 
     #[test]

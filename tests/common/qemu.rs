@@ -81,6 +81,19 @@ pub(crate) struct Vm {
 impl Vm {
     /// `qemu/vm.sh` inside `ns`, on `tap`, with NIC `mac`; the console goes into `dir`.
     pub(crate) fn start(ns: &Netns, firmware: Firmware, tap: &str, mac: &str, dir: &Path) -> Self {
+        Self::with_nics_before(ns, firmware, tap, mac, &[], dir)
+    }
+
+    /// Like [`Vm::start`], with NICs `before` (connected to nothing) ahead of the
+    /// booting NIC: iPXE numbers them `net0`, `net1`, … and the booting NIC last.
+    pub(crate) fn with_nics_before(
+        ns: &Netns,
+        firmware: Firmware,
+        tap: &str,
+        mac: &str,
+        before: &[&str],
+        dir: &Path,
+    ) -> Self {
         let console = dir.join(format!("console-{}.log", mac.replace(':', "")));
         let started = Instant::now();
         let child = ns
@@ -88,6 +101,7 @@ impl Vm {
             .arg(harness("vm.sh"))
             .args([firmware.arg(), tap, mac])
             .arg(&console)
+            .args(before)
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
@@ -156,29 +170,54 @@ pub(crate) fn strip_control_sequences(text: &str) -> String {
 /// One request the conductor stand-in saw.
 #[derive(Debug, Clone)]
 pub(crate) struct Asked {
+    /// `GET` (a machine loading it) or `HEAD` (shardboot checking it before chaining).
+    pub method: String,
     pub path: String,
     pub at: Instant,
 }
 
-/// A conductor's HTTP server as far as a booting machine sees it: every path gets a
-/// script that prints [`BOOTED_LINE`] and powers the machine off (the BIOS ROM's iPXE
-/// has no `poweroff`: it then waits until the test stops it).
+/// A conductor's HTTP server as far as a booting machine sees it: a path it has a config
+/// for gets a script that prints [`BOOTED_LINE`] and the path, and powers the machine
+/// off (the BIOS ROM's iPXE has no `poweroff`: it then waits until the test stops it);
+/// any other path gets 404, as a conductor answers for a machine it holds no config for.
 pub(crate) struct ConductorStub {
     asked: mpsc::Receiver<Asked>,
     seen: Vec<Asked>,
+    /// Where it listens.
+    pub addr: SocketAddr,
 }
 
 impl ConductorStub {
-    /// Listens on `addr` inside `ns`.
+    /// Listens on `addr` inside `ns`, with a config for every path.
     pub(crate) fn start(ns: &Netns, addr: SocketAddr) -> Self {
         let listener = ns
             .run(move || TcpListener::bind(addr).expect("bind the conductor stand-in"))
             .join()
             .unwrap();
+        Self::serve(listener, None)
+    }
+
+    /// Listens on `addr` (inside `ns`, if given) with configs for `paths` only (`None`:
+    /// every path).
+    pub(crate) fn start_knowing(
+        ns: Option<&Netns>,
+        addr: SocketAddr,
+        paths: Option<&[String]>,
+    ) -> Self {
+        let bind = move || TcpListener::bind(addr).expect("bind the conductor stand-in");
+        let listener = match ns {
+            Some(ns) => ns.run(bind).join().unwrap(),
+            None => bind(),
+        };
+        Self::serve(listener, paths.map(<[String]>::to_vec))
+    }
+
+    fn serve(listener: TcpListener, known: Option<Vec<String>>) -> Self {
+        let addr = listener.local_addr().unwrap();
         let (tx, asked) = mpsc::channel();
         std::thread::spawn(move || {
-            // Bounded: a boot asks a handful of times.
-            for conn in listener.incoming().take(100) {
+            // Bounded: a boot asks a handful of times, a test's checks a few dozen.
+            for conn in listener.incoming().take(500) {
                 let Ok(mut conn) = conn else { continue };
                 let at = Instant::now();
                 let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
@@ -191,14 +230,27 @@ impl ConductorStub {
                 while reader.read_line(&mut header).is_ok_and(|n| n > 2) {
                     header.clear();
                 }
-                let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
-                let body = format!("#!ipxe\necho {BOOTED_LINE}\npoweroff ||\nsleep 600\n");
+                let mut words = line.split_whitespace();
+                let method = words.next().unwrap_or("").to_string();
+                let path = words.next().unwrap_or("").to_string();
+                let has = known.as_ref().is_none_or(|k| k.contains(&path));
+                let (status, body) = if has {
+                    (
+                        "200 OK",
+                        format!("#!ipxe\necho {BOOTED_LINE} {path}\npoweroff ||\nsleep 600\n"),
+                    )
+                } else {
+                    ("404 Not Found", "not found\n".to_string())
+                };
                 let _ = write!(
                     conn,
-                    "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
+                    "HTTP/1.0 {status}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n",
                     body.len()
                 );
-                if tx.send(Asked { path, at }).is_err() {
+                if method != "HEAD" {
+                    let _ = conn.write_all(body.as_bytes());
+                }
+                if tx.send(Asked { method, path, at }).is_err() {
                     return;
                 }
             }
@@ -206,6 +258,7 @@ impl ConductorStub {
         Self {
             asked,
             seen: Vec::new(),
+            addr,
         }
     }
 
@@ -219,12 +272,20 @@ impl ConductorStub {
     ) -> Result<Instant, Vec<String>> {
         let deadline = Instant::now() + limit;
         loop {
-            if let Some(a) = self.seen.iter().find(|a| a.path == path) {
+            if let Some(a) = self
+                .seen
+                .iter()
+                .find(|a| a.method == "GET" && a.path == path)
+            {
                 return Ok(a.at);
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() || vm.stopped() {
-                return Err(self.seen.iter().map(|a| a.path.clone()).collect());
+                return Err(self
+                    .seen
+                    .iter()
+                    .map(|a| format!("{} {}", a.method, a.path))
+                    .collect());
             }
             if let Ok(a) = self.asked.recv_timeout(left.min(Duration::from_secs(1))) {
                 self.seen.push(a);
@@ -232,12 +293,25 @@ impl ConductorStub {
         }
     }
 
-    /// Every path asked for so far.
+    /// Every path a machine loaded (`GET`) so far.
     pub(crate) fn paths(&mut self) -> Vec<String> {
+        self.requests("GET")
+    }
+
+    /// Every path shardboot checked (`HEAD`) before chaining it.
+    pub(crate) fn checked(&mut self) -> Vec<String> {
+        self.requests("HEAD")
+    }
+
+    fn requests(&mut self, method: &str) -> Vec<String> {
         while let Ok(a) = self.asked.try_recv() {
             self.seen.push(a);
         }
-        self.seen.iter().map(|a| a.path.clone()).collect()
+        self.seen
+            .iter()
+            .filter(|a| a.method == method)
+            .map(|a| a.path.clone())
+            .collect()
     }
 }
 
