@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Boot time of real firmware, shardboot against dnsmasq, same run: seconds from VM start
 # to the machine's request for its per-node iPXE script (the conductor's
-# pxelinux.cfg/<mac>) along each firmware path of qemu/vm.sh. One VM at a time, so the
+# pxelinux.cfg/<mac>) along each firmware path of qemu/vm.sh, and for a three-NIC
+# machine (bios-ipxe-3nic: two NICs nobody knows come first, net0 and net1, and the
+# booting NIC is net2, so the first stage misses twice). One VM at a time, so the
 # boots do not slow each other down; the median of RUNS boots per path and server.
 #
 #   benches/qemu_boot.sh [runs]          (root; default 1 run)
@@ -24,9 +26,12 @@ runs=${1:-1}
 [ "$(id -u)" = 0 ] || { echo "qemu_boot: needs root (network namespace, tap, port 67)" >&2; exit 1; }
 boot_limit=240  # seconds from VM start to the per-node request
 echo_limit=30   # seconds from that request to the echo line on the console
-paths=(bios-ipxe uefi-pxe uefi-http)
+paths=(bios-ipxe bios-ipxe-3nic uefi-pxe uefi-http)
 servers=(shardboot shardboot-ra dnsmasq)
-declare -A mac=([bios-ipxe]=52:54:00:5e:01:01 [uefi-pxe]=52:54:00:5e:01:02 [uefi-http]=52:54:00:5e:01:03)
+declare -A mac=([bios-ipxe]=52:54:00:5e:01:01 [uefi-pxe]=52:54:00:5e:01:02 [uefi-http]=52:54:00:5e:01:03
+  [bios-ipxe-3nic]=52:54:00:5e:01:04)
+# NICs ahead of the booting one on the three-NIC machine (connected to nothing).
+other_nics=(52:54:00:5e:01:f1 52:54:00:5e:01:f2)
 
 command -v dnsmasq >/dev/null || {
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dnsmasq-base >/dev/null
@@ -141,8 +146,15 @@ PY
 www="$work/www"
 mkdir -p "$www/pxelinux.cfg"
 cp -L /usr/lib/ipxe/snponly.efi "$www/"
-# Ironic's boot.ipxe in short: chain the per-node config of the booting NIC.
-printf '#!ipxe\nchain pxelinux.cfg/${net0/mac:hexhyp}\n' > "$www/boot.ipxe"
+# Ironic's boot.ipxe in short: every NIC in turn, the next on a 404.
+cat > "$www/boot.ipxe" <<'IPXE'
+#!ipxe
+set netid:int32 -1
+:loop
+inc netid
+isset ${net${netid}/mac} || exit 1
+chain pxelinux.cfg/${net${netid}/mac:hexhyp} || goto loop
+IPXE
 
 # --- one boot --------------------------------------------------------------------------
 strip() { sed 's/\x1b\[[0-9;?]*[@-~]//g; s/\x1b//g; s/\r//g' "$@" 2>/dev/null; }
@@ -198,7 +210,9 @@ boot() {
 
   local t0 at deadline
   t0=$(uptime_now)
-  "${nsx[@]}" qemu/vm.sh "$path" tap0 "$m" "$d/console.log" > "$d/qemu.log" 2>&1 &
+  local firmware=$path others=()
+  if [ "$path" = bios-ipxe-3nic ]; then firmware=bios-ipxe others=("${other_nics[@]}"); fi
+  "${nsx[@]}" qemu/vm.sh "$firmware" tap0 "$m" "$d/console.log" "${others[@]}" > "$d/qemu.log" 2>&1 &
   vm_pid=$!
   deadline=$((SECONDS + boot_limit))
   until at=$(awk -v p="/pxelinux.cfg/${m//:/-}" '$2 == "GET" && $3 == p { print $1; exit }' "$d/conductor.log") && [ -n "$at" ]; do
@@ -228,7 +242,7 @@ for path in "${paths[@]}"; do
     # Alternate the servers within a run so that drift in machine load hits both.
     for server in "${servers[@]}"; do
       boot "$server" "$path" "$run"
-      printf '%-10s %-12s run %d: %6s s\n' "$path" "$server" "$run" "$result"
+      printf '%-15s %-12s run %d: %6s s\n' "$path" "$server" "$run" "$result"
       secs[$path:$server]+=" $result"
     done
   done
@@ -236,11 +250,11 @@ done
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 echo
-printf '%-11s %10s %12s %15s %18s %21s\n' path dnsmasq_s shardboot_s shardboot+ra_s \
+printf '%-15s %10s %12s %15s %18s %21s\n' path dnsmasq_s shardboot_s shardboot+ra_s \
   dnsmasq/shardboot dnsmasq/shardboot+ra
 for path in "${paths[@]}"; do
   dm=$(median <<< "${secs[$path:dnsmasq]}")
   sb=$(median <<< "${secs[$path:shardboot]}")
   ra=$(median <<< "${secs[$path:shardboot-ra]}")
-  printf '%-11s %10s %12s %15s %18s %21s\n' "$path" "$dm" "$sb" "$ra" "$(ratio "$dm" "$sb")" "$(ratio "$dm" "$ra")"
+  printf '%-15s %10s %12s %15s %18s %21s\n' "$path" "$dm" "$sb" "$ra" "$(ratio "$dm" "$sb")" "$(ratio "$dm" "$ra")"
 done
