@@ -95,7 +95,7 @@ fn bench_fixtures(c: &mut Criterion) {
                         now,
                     };
                     let d = e.handle_message(&msg, &ctx);
-                    encode_reply(&d.reply.unwrap().message, &mut out).unwrap();
+                    d.reply.unwrap().encode(&mut out).unwrap();
                 },
                 BatchSize::SmallInput,
             )
@@ -153,7 +153,7 @@ fn bench_exchange(c: &mut Criterion) {
                 .insert(DhcpOption::RequestedIpAddress(offer.yiaddr()));
             let raw = r.to_vec().unwrap();
             let ack = e.handle_message(&decode_request(&raw).unwrap(), &ctx);
-            encode_reply(&ack.reply.unwrap().message, &mut out).unwrap();
+            ack.reply.unwrap().encode(&mut out).unwrap();
         })
     });
     group.finish();

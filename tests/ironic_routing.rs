@@ -729,11 +729,13 @@ fn a_three_nic_machine_boots_the_nic_ironic_boots_it_from() {
     let pxe_nic = enrolled["mac"].as_str().unwrap().to_string();
     let node = enrolled["node"].as_str().unwrap();
     let (unknown_nic, other_port) = ("52:54:00:5e:0d:01", "52:54:00:5e:0d:02");
-    let body = format!(
-        r#"{{"address": "{other_port}", "node_uuid": "{node}", "pxe_enabled": false}}"#
-    );
+    let body =
+        format!(r#"{{"address": "{other_port}", "node_uuid": "{node}", "pxe_enabled": false}}"#);
     lab.run(&["curl"], &["/v1/ports", "-X", "POST", "-d", &body]);
-    let paths = [qemu::per_node_path(&pxe_nic), qemu::per_node_path(other_port)];
+    let paths = [
+        qemu::per_node_path(&pxe_nic),
+        qemu::per_node_path(other_port),
+    ];
     let mut conductor = ConductorStub::start_knowing(
         Some(&ns),
         format!("{ip}:8088").parse().unwrap(),
@@ -767,9 +769,11 @@ ranges = ["198.18.1.0 - 198.18.4.255"]
     );
     let server = Server::start(&ns, dir.path(), &config);
     let metrics = || curl(&ns, &format!("http://{ip}:8080/metrics"), None);
-    wait_until("the member loaded Ironic's ports", Duration::from_secs(30), || {
-        metrics().contains("shardboot_owner_ironic_snapshot_macs 2\n")
-    });
+    wait_until(
+        "the member loaded Ironic's ports",
+        Duration::from_secs(30),
+        || metrics().contains("shardboot_owner_ironic_snapshot_macs 2\n"),
+    );
     let mut vm = Vm::with_nics_before(
         &ns,
         Firmware::BiosIpxe,
@@ -797,7 +801,10 @@ ranges = ["198.18.1.0 - 198.18.4.255"]
         (at - vm.started).as_secs_f64()
     );
     let console = vm.console_text();
-    for (n, mac) in [unknown_nic, other_port, pxe_nic.as_str()].iter().enumerate() {
+    for (n, mac) in [unknown_nic, other_port, pxe_nic.as_str()]
+        .iter()
+        .enumerate()
+    {
         assert!(
             console.contains(&format!("asking for net{n} {mac}")),
             "net{n}:\n{console}"
@@ -810,7 +817,10 @@ ranges = ["198.18.1.0 - 198.18.4.255"]
     assert!(!console.contains("asking again"), "{console}");
     let m = metrics();
     assert_eq!(
-        metric(&m, "shardboot_http_boot_requests_total{outcome=\"not_found\"} "),
+        metric(
+            &m,
+            "shardboot_http_boot_requests_total{outcome=\"not_found\"} "
+        ),
         2,
         "{m}"
     );

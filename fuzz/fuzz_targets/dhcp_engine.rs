@@ -9,7 +9,7 @@ use std::net::Ipv4Addr;
 use dhcproto::{Decodable, Decoder};
 use libfuzzer_sys::fuzz_target;
 use shardboot::config::{Config, DEFAULT_CONFIG_TOML};
-use shardboot::dhcp::wire::{decode_request, encode_reply};
+use shardboot::dhcp::wire::decode_request;
 use shardboot::dhcp::{Engine, Interface, PacketContext, Responsibility};
 
 const NOW: u64 = 1_000_000;
@@ -44,7 +44,7 @@ fuzz_target!(|data: &[u8]| {
         };
         let decision = engine.handle_message(&msg, &ctx);
         if let Some(reply) = decision.reply {
-            encode_reply(&reply.message, &mut out).expect("a reply encodes");
+            reply.encode(&mut out).expect("a reply encodes");
             dhcproto::v4::Message::decode(&mut Decoder::new(&out)).expect("a reply decodes");
         }
     }

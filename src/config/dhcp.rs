@@ -30,11 +30,15 @@ pub(super) struct RawDhcp {
     unknown_discovers_per_sec: Option<u32>,
     max_declined: Option<u32>,
     declines_per_mac: Option<u32>,
+    #[serde(default)]
+    options: Vec<String>,
 }
 
 /// `[dhcp]` after validation.
 #[derive(Debug, Clone)]
 pub struct DhcpSettings {
+    /// Options for every subnet (`options`, dnsmasq `dhcp-option` syntax).
+    pub options: Vec<crate::dhcp::options::OptionRule>,
     /// Whether the DHCP listener runs at all.
     pub enabled: bool,
     /// Interfaces to bind; empty means every interface with an address in a subnet.
@@ -166,6 +170,7 @@ pub(super) fn validate(raw: RawDhcp, issues: &mut Issues) -> DhcpSettings {
         60_000,
     );
     DhcpSettings {
+        options: super::options_list("dhcp.options", &raw.options, issues),
         enabled: raw.enabled.unwrap_or(true),
         interfaces,
         port,

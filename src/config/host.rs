@@ -23,6 +23,10 @@ pub(super) struct RawHost {
     dns: Vec<String>,
     router: Option<String>,
     lease_time: Option<u32>,
+    #[serde(default)]
+    options: Vec<String>,
+    #[serde(default)]
+    tags: Vec<String>,
 }
 
 /// A `[[host]]` entry.
@@ -44,6 +48,10 @@ pub struct Host {
     pub router: Option<Ipv4Addr>,
     /// Lease time replacing the subnet's.
     pub lease_time: Option<u32>,
+    /// Options for this host (dnsmasq `dhcp-option` syntax), over the subnet's.
+    pub options: Vec<crate::dhcp::options::OptionRule>,
+    /// Tags this host sets for option entries (`tag:<name>`).
+    pub tags: Vec<String>,
 }
 
 impl Host {
@@ -58,6 +66,8 @@ impl Host {
             dns: Vec::new(),
             router: None,
             lease_time: None,
+            options: Vec::new(),
+            tags: Vec::new(),
         }
     }
 }
@@ -130,6 +140,8 @@ pub(super) fn validate_all(
                 dns,
                 router,
                 lease_time: h.lease_time,
+                options: super::options_list(&k("options"), &h.options, issues),
+                tags: super::tag_list(&k("tags"), &h.tags, issues),
             });
         }
     }

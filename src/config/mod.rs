@@ -267,6 +267,42 @@ impl TryFrom<RawConfig> for Config {
     }
 }
 
+/// Parses an `options` list (dnsmasq `dhcp-option` syntax); each bad entry is an issue
+/// under `key[i]` that quotes the offending text.
+fn options_list(
+    key: &str,
+    entries: &[String],
+    issues: &mut issues::Issues,
+) -> Vec<crate::dhcp::options::OptionRule> {
+    entries
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| match crate::dhcp::options::dnsmasq::parse(e) {
+            Ok(rule) => Some(rule),
+            Err(err) => {
+                issues.add(format!("{key}[{i}]"), err.to_string());
+                None
+            }
+        })
+        .collect()
+}
+
+/// Checks a list of tag names (the names `tag:<name>` entries match).
+fn tag_list(key: &str, tags: &[String], issues: &mut issues::Issues) -> Vec<String> {
+    for (i, t) in tags.iter().enumerate() {
+        let ok = (1..=64).contains(&t.len())
+            && t.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+        if !ok {
+            issues.add(
+                format!("{key}[{i}]"),
+                format!("{t:?} is not a tag name (1 to 64 letters, digits, '-', '_', '.')"),
+            );
+        }
+    }
+    tags.to_vec()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,7 +14,7 @@ pub(super) struct RawSubnet {
     network: Option<String>,
     interface: Option<String>,
     #[serde(default)]
-    ranges: Vec<String>,
+    ranges: Vec<RawRange>,
     #[serde(default)]
     exclude: Vec<String>,
     lease_time: Option<u32>,
@@ -28,6 +28,17 @@ pub(super) struct RawSubnet {
     #[serde(default)]
     ntp: Vec<String>,
     reserve_for_known: Option<u32>,
+    #[serde(default)]
+    options: Vec<String>,
+}
+
+/// A range as written: `"a - b"`, or `{ range = "a - b", tag = "name" }` to set a tag
+/// for the clients given an address in it (`tag:<name>` option entries match it).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawRange {
+    Plain(String),
+    Tagged { range: String, tag: String },
 }
 
 /// A served subnet.
@@ -57,6 +68,10 @@ pub struct Subnet {
     pub mtu: Option<u16>,
     /// NTP servers (option 42).
     pub ntp: Vec<Ipv4Addr>,
+    /// The tag each range sets (same order as `ranges`), if any.
+    pub range_tags: Vec<Option<String>>,
+    /// Options of this subnet (dnsmasq `dhcp-option` syntax), over `[dhcp] options`.
+    pub options: Vec<crate::dhcp::options::OptionRule>,
     /// Addresses of this member's share of the ranges that only known machines may take
     /// fresh: a flood of unknown MACs cannot starve the machines the operator knows.
     pub reserve_for_known: u32,
@@ -69,6 +84,15 @@ impl Subnet {
             .iter()
             .map(|(a, b)| u64::from(u32::from(*b) - u32::from(*a)) + 1)
             .sum()
+    }
+
+    /// The tag of the range `ip` lies in, if that range sets one.
+    pub fn range_tag(&self, ip: Ipv4Addr) -> Option<&str> {
+        self.ranges
+            .iter()
+            .zip(&self.range_tags)
+            .find(|((a, b), _)| *a <= ip && ip <= *b)
+            .and_then(|(_, t)| t.as_deref())
     }
 
     /// Whether `ip` is inside one of the dynamic ranges.
@@ -130,11 +154,24 @@ fn subnet(i: usize, raw: RawSubnet, issues: &mut Issues) -> Option<Subnet> {
             None
         }
     };
+    let mut range_tags = Vec::new();
     let ranges: Vec<_> = raw
         .ranges
         .iter()
         .enumerate()
-        .filter_map(|(j, r)| parse_range(&format!("subnet[{i}].ranges[{j}]"), r, network, issues))
+        .filter_map(|(j, r)| {
+            let key = format!("subnet[{i}].ranges[{j}]");
+            let (text, tag) = match r {
+                RawRange::Plain(t) => (t, None),
+                RawRange::Tagged { range, tag } => {
+                    super::tag_list(&format!("{key}.tag"), std::slice::from_ref(tag), issues);
+                    (range, Some(tag.clone()))
+                }
+            };
+            let parsed = parse_range(&key, text, network, issues)?;
+            range_tags.push(tag);
+            Some(parsed)
+        })
         .collect();
     for (j, a) in ranges.iter().enumerate() {
         if ranges[..j].iter().any(|b| a.0 <= b.1 && b.0 <= a.1) {
@@ -195,7 +232,10 @@ fn subnet(i: usize, raw: RawSubnet, issues: &mut Issues) -> Option<Subnet> {
         0,
         size,
     ) as u32;
+    let options = super::options_list(&k("options"), &raw.options, issues);
     Some(Subnet {
+        range_tags,
+        options,
         reserve_for_known,
         network: network?,
         interface: raw.interface,

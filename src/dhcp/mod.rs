@@ -6,6 +6,7 @@ pub mod engine;
 pub mod host_policy;
 pub mod leasefile;
 pub mod metrics;
+pub mod options;
 pub mod responsibility;
 pub mod shell;
 pub mod wire;

@@ -250,15 +250,34 @@ pub fn raw_option(request: &[u8], code: u8) -> Option<Vec<u8>> {
 /// anything shorter, so replies are padded up to it.
 pub const MIN_REPLY_LEN: usize = 300;
 
-/// Encodes a reply into `buf` (cleared first), padded to [`MIN_REPLY_LEN`].
+/// Encodes a reply into `buf` (cleared first), padded to [`MIN_REPLY_LEN`], its options
+/// in dhcproto's order.
 pub fn encode_reply(msg: &Message, buf: &mut Vec<u8>) -> Result<(), dhcproto::error::EncodeError> {
     buf.clear();
     msg.encode(&mut Encoder::new(buf))?;
+    pad(buf);
+    Ok(())
+}
+
+/// Encodes a reply for the client that asked (`fit`: the options it asked for first,
+/// no more than it takes; `dhcp::options::fit`), padded to [`MIN_REPLY_LEN`].
+pub fn encode_reply_for(
+    msg: &Message,
+    fit: &crate::dhcp::options::fit::Fit,
+    buf: &mut Vec<u8>,
+) -> Result<crate::dhcp::options::fit::Laid, dhcproto::error::EncodeError> {
+    buf.clear();
+    msg.encode(&mut Encoder::new(buf))?;
+    let laid = crate::dhcp::options::fit::lay_out(buf, fit);
+    pad(buf);
+    Ok(laid)
+}
+
+fn pad(buf: &mut Vec<u8>) {
     if buf.len() < MIN_REPLY_LEN {
         // Pad options (code 0) after End (RFC 2132 §3.1).
         buf.resize(MIN_REPLY_LEN, 0);
     }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -54,6 +54,18 @@ pub struct Reply {
     pub message: Message,
     /// Its destination.
     pub destination: Destination,
+    /// What the request says about the reply it takes (options 55, 57).
+    pub fit: crate::dhcp::options::fit::Fit,
+}
+
+impl Reply {
+    /// Encodes the reply for its client into `buf`.
+    pub fn encode(
+        &self,
+        buf: &mut Vec<u8>,
+    ) -> Result<crate::dhcp::options::fit::Laid, dhcproto::error::EncodeError> {
+        crate::dhcp::wire::encode_reply_for(&self.message, &self.fit, buf)
+    }
 }
 
 /// Why a request got no reply and no lease change.

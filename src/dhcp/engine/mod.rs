@@ -20,6 +20,7 @@ mod tests;
 
 use super::boot::{self, BootDirective};
 use super::host_policy::{HostPolicy, PolicySource};
+use super::options::fit::Fit;
 use crate::config::{BootSettings, Config, DhcpSettings, Host, Subnet};
 use crate::mac::MacAddr;
 use crate::store::{Lease, LeaseEffect, LeaseState};
@@ -452,11 +453,13 @@ impl Engine {
             host: None,
             timers: None,
             boot: None,
+            server_options: &[],
         };
         Decision {
             reply: Some(Reply {
                 message: reply::build(msg, &parts),
                 destination: reply::destination(msg, MessageType::Nak, Ipv4Addr::UNSPECIFIED),
+                fit: Fit::for_request(msg.opts()),
             }),
             effects: Vec::new(),
             outcome: Outcome::Nak,
@@ -638,10 +641,12 @@ impl Engine {
             host,
             timers: Some(self.timers(si, ip, mac, ctx.now)),
             boot: boot.as_ref(),
+            server_options: &self.settings.options,
         };
         Reply {
             message: reply::build(msg, &parts),
             destination: reply::destination(msg, kind, ip),
+            fit: Fit::for_request(msg.opts()),
         }
     }
 
@@ -742,11 +747,13 @@ impl Engine {
             host,
             timers: None,
             boot: boot.as_ref(),
+            server_options: &self.settings.options,
         };
         Decision {
             reply: Some(Reply {
                 message: reply::build(msg, &parts),
                 destination: reply::destination(msg, MessageType::Ack, Ipv4Addr::UNSPECIFIED),
+                fit: Fit::for_request(msg.opts()),
             }),
             effects: Vec::new(),
             outcome: Outcome::Inform,

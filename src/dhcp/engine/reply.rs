@@ -5,7 +5,8 @@ use std::net::Ipv4Addr;
 use dhcproto::v4::{DhcpOption, Message, MessageType, Opcode, OptionCode, UnknownOption};
 
 use crate::config::{Host, Subnet};
-use crate::dhcp::boot::{BootDirective, IPXE_ENCAP_OPTION};
+use crate::dhcp::boot::{self, BootDirective, IPXE_ENCAP_OPTION};
+use crate::dhcp::options::{self, Levels, OptionRule};
 
 /// iPXE's "no-pxedhcp" setting in its option space 175: ignore ProxyDHCP.
 const IPXE_NO_PXEDHCP: u8 = 176;
@@ -72,6 +73,8 @@ pub struct ReplyParts<'a> {
     pub timers: Option<Timers>,
     /// PXE / iPXE boot directive.
     pub boot: Option<&'a BootDirective>,
+    /// `[dhcp] options`.
+    pub server_options: &'a [OptionRule],
 }
 
 /// Builds the reply to `req`.
@@ -177,7 +180,60 @@ pub fn build(req: &Message, parts: &ReplyParts<'_>) -> Message {
             m.set_fname_str(&b.file);
         }
     }
+    if let Some(s) = parts.subnet {
+        apply_options(&mut m, req, s, parts);
+    }
     m
+}
+
+/// The configured options (`dhcp::options`), over what `build` put in: each winning
+/// entry replaces its code's option, or removes it when it has no value.
+fn apply_options(m: &mut Message, req: &Message, subnet: &Subnet, parts: &ReplyParts<'_>) {
+    let host_options = parts.host.map_or(&[][..], |h| &h.options[..]);
+    if parts.server_options.is_empty() && subnet.options.is_empty() && host_options.is_empty() {
+        return;
+    }
+    let mut tags: Vec<&str> = Vec::with_capacity(8);
+    options::class_tags(&boot::classify(req.opts()), &mut tags);
+    if let Some(t) = subnet.range_tag(parts.yiaddr) {
+        tags.push(t);
+    }
+    if let Some(h) = parts.host {
+        tags.push("known");
+        tags.extend(h.tags.iter().map(String::as_str));
+    }
+    let levels = Levels {
+        server: parts.server_options,
+        subnet: &subnet.options,
+        host: host_options,
+    };
+    for rule in options::select(levels, &tags) {
+        match (rule.code, &rule.value) {
+            // dnsmasq's pseudo-option 255: the next-server address in the header.
+            (255, Some(v)) => {
+                if let Ok(a) = <[u8; 4]>::try_from(v.as_slice()) {
+                    m.set_siaddr(Ipv4Addr::from(a));
+                }
+            }
+            (code, value) => {
+                let opts = m.opts_mut();
+                opts.remove(OptionCode::from(code));
+                if let Some(v) = value {
+                    opts.insert(DhcpOption::Unknown(UnknownOption::new(
+                        code.into(),
+                        v.clone(),
+                    )));
+                }
+                if code == 67 {
+                    // The `file` field says the same as option 67, or nothing.
+                    match value.as_deref().and_then(|v| std::str::from_utf8(v).ok()) {
+                        Some(f) if f.len() < FILE_FIELD_LEN => m.set_fname_str(f),
+                        _ => m.set_fname(&[]),
+                    };
+                }
+            }
+        }
+    }
 }
 
 /// RFC 2131 §4.1 / §4.3.2: relay first, then NAKs broadcast, then `ciaddr`, then the

@@ -1347,3 +1347,159 @@ fn a_member_back_after_a_short_absence_serves_its_share_at_once_but_not_after_a_
     e.handle_tick(T0 + 2 * span + 1);
     assert_eq!(fresh(&mut e, T0 + 2 * span + 2, 100), share(&ABC, "b"));
 }
+
+const OPTIONS_CONFIG: &str = r#"
+[dhcp]
+options = ["option:ntp-server,192.0.2.5", "tag:efi-x64,option:mtu,9000"]
+[[subnet]]
+network = "192.0.2.0/24"
+router = "192.0.2.1"
+ranges = [
+  { range = "192.0.2.10 - 192.0.2.10", tag = "range_0" },
+  { range = "192.0.2.20 - 192.0.2.29", tag = "range_1" },
+]
+options = [
+  "tag:range_0,option:router",
+  "option:classless-static-route,10.0.0.0/8,192.0.2.1",
+  "tag:ipxe,67,http://192.0.2.1:8080/custom.ipxe",
+]
+[[host]]
+mac = "52:54:00:00:00:63"
+tags = ["node-63"]
+options = ["tag:node-63,option:hostname,node63", "255,192.0.2.9"]
+"#;
+
+/// Binds `req`'s client and returns the ACK.
+fn ack_for(e: &mut Engine, i: &Interface, discover: Message, now: u64) -> Reply {
+    let ip = offered(&e.handle_message(&discover, &ctx(i, now)));
+    let mut req = discover;
+    req.opts_mut()
+        .insert(DhcpOption::MessageType(MessageType::Request));
+    req.opts_mut().insert(DhcpOption::ServerIdentifier(SERVER));
+    req.opts_mut().insert(DhcpOption::RequestedIpAddress(ip));
+    e.handle_message(&req, &ctx(i, now)).reply.unwrap()
+}
+
+fn raw(r: &Reply, code: u8) -> Option<Vec<u8>> {
+    let mut buf = Vec::new();
+    r.encode(&mut buf).unwrap();
+    crate::dhcp::wire::raw_option(&buf, code)
+}
+
+#[test]
+fn options_by_server_subnet_range_host_and_client_class() {
+    let cfg = Config::from_toml_with_overrides(OPTIONS_CONFIG, &[]).unwrap();
+    let (i, mut e) = (iface(), Engine::new(&cfg, vec![], T0));
+    // Eleven clients take all eleven addresses: one is in range_0.
+    let acks: Vec<Reply> = (1..=11)
+        .map(|n| ack_for(&mut e, &i, msg(MessageType::Discover, mac(n)), T0))
+        .collect();
+    let (in_0, in_1): (Vec<&Reply>, Vec<&Reply>) = acks
+        .iter()
+        .partition(|r| r.message.yiaddr() == Ipv4Addr::new(192, 0, 2, 10));
+    assert_eq!(in_0.len(), 1);
+    // range_0 sends no router; range_1 the subnet's.
+    assert_eq!(raw(in_0[0], 3), None);
+    assert_eq!(raw(in_1[0], 3), Some(vec![192, 0, 2, 1]));
+    for r in &acks {
+        // Server level, and a typed RFC 3442 route at subnet level.
+        assert_eq!(raw(r, 42), Some(vec![192, 0, 2, 5]));
+        assert_eq!(raw(r, 121), Some(vec![8, 10, 192, 0, 2, 1]));
+        // Not UEFI x64: no MTU.
+        assert_eq!(raw(r, 26), None);
+    }
+    // Fresh engine for the class- and host-tagged clients.
+    let mut e = Engine::new(&cfg, vec![], T0);
+    let efi = ack_for(
+        &mut e,
+        &i,
+        firmware(
+            msg(MessageType::Discover, mac(40)),
+            "PXEClient:Arch:00007:UNDI:003016",
+            7,
+        ),
+        T0,
+    );
+    assert_eq!(raw(&efi, 26), Some(vec![0x23, 0x28]));
+    assert_eq!(raw(&efi, 67), Some(b"snponly.efi".to_vec()));
+    let ipxe = with(
+        msg(MessageType::Discover, mac(41)),
+        DhcpOption::UserClass(b"iPXE".to_vec()),
+    );
+    let ipxe = ack_for(&mut e, &i, ipxe, T0);
+    let url = b"http://192.0.2.1:8080/custom.ipxe".to_vec();
+    assert_eq!(raw(&ipxe, 67), Some(url.clone()));
+    assert_eq!(ipxe.message.fname(), Some(&url[..]));
+    let host = ack_for(&mut e, &i, msg(MessageType::Discover, mac(0x63)), T0);
+    assert_eq!(raw(&host, 12), Some(b"node63".to_vec()));
+    assert_eq!(host.message.siaddr(), Ipv4Addr::new(192, 0, 2, 9));
+}
+
+#[test]
+fn requested_options_are_encoded_first() {
+    let cfg = Config::from_toml_with_overrides(OPTIONS_CONFIG, &[]).unwrap();
+    let (i, mut e) = (iface(), Engine::new(&cfg, vec![], T0));
+    let prl = [121u8, 42, 3];
+    let d = with(
+        msg(MessageType::Discover, mac(50)),
+        DhcpOption::ParameterRequestList(prl.iter().map(|&c| OptionCode::from(c)).collect()),
+    );
+    let r = ack_for(&mut e, &i, d, T0);
+    let mut buf = Vec::new();
+    r.encode(&mut buf).unwrap();
+    let mut codes = Vec::new();
+    let mut at = 240;
+    while buf[at] != 255 {
+        codes.push(buf[at]);
+        at += 2 + usize::from(buf[at + 1]);
+    }
+    let first: Vec<u8> = codes
+        .iter()
+        .copied()
+        .filter(|c| ![53, 54].contains(c))
+        .take(3)
+        .collect();
+    assert_eq!(&codes[..2], [53, 54]);
+    // The reply's router depends on the range; skip it if this client has none.
+    let want: Vec<u8> = prl.iter().copied().filter(|c| codes.contains(c)).collect();
+    assert_eq!(&first[..want.len()], &want[..], "{codes:?}");
+}
+
+#[test]
+fn a_bad_option_names_its_key_and_the_offending_text() {
+    for (entry, key, text) in [
+        (
+            "option:routr,192.0.2.1",
+            "subnet[0].options[0]",
+            "\"option:routr\"",
+        ),
+        (
+            "option:router,192.0.2.300",
+            "subnet[0].options[0]",
+            "\"192.0.2.300\"",
+        ),
+        ("tag:!,3", "subnet[0].options[0]", "is not a tag name"),
+    ] {
+        let text_cfg = format!(
+            "[[subnet]]\nnetwork = \"192.0.2.0/24\"\nranges = [\"192.0.2.10 - 192.0.2.20\"]\noptions = [{entry:?}]\n"
+        );
+        let err = Config::from_toml_with_overrides(&text_cfg, &[])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(key) && err.contains(text), "{entry}: {err}");
+    }
+    let err = Config::from_toml_with_overrides(
+        "[dhcp]\noptions = [\"53,1\"]\n[[host]]\nmac = \"52:54:00:00:00:01\"\ntags = [\"a b\"]\n",
+        &[],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("dhcp.options[0]") && err.contains("option 53"),
+        "{err}"
+    );
+    assert!(
+        err.contains("host[0].tags[0]") && err.contains("\"a b\""),
+        "{err}"
+    );
+}

@@ -410,9 +410,18 @@ impl LoopState<'_> {
 
     /// Encodes `reply` into `self.out`; returns where it goes.
     fn encode(&mut self, reply: Reply, listener: usize, socket: &UdpSocket) -> Option<SocketAddr> {
-        if let Err(e) = wire::encode_reply(&reply.message, &mut self.out) {
-            warn!(error = %e, "could not encode reply");
-            return None;
+        match reply.encode(&mut self.out) {
+            Err(e) => {
+                warn!(error = %e, "could not encode reply");
+                return None;
+            }
+            Ok(laid) if laid.dropped > 0 => {
+                debug!(
+                    dropped = laid.dropped,
+                    "options left out: the client takes no more"
+                );
+            }
+            Ok(_) => {}
         }
         let client_port = self.port.wrapping_add(1);
         let to = match reply.destination {

@@ -1,0 +1,332 @@
+//! Typed option values: from the text of a `dhcp-option` entry (its comma-separated
+//! fields after the option) to the octets sent. Every error names the offending text.
+
+use std::net::Ipv4Addr;
+
+use super::catalog::Kind;
+
+/// Why a value cannot be used; the text says which field and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ValueError(pub String);
+
+fn err<T>(msg: String) -> Result<T, ValueError> {
+    Err(ValueError(msg))
+}
+
+fn ip(field: &str) -> Result<Ipv4Addr, ValueError> {
+    field
+        .parse()
+        .or_else(|_| err(format!("{field:?} is not an IPv4 address")))
+}
+
+fn int<T: std::str::FromStr>(field: &str, what: &str) -> Result<T, ValueError> {
+    field
+        .parse()
+        .or_else(|_| err(format!("{field:?} is not {what}")))
+}
+
+/// One field, without the quotes dnsmasq allows around text.
+fn unquote(field: &str) -> &str {
+    field
+        .strip_prefix('"')
+        .and_then(|f| f.strip_suffix('"'))
+        .unwrap_or(field)
+}
+
+/// Octets written as hex pairs separated by `:` (dnsmasq's form), e.g. `01:0a:ff`.
+pub fn hex(field: &str) -> Result<Vec<u8>, ValueError> {
+    field
+        .split(':')
+        .map(|pair| match pair.len() {
+            1 | 2 => u8::from_str_radix(pair, 16).ok(),
+            _ => None,
+        })
+        .collect::<Option<Vec<u8>>>()
+        .ok_or_else(|| ValueError(format!("{field:?} is not hex octets like 01:0a:ff")))
+}
+
+fn one<'a>(fields: &[&'a str], what: &str) -> Result<&'a str, ValueError> {
+    match fields {
+        [f] => Ok(f),
+        _ => err(format!(
+            "{:?}: takes one {what}, got {}",
+            fields.join(","),
+            fields.len()
+        )),
+    }
+}
+
+/// RFC 1035 §3.1 labels of `name`, ending with the root label.
+fn labels(name: &str, out: &mut Vec<u8>) -> Result<(), ValueError> {
+    let name = name.trim_end_matches('.');
+    if name.is_empty() || name.len() > 253 {
+        return err(format!("{name:?} is not a DNS name"));
+    }
+    for label in name.split('.') {
+        let ok = (1..=63).contains(&label.len())
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-');
+        if !ok {
+            return err(format!("{name:?} is not a DNS name (label {label:?})"));
+        }
+        out.push(label.len() as u8);
+        out.extend_from_slice(label.as_bytes());
+    }
+    out.push(0);
+    Ok(())
+}
+
+/// RFC 3442 §2: each route is the prefix length, the prefix's significant octets, then
+/// the router.
+fn routes(fields: &[&str]) -> Result<Vec<u8>, ValueError> {
+    if fields.is_empty() || fields.len() % 2 != 0 {
+        return err(format!(
+            "{:?}: classless routes are <network>/<length>,<router> pairs",
+            fields.join(",")
+        ));
+    }
+    let mut out = Vec::new();
+    for pair in fields.chunks(2) {
+        let net: ipnet::Ipv4Net = pair[0]
+            .parse()
+            .or_else(|_| err(format!("{:?} is not a network like 10.0.0.0/8", pair[0])))?;
+        if net.trunc() != net {
+            return err(format!("{:?} has host bits set", pair[0]));
+        }
+        let len = net.prefix_len();
+        out.push(len);
+        out.extend_from_slice(&net.network().octets()[..usize::from(len.div_ceil(8))]);
+        out.extend_from_slice(&ip(pair[1])?.octets());
+    }
+    Ok(out)
+}
+
+/// The octets of `fields` as an option of `kind`.
+pub fn encode(kind: Kind, fields: &[&str]) -> Result<Vec<u8>, ValueError> {
+    let ips = |fields: &[&str]| -> Result<Vec<u8>, ValueError> {
+        let mut out = Vec::with_capacity(fields.len() * 4);
+        for f in fields {
+            out.extend_from_slice(&ip(f)?.octets());
+        }
+        Ok(out)
+    };
+    Ok(match kind {
+        Kind::Ip => ip(one(fields, "address")?)?.octets().to_vec(),
+        Kind::IpList => ips(fields)?,
+        Kind::IpPairs => {
+            if fields.len() % 2 != 0 {
+                return err(format!(
+                    "{:?}: takes pairs of addresses (destination, router)",
+                    fields.join(",")
+                ));
+            }
+            ips(fields)?
+        }
+        Kind::Text => {
+            // A comma inside text is text (dnsmasq joins the fields back).
+            let text = fields.join(",");
+            let text = unquote(&text);
+            if text.is_empty()
+                || text
+                    .bytes()
+                    .any(|b| b == 0 || !(b == b' ' || b.is_ascii_graphic()))
+            {
+                return err(format!("{text:?} is not printable text"));
+            }
+            text.as_bytes().to_vec()
+        }
+        Kind::U8 => vec![int::<u8>(one(fields, "number")?, "a number from 0 to 255")?],
+        Kind::U16 => int::<u16>(one(fields, "number")?, "a number from 0 to 65535")?
+            .to_be_bytes()
+            .to_vec(),
+        Kind::U32 => int::<u32>(one(fields, "number")?, "a number from 0 to 4294967295")?
+            .to_be_bytes()
+            .to_vec(),
+        Kind::I32 => int::<i32>(one(fields, "number")?, "a signed 32-bit number")?
+            .to_be_bytes()
+            .to_vec(),
+        Kind::Bool => {
+            let f = one(fields, "boolean")?;
+            match f.to_ascii_lowercase().as_str() {
+                "1" | "true" | "yes" | "on" => vec![1],
+                "0" | "false" | "no" | "off" => vec![0],
+                _ => return err(format!("{f:?} is not a boolean (0, 1, true, false)")),
+            }
+        }
+        Kind::Hex => hex(one(fields, "hex value")?)?,
+        Kind::Domains => {
+            let mut out = Vec::new();
+            for f in fields {
+                labels(f, &mut out)?;
+            }
+            out
+        }
+        Kind::Routes => routes(fields)?,
+    })
+}
+
+/// An option shardboot has no type for: addresses if every field is one, hex if the
+/// one field is hex octets with colons, else text (dnsmasq's guesses, minus the
+/// integer one, whose width would be a guess).
+pub fn encode_untyped(fields: &[&str]) -> Result<Vec<u8>, ValueError> {
+    if fields.iter().all(|f| f.parse::<Ipv4Addr>().is_ok()) {
+        return encode(Kind::IpList, fields);
+    }
+    if let [f] = fields {
+        if f.contains(':') {
+            if let Ok(v) = hex(f) {
+                return Ok(v);
+            }
+        }
+        if f.parse::<i64>().is_ok() {
+            return err(format!(
+                "{f:?}: a number for an option shardboot has no type for; write its octets in hex (e.g. 00:00:0e:10)"
+            ));
+        }
+    }
+    encode(Kind::Text, fields)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_kind_encodes_as_its_rfc_says() {
+        let table: &[(Kind, &[&str], &[u8])] = &[
+            (Kind::Ip, &["192.0.2.1"], &[192, 0, 2, 1]),
+            (
+                Kind::IpList,
+                &["192.0.2.1", "10.0.0.1"],
+                &[192, 0, 2, 1, 10, 0, 0, 1],
+            ),
+            (
+                Kind::IpPairs,
+                &["10.0.0.0", "192.0.2.1"],
+                &[10, 0, 0, 0, 192, 0, 2, 1],
+            ),
+            (Kind::Text, &["\"a b\""], b"a b"),
+            (Kind::Text, &["a", "b"], b"a,b"),
+            (Kind::U8, &["64"], &[64]),
+            (Kind::U16, &["1500"], &[5, 220]),
+            (Kind::U32, &["3600"], &[0, 0, 14, 16]),
+            (Kind::I32, &["-3600"], &[255, 255, 241, 240]),
+            (Kind::Bool, &["true"], &[1]),
+            (Kind::Bool, &["0"], &[0]),
+            (Kind::Hex, &["01:0a:ff"], &[1, 10, 255]),
+            (
+                Kind::Domains,
+                &["example.com", "b.c."],
+                &[
+                    7, b'e', b'x', b'a', b'm', b'p', b'l', b'e', 3, b'c', b'o', b'm', 0, 1, b'b',
+                    1, b'c', 0,
+                ],
+            ),
+            // RFC 3442 §2's own examples: 10.0.0.0/8 is 8.10, 0.0.0.0/0 is 0, /25 is 5 octets.
+            (
+                Kind::Routes,
+                &[
+                    "10.0.0.0/8",
+                    "192.0.2.1",
+                    "0.0.0.0/0",
+                    "192.0.2.254",
+                    "10.17.0.128/25",
+                    "192.0.2.2",
+                ],
+                &[
+                    8, 10, 192, 0, 2, 1, 0, 192, 0, 2, 254, 25, 10, 17, 0, 128, 192, 0, 2, 2,
+                ],
+            ),
+        ];
+        for (kind, fields, want) in table {
+            assert_eq!(
+                encode(*kind, fields).as_deref(),
+                Ok(*want),
+                "{kind:?} {fields:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_parse_error_names_the_offending_text() {
+        let table: &[(Kind, &[&str], &str)] = &[
+            (
+                Kind::Ip,
+                &["192.0.2.300"],
+                "\"192.0.2.300\" is not an IPv4 address",
+            ),
+            (
+                Kind::Ip,
+                &["192.0.2.1", "192.0.2.2"],
+                "\"192.0.2.1,192.0.2.2\": takes one address, got 2",
+            ),
+            (
+                Kind::IpList,
+                &["192.0.2.1", "gw"],
+                "\"gw\" is not an IPv4 address",
+            ),
+            (Kind::IpPairs, &["10.0.0.0"], "\"10.0.0.0\": takes pairs"),
+            (Kind::Text, &["a\tb"], "\"a\\tb\" is not printable text"),
+            (Kind::Text, &[""], "\"\" is not printable text"),
+            (Kind::U8, &["256"], "\"256\" is not a number from 0 to 255"),
+            (Kind::U16, &["-1"], "\"-1\" is not a number from 0 to 65535"),
+            (
+                Kind::U32,
+                &["1h"],
+                "\"1h\" is not a number from 0 to 4294967295",
+            ),
+            (Kind::I32, &["x"], "\"x\" is not a signed 32-bit number"),
+            (Kind::Bool, &["maybe"], "\"maybe\" is not a boolean"),
+            (Kind::Hex, &["01:0g"], "\"01:0g\" is not hex octets"),
+            (Kind::Hex, &["012"], "\"012\" is not hex octets"),
+            (
+                Kind::Domains,
+                &["a..b"],
+                "\"a..b\" is not a DNS name (label \"\")",
+            ),
+            (
+                Kind::Domains,
+                &["a_b.c"],
+                "\"a_b.c\" is not a DNS name (label \"a_b\")",
+            ),
+            (
+                Kind::Routes,
+                &["10.0.0.0/8"],
+                "\"10.0.0.0/8\": classless routes are",
+            ),
+            (
+                Kind::Routes,
+                &["10.0.0.1/8", "192.0.2.1"],
+                "\"10.0.0.1/8\" has host bits set",
+            ),
+            (
+                Kind::Routes,
+                &["10.0.0.0/33", "192.0.2.1"],
+                "\"10.0.0.0/33\" is not a network",
+            ),
+            (
+                Kind::Routes,
+                &["10.0.0.0/8", "gw"],
+                "\"gw\" is not an IPv4 address",
+            ),
+        ];
+        for (kind, fields, want) in table {
+            let got = encode(*kind, fields).unwrap_err().0;
+            assert!(got.starts_with(want), "{kind:?} {fields:?}: {got}");
+        }
+    }
+
+    #[test]
+    fn untyped_values_are_guessed_like_dnsmasq_but_never_a_number() {
+        assert_eq!(
+            encode_untyped(&["192.0.2.1", "192.0.2.2"]).unwrap().len(),
+            8
+        );
+        assert_eq!(encode_untyped(&["01:02"]).unwrap(), [1, 2]);
+        assert_eq!(encode_untyped(&["HTTPClient"]).unwrap(), b"HTTPClient");
+        let e = encode_untyped(&["3600"]).unwrap_err().0;
+        assert!(e.starts_with("\"3600\": a number"), "{e}");
+    }
+}
