@@ -239,18 +239,18 @@ fn check_config_names_the_variable_it_cannot_honour() {
         .env("DHCP_RANGE", "192.0.2.100,192.0.2.150,255.255.255.0")
         .env(
             "DHCP_OPTIONS",
-            "tag:range_1,option:router;option:tftp-server,192.0.2.1",
+            "tag:range_1,option:router;option:tftp-servr,192.0.2.1",
         )
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("DHCP_OPTIONS: entry \"option:tftp-server,192.0.2.1\""),
+        err.contains("DHCP_OPTIONS: entry \"option:tftp-servr,192.0.2.1\": \"option:tftp-servr\": no option is called"),
         "{err}"
     );
     assert!(
-        err.contains("DHCP_OPTIONS: entry \"tag:range_1,option:router\": no DHCP_RANGE entry"),
+        err.contains("DHCP_OPTIONS: entry \"tag:range_1,option:router\": no DHCP_RANGE or DHCP_HOSTS entry sets tag \"range_1\""),
         "{err}"
     );
 }

@@ -812,7 +812,7 @@ ranges = ["198.18.1.0 - 198.18.4.255"]
     }
     // The NIC Ironic does not boot from was never sent to the conductor, not even to be
     // checked, and nothing was retried.
-    assert_eq!(conductor.paths(), [want.clone()]);
+    assert_eq!(conductor.paths(), std::slice::from_ref(&want));
     assert_eq!(conductor.checked(), [want]);
     assert!(!console.contains("asking again"), "{console}");
     let m = metrics();

@@ -1,51 +1,12 @@
-//! The dnsmasq value syntax ironic-image's variables carry: one `dhcp-range`,
-//! `dhcp-option` or `dhcp-host` value per entry, and lease times. Parsing only; what
+//! The dnsmasq value syntax ironic-image's variables carry: one `dhcp-range` or
+//! `dhcp-host` value per entry (`dhcp-option` values are the option engine's,
+//! `dhcp::options::dnsmasq`), and lease times. Parsing only; what
 //! an entry means for shardboot is decided in the parent module. Each error is a reason
 //! the caller puts after the variable's name and the entry.
 
 use std::net::Ipv4Addr;
 
 use crate::mac::MacAddr;
-
-/// The options a `[[subnet]]` key can carry today. Every other option waits for the
-/// option engine (issue 16).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum SubnetOption {
-    /// 3, `option:router`.
-    Router,
-    /// 6, `option:dns-server`.
-    DnsServer,
-    /// 15, `option:domain-name`.
-    DomainName,
-    /// 26, `option:mtu`.
-    Mtu,
-    /// 42, `option:ntp-server`.
-    NtpServer,
-}
-
-impl SubnetOption {
-    /// dnsmasq's name for the option (as `option:<name>`) and its number.
-    const ALL: [(SubnetOption, &'static str, u8); 5] = [
-        (SubnetOption::Router, "router", 3),
-        (SubnetOption::DnsServer, "dns-server", 6),
-        (SubnetOption::DomainName, "domain-name", 15),
-        (SubnetOption::Mtu, "mtu", 26),
-        (SubnetOption::NtpServer, "ntp-server", 42),
-    ];
-
-    fn by_name(name: &str) -> Option<Self> {
-        Self::ALL.iter().find(|(_, n, _)| *n == name).map(|e| e.0)
-    }
-
-    fn by_number(number: u8) -> Option<Self> {
-        Self::ALL.iter().find(|(_, _, c)| *c == number).map(|e| e.0)
-    }
-
-    /// `option:<name>`, for messages.
-    pub(super) fn name(self) -> &'static str {
-        Self::ALL.iter().find(|e| e.0 == self).map_or("?", |e| e.1)
-    }
-}
 
 /// One `dhcp-range` value: `[set:<tag>,]<begin>,<end>[,<netmask>[,<broadcast>]][,<lease>]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,16 +19,6 @@ pub(super) struct RangeEntry {
     pub prefix: Option<u8>,
     /// Lease time in seconds.
     pub lease_time: Option<u32>,
-}
-
-/// One `dhcp-option` value: `[tag:<tag>,]…<option>[,<value>…]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct OptionEntry {
-    /// Every tag must be set for the option to apply (dnsmasq ANDs them).
-    pub tags: Vec<String>,
-    pub option: SubnetOption,
-    /// Empty: the option is sent to no one (`dhcp-option=3` disables the router).
-    pub values: Vec<String>,
 }
 
 /// One `dhcp-host` value: MACs, an address, a name, a lease time, `ignore`, `set:` tags.
@@ -173,45 +124,6 @@ pub(super) fn range(entry: &str) -> Result<RangeEntry, String> {
     })
 }
 
-/// Parses one `dhcp-option` value into an option a `[[subnet]]` key expresses.
-pub(super) fn option(entry: &str) -> Result<OptionEntry, String> {
-    let fields: Vec<&str> = entry.split(',').map(str::trim).collect();
-    let mut tags = Vec::new();
-    let mut i = 0;
-    while let Some(t) = fields.get(i).and_then(|f| f.strip_prefix("tag:")) {
-        if t.starts_with('!') {
-            return Err(format!(
-                "tag:{t}: negated tags are not supported yet (the option engine is issue 16)"
-            ));
-        }
-        tags.push(t.to_string());
-        i += 1;
-    }
-    let spec = fields.get(i).copied().unwrap_or_default();
-    let unsupported = || {
-        format!("{spec:?} cannot be expressed by shardboot's subnet keys yet (the option engine is issue 16)")
-    };
-    let option = if let Some(name) = spec.strip_prefix("option:") {
-        match name.parse::<u8>() {
-            Ok(n) => SubnetOption::by_number(n),
-            Err(_) => SubnetOption::by_name(name),
-        }
-    } else {
-        spec.parse::<u8>().ok().and_then(SubnetOption::by_number)
-    }
-    .ok_or_else(unsupported)?;
-    let values = fields[i + 1..]
-        .iter()
-        .filter(|v| !v.is_empty())
-        .map(|v| v.to_string())
-        .collect();
-    Ok(OptionEntry {
-        tags,
-        option,
-        values,
-    })
-}
-
 /// Parses one `dhcp-host` value.
 pub(super) fn host(entry: &str) -> Result<HostEntry, String> {
     let mut h = HostEntry::default();
@@ -287,28 +199,6 @@ mod tests {
         assert!(range("172.22.0.10,static").is_err());
         assert!(range("172.22.0.10,172.22.0.20,255.255.255.0,proxy").is_err());
         assert!(range("tag:x,172.22.0.10,172.22.0.20").is_err());
-    }
-
-    #[test]
-    fn options_by_name_or_number_with_tags() {
-        let o = option("tag:range_1,option:router,10.0.0.1").unwrap();
-        assert_eq!(o.tags, ["range_1"]);
-        assert_eq!((o.option, o.values.len()), (SubnetOption::Router, 1));
-        let o = option("tag:range_2,option:router").unwrap();
-        assert!(o.values.is_empty(), "valueless: no router");
-        assert_eq!(option("6,192.0.2.53,192.0.2.54").unwrap().values.len(), 2);
-        assert_eq!(option("option:mtu,9000").unwrap().option, SubnetOption::Mtu);
-        assert_eq!(
-            option("option:42,192.0.2.1").unwrap().option,
-            SubnetOption::NtpServer
-        );
-        assert!(option("option:tftp-server,192.0.2.1")
-            .unwrap_err()
-            .contains("issue 16"));
-        assert!(option("tag:!ipxe,67,x.efi")
-            .unwrap_err()
-            .contains("negated"));
-        assert!(option("vendor:PXEClient,1,0.0.0.0").is_err());
     }
 
     #[test]

@@ -56,6 +56,10 @@ pub(super) fn hosts(
             if h.ignore {
                 t.insert("deny".into(), Value::Boolean(true));
             }
+            if !h.tags.is_empty() {
+                let tags = h.tags.iter().cloned().map(Value::String).collect();
+                t.insert("tags".into(), Value::Array(tags));
+            }
             origin(
                 format!("host[{}]", out.len()),
                 "DHCP_HOSTS",

@@ -1,6 +1,6 @@
 //! DHCP_RANGE, GATEWAY_IP, DNS_IP and DHCP_OPTIONS as `[[subnet]]` tables: one subnet
-//! per network, each remembering the `set:` tags of its ranges so tagged options find
-//! it.
+//! per network, its `set:` ranges tagged, and DHCP_OPTIONS as the option engine's
+//! entries (`dhcp::options`), whose `tag:` conditions those range tags satisfy.
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -8,73 +8,44 @@ use std::net::Ipv4Addr;
 use ipnet::Ipv4Net;
 use toml::{Table, Value};
 
-use super::dnsmasq::{self, SubnetOption};
-use super::{entries, get, HostFacts};
+use super::{dnsmasq, entries, get, HostFacts};
 use crate::config::issues::Issues;
+use crate::dhcp::options;
 
 /// One `[[subnet]]` being assembled from DHCP_RANGE, GATEWAY_IP, DNS_IP, DHCP_OPTIONS.
 #[derive(Debug)]
 struct SubnetPlan {
     network: Ipv4Net,
     tags: Vec<String>,
-    ranges: Vec<String>,
+    /// `"a - b"`, or a `{ range, tag }` table for a `set:` range.
+    ranges: Vec<Value>,
     lease_time: Option<(u32, String)>,
-    /// Option values as config values, each with its origin.
-    options: BTreeMap<&'static str, (Value, &'static str, Option<String>)>,
 }
 
-/// The config key an option sets and its value from the dnsmasq values.
-fn option_value(
-    option: SubnetOption,
-    values: &[String],
-    this_host: Option<Ipv4Addr>,
-) -> Result<(&'static str, Value), String> {
-    // dnsmasq: 0.0.0.0 in an address option means the machine dnsmasq runs on.
-    let ip = |v: &String| -> Result<Value, String> {
-        let a: Ipv4Addr = v
-            .parse()
-            .map_err(|_| format!("{v:?} is not an IPv4 address"))?;
-        match (a.is_unspecified(), this_host) {
-            (false, _) => Ok(Value::String(a.to_string())),
-            (true, Some(h)) => Ok(Value::String(h.to_string())),
-            (true, None) => Err("0.0.0.0 (this host) needs IRONIC_IP or PROVISIONING_IP".into()),
-        }
-    };
-    let list = || -> Result<Value, String> {
-        Ok(Value::Array(
-            values.iter().map(ip).collect::<Result<_, _>>()?,
-        ))
-    };
-    let single = |what: &str| -> Result<Option<&String>, String> {
-        match values {
-            [] => Ok(None),
-            [v] => Ok(Some(v)),
-            _ => Err(format!("{what} takes one value")),
-        }
-    };
-    Ok(match option {
-        SubnetOption::Router => (
-            "router",
-            single("router")?.map_or(Ok(Value::Boolean(false)), ip)?,
-        ),
-        SubnetOption::DnsServer => ("dns", list()?),
-        SubnetOption::NtpServer => ("ntp", list()?),
-        SubnetOption::DomainName => (
-            "domain",
-            single("domain-name")?.map_or(Value::Boolean(false), |v| Value::String(v.clone())),
-        ),
-        SubnetOption::Mtu => (
-            "mtu",
-            match single("mtu")? {
-                None => Value::Boolean(false),
-                Some(v) => Value::Integer(
-                    v.parse::<u16>()
-                        .map_err(|_| format!("{v:?} is not an MTU"))?
-                        .into(),
-                ),
-            },
-        ),
-    })
+/// An address variable's value; `0.0.0.0` is this host, as in dnsmasq.
+fn address(var: &'static str, v: &str, this_host: Option<Ipv4Addr>) -> Result<Ipv4Addr, String> {
+    let a: Ipv4Addr = v
+        .parse()
+        .map_err(|_| format!("{v:?} is not an IPv4 address"))?;
+    match (a.is_unspecified(), this_host) {
+        (false, _) => Ok(a),
+        (true, Some(h)) => Ok(h),
+        (true, None) => Err(format!(
+            "0.0.0.0 (this host) in {var} needs IRONIC_IP or PROVISIONING_IP"
+        )),
+    }
+}
+
+/// A DHCP_OPTIONS entry with each `0.0.0.0` value replaced by this host's address.
+fn this_host_in(entry: &str, this_host: Option<Ipv4Addr>) -> Result<String, String> {
+    let fields: Vec<String> = entry
+        .split(',')
+        .map(|f| match f.trim() {
+            "0.0.0.0" => address("DHCP_OPTIONS", "0.0.0.0", this_host).map(|a| a.to_string()),
+            other => Ok(other.to_string()),
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(fields.join(","))
 }
 
 /// The `[[subnet]]` tables; `provisioning_net` is PROVISIONING_IP's prefix if it had one,
@@ -127,14 +98,22 @@ pub(super) fn subnets(
                     tags: Vec::new(),
                     ranges: Vec::new(),
                     lease_time: None,
-                    options: BTreeMap::new(),
                 });
                 subnets.len() - 1
             }
         };
         let s = &mut subnets[i];
         let j = s.ranges.len();
-        s.ranges.push(format!("{} - {}", r.begin, r.end));
+        let text = Value::String(format!("{} - {}", r.begin, r.end));
+        s.ranges.push(match &r.tag {
+            None => text,
+            Some(tag) => {
+                let mut t = Table::new();
+                t.insert("range".into(), text);
+                t.insert("tag".into(), Value::String(tag.clone()));
+                Value::Table(t)
+            }
+        });
         s.tags.extend(r.tag);
         origin(
             format!("subnet[{i}].ranges[{j}]"),
@@ -153,109 +132,60 @@ pub(super) fn subnets(
         }
     }
 
-    // The template's own options first: DNS_IP and GATEWAY_IP go to every range
-    // (unset: none), then DHCP_OPTIONS, tagged entries replacing untagged ones as in
-    // dnsmasq.
-    let mut global: Vec<(SubnetOption, Vec<String>, &'static str, Option<String>)> = Vec::new();
+    // DNS_IP and GATEWAY_IP: the subnet keys of every range (unset: none).
+    let mut keys: Vec<(&'static str, Value, &'static str)> = Vec::new();
     if let Some(dns) = get(vars, "DNS_IP") {
-        let dns = if dns == "provisioning" {
-            ironic_ip.map(|a| a.to_string()).unwrap_or_default()
-        } else {
-            dns.to_string()
+        let dns = match dns {
+            "provisioning" => ironic_ip.map(|a| a.to_string()).unwrap_or_default(),
+            other => other.to_string(),
         };
-        global.push((SubnetOption::DnsServer, vec![dns], "DNS_IP", None));
+        match address("DNS_IP", &dns, ironic_ip) {
+            Ok(a) => keys.push((
+                "dns",
+                Value::Array(vec![Value::String(a.to_string())]),
+                "DNS_IP",
+            )),
+            Err(e) => issues.add("DNS_IP", e),
+        }
     }
     if let Some(gw) = get(vars, "GATEWAY_IP") {
-        global.push((
-            SubnetOption::Router,
-            vec![gw.to_string()],
-            "GATEWAY_IP",
-            None,
-        ));
+        match address("GATEWAY_IP", gw, ironic_ip) {
+            Ok(a) => keys.push(("router", Value::String(a.to_string()), "GATEWAY_IP")),
+            Err(e) => issues.add("GATEWAY_IP", e),
+        }
     }
-    let mut tagged = Vec::new();
+    // DHCP_OPTIONS: every entry in the option engine's syntax, in every subnet's
+    // `options`; a range's `set:` tag decides where a `tag:` entry holds, as in dnsmasq.
+    let set_tags: Vec<String> = subnets
+        .iter()
+        .flat_map(|s| s.tags.iter().cloned())
+        .chain(
+            entries(vars, "DHCP_HOSTS")
+                .into_iter()
+                .filter_map(|e| dnsmasq::host(e).ok())
+                .flat_map(|h| h.tags),
+        )
+        .collect();
+    let mut option_entries: Vec<(String, &str)> = Vec::new();
     for entry in entries(vars, "DHCP_OPTIONS") {
-        match dnsmasq::option(entry) {
-            Ok(o) if o.tags.is_empty() => {
-                if let Some(g) = global.iter().find(|g| g.0 == o.option) {
-                    issues.add(
-                        "DHCP_OPTIONS",
-                        format!(
-                            "entry {entry:?}: {} is already set by {}",
-                            o.option.name(),
-                            g.2
-                        ),
-                    );
-                } else {
-                    global.push((o.option, o.values, "DHCP_OPTIONS", Some(entry.into())));
-                }
+        let parsed = this_host_in(entry, ironic_ip).and_then(|text| {
+            let rule = options::dnsmasq::parse(&text).map_err(|e| e.to_string())?;
+            let unset = rule.tags.iter().find(|t| {
+                !t.negated
+                    && !set_tags.contains(&t.name)
+                    && !options::BUILTIN_TAGS.contains(&t.name.as_str())
+            });
+            match unset {
+                Some(t) => Err(format!(
+                    "no DHCP_RANGE or DHCP_HOSTS entry sets tag {:?}",
+                    t.name
+                )),
+                None => Ok(text),
             }
-            Ok(o) => tagged.push((o, entry)),
+        });
+        match parsed {
+            Ok(text) => option_entries.push((text, entry)),
             Err(e) => issues.add("DHCP_OPTIONS", format!("entry {entry:?}: {e}")),
-        }
-    }
-    let apply = |s: &mut SubnetPlan,
-                 option: SubnetOption,
-                 values: &[String],
-                 var: &'static str,
-                 entry: Option<String>,
-                 issues: &mut Issues| {
-        match option_value(option, values, ironic_ip) {
-            Ok((key, value)) => {
-                s.options.insert(key, (value, var, entry));
-            }
-            Err(e) => {
-                let what = entry.map_or(String::new(), |e| format!("entry {e:?}: "));
-                issues.add(var, format!("{what}{e}"));
-            }
-        }
-    };
-    // Without a range nothing is served, but a bad value is still a bad value.
-    if subnets.is_empty() {
-        for (option, values, var, entry) in &global {
-            if let Err(e) = option_value(*option, values, ironic_ip) {
-                let what = entry
-                    .as_ref()
-                    .map_or(String::new(), |e| format!("entry {e:?}: "));
-                issues.add(*var, format!("{what}{e}"));
-            }
-        }
-    }
-    for s in subnets.iter_mut() {
-        for (option, values, var, entry) in &global {
-            apply(s, *option, values, var, entry.clone(), &mut *issues);
-        }
-    }
-    for (o, entry) in &tagged {
-        let matching: Vec<usize> = (0..subnets.len())
-            .filter(|&i| o.tags.iter().all(|t| subnets[i].tags.contains(t)))
-            .collect();
-        if matching.is_empty() {
-            issues.add(
-                "DHCP_OPTIONS",
-                format!("entry {entry:?}: no DHCP_RANGE entry sets every tag it names"),
-            );
-        }
-        for i in matching {
-            // Two tags of one network that want different values cannot both hold.
-            if subnets[i].tags.len() > 1 {
-                issues.add(
-                    "DHCP_OPTIONS",
-                    format!(
-                        "entry {entry:?}: its range shares network {} with other tagged ranges; per-range options there wait for issue 16",
-                        subnets[i].network
-                    ),
-                );
-                continue;
-            }
-            apply(
-                &mut subnets[i],
-                o.option,
-                &o.values,
-                "DHCP_OPTIONS",
-                Some(entry.to_string()),
-                &mut *issues,
-            );
         }
     }
 
@@ -263,19 +193,27 @@ pub(super) fn subnets(
     for (i, s) in subnets.into_iter().enumerate() {
         let mut t = Table::new();
         t.insert("network".into(), Value::String(s.network.to_string()));
-        t.insert(
-            "ranges".into(),
-            Value::Array(s.ranges.into_iter().map(Value::String).collect()),
-        );
+        t.insert("ranges".into(), Value::Array(s.ranges));
         if let Some((secs, _)) = s.lease_time {
             t.insert("lease_time".into(), Value::Integer(secs.into()));
         }
-        for (key, (value, var, entry)) in s.options {
-            origin(format!("subnet[{i}].{key}"), var, entry);
-            // `false` stands for "sent to no one": the key is left out.
-            if value != Value::Boolean(false) {
-                t.insert(key.into(), value);
+        for (key, value, var) in &keys {
+            origin(format!("subnet[{i}].{key}"), var, None);
+            t.insert((*key).into(), value.clone());
+        }
+        if !option_entries.is_empty() {
+            for (j, (_, entry)) in option_entries.iter().enumerate() {
+                origin(
+                    format!("subnet[{i}].options[{j}]"),
+                    "DHCP_OPTIONS",
+                    Some(entry.to_string()),
+                );
             }
+            let list = option_entries
+                .iter()
+                .map(|(text, _)| Value::String(text.clone()))
+                .collect();
+            t.insert("options".into(), Value::Array(list));
         }
         subnet_values.push(Value::Table(t));
     }

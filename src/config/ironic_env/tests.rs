@@ -57,6 +57,27 @@ fn ip(s: &str) -> Ipv4Addr {
     s.parse().unwrap()
 }
 
+/// What a client given `addr` in `cfg`'s subnet `i` gets for option `code`: the winning
+/// option entry's octets, `None` when it sends nothing, else what the subnet keys say.
+fn sent(cfg: &Config, i: usize, addr: &str, code: u8) -> Option<Vec<u8>> {
+    use crate::dhcp::options::{select, Levels};
+    let s = &cfg.subnets[i];
+    let tags: Vec<&str> = s.range_tag(ip(addr)).into_iter().collect();
+    let levels = Levels {
+        server: &cfg.dhcp.options,
+        subnet: &s.options,
+        host: &[],
+    };
+    match select(levels, &tags).into_iter().find(|r| r.code == code) {
+        Some(rule) => rule.value.clone(),
+        None => match code {
+            3 => s.router.map(|r| r.octets().to_vec()),
+            6 => (!s.dns.is_empty()).then(|| s.dns.iter().flat_map(|a| a.octets()).collect()),
+            _ => None,
+        },
+    }
+}
+
 #[test]
 fn single_range_as_irso_writes_it() {
     let cfg = load(&env(&[
@@ -117,13 +138,45 @@ fn several_tagged_ranges_with_per_range_routers() {
     .unwrap();
     let nets: Vec<String> = cfg.subnets.iter().map(|s| s.network.to_string()).collect();
     assert_eq!(nets, ["192.0.2.0/24", "198.18.1.0/24", "198.18.2.0/24"]);
-    let routers: Vec<Option<Ipv4Addr>> = cfg.subnets.iter().map(|s| s.router).collect();
-    assert_eq!(
-        routers,
-        [Some(ip("192.0.2.1")), Some(ip("198.18.1.1")), None]
-    );
+    // The router each range's clients get.
+    assert_eq!(sent(&cfg, 0, "192.0.2.10", 3), Some(vec![192, 0, 2, 1]));
+    assert_eq!(sent(&cfg, 1, "198.18.1.10", 3), Some(vec![198, 18, 1, 1]));
+    assert_eq!(sent(&cfg, 2, "198.18.2.10", 3), None);
+    assert_eq!(cfg.subnets[1].range_tag(ip("198.18.1.10")), Some("range_1"));
     // DNS_IP is untagged: every range gets it.
     assert!(cfg.subnets.iter().all(|s| s.dns == [ip("192.0.2.53")]));
+}
+
+#[test]
+fn tagged_ranges_sharing_a_network_and_options_of_any_kind() {
+    // Two tagged ranges of one network, each with its own router; Ironic-style boot
+    // options negated on the iPXE tag; a classless route.
+    let cfg = load(&env(&[
+        (
+            "DHCP_RANGE",
+            "set:range_0,192.0.2.10,192.0.2.50,255.255.255.0;\
+             set:range_1,192.0.2.60,192.0.2.100,255.255.255.0",
+        ),
+        (
+            "DHCP_OPTIONS",
+            "tag:range_0,option:router,192.0.2.1;tag:range_1,option:router,192.0.2.254;\
+             tag:!ipxe,67,undionly.kpxe;option:tftp-server,192.0.2.2;\
+             option:classless-static-route,10.0.0.0/8,192.0.2.1",
+        ),
+    ]))
+    .unwrap();
+    assert_eq!(cfg.subnets.len(), 1);
+    assert_eq!(sent(&cfg, 0, "192.0.2.20", 3), Some(vec![192, 0, 2, 1]));
+    assert_eq!(sent(&cfg, 0, "192.0.2.70", 3), Some(vec![192, 0, 2, 254]));
+    assert_eq!(sent(&cfg, 0, "192.0.2.20", 66), Some(b"192.0.2.2".to_vec()));
+    assert_eq!(
+        sent(&cfg, 0, "192.0.2.20", 121),
+        Some(vec![8, 10, 192, 0, 2, 1])
+    );
+    assert_eq!(
+        sent(&cfg, 0, "192.0.2.20", 67),
+        Some(b"undionly.kpxe".to_vec())
+    );
 }
 
 #[test]
@@ -152,7 +205,7 @@ fn a_range_without_netmask_takes_the_interface_network() {
 }
 
 #[test]
-fn hosts_ignore_and_options_the_subnet_keys_express() {
+fn hosts_ignore_and_options() {
     let cfg = load(&env(&[
         ("DHCP_RANGE", "192.0.2.10,192.0.2.100,255.255.255.0"),
         (
@@ -171,23 +224,26 @@ fn hosts_ignore_and_options_the_subnet_keys_express() {
     assert_eq!(cfg.hosts[0].ip, Some(ip("192.0.2.50")));
     assert_eq!(cfg.hosts[0].hostname.as_deref(), Some("node-1"));
     assert!(cfg.hosts[1].deny);
-    let s = &cfg.subnets[0];
-    assert_eq!(s.mtu, Some(9000));
+    assert_eq!(sent(&cfg, 0, "192.0.2.10", 26), Some(vec![0x23, 0x28]));
     assert_eq!(
-        s.ntp,
-        [ip("192.0.2.2")],
+        sent(&cfg, 0, "192.0.2.10", 42),
+        Some(vec![192, 0, 2, 2]),
         "0.0.0.0 is this host, as in dnsmasq"
     );
-    assert_eq!(s.domain.as_deref(), Some("prov.example.org"));
+    assert_eq!(
+        sent(&cfg, 0, "192.0.2.10", 15),
+        Some(b"prov.example.org".to_vec())
+    );
 }
 
 #[test]
 fn every_refusal_names_its_variable() {
     let base = [("DHCP_RANGE", "192.0.2.10,192.0.2.100,255.255.255.0")];
     let cases: &[(&[(&str, &str)], &str)] = &[
-        (&[("DHCP_OPTIONS", "option:tftp-server,192.0.2.2")], "DHCP_OPTIONS: entry \"option:tftp-server,192.0.2.2\""),
-        (&[("DHCP_OPTIONS", "tag:!ipxe,67,undionly.kpxe")], "DHCP_OPTIONS: entry \"tag:!ipxe,67,undionly.kpxe\""),
-        (&[("DHCP_OPTIONS", "tag:range_9,option:router,192.0.2.1")], "DHCP_OPTIONS: entry \"tag:range_9,option:router,192.0.2.1\": no DHCP_RANGE entry"),
+        (&[("DHCP_OPTIONS", "option:routr,192.0.2.2")], "DHCP_OPTIONS: entry \"option:routr,192.0.2.2\": \"option:routr\": no option is called"),
+        (&[("DHCP_OPTIONS", "encap:175,176,1")], "DHCP_OPTIONS: entry \"encap:175,176,1\": \"encap:175\": encapsulated options are not supported"),
+        (&[("DHCP_OPTIONS", "option:mtu,big")], "DHCP_OPTIONS: entry \"option:mtu,big\": \"big\" is not a number"),
+        (&[("DHCP_OPTIONS", "tag:range_9,option:router,192.0.2.1")], "DHCP_OPTIONS: entry \"tag:range_9,option:router,192.0.2.1\": no DHCP_RANGE or DHCP_HOSTS entry sets tag \"range_9\""),
         (&[("DHCP_IGNORE", "tag:!ironic")], "DHCP_IGNORE: "),
         (&[("DHCP_HOSTS", "52:54:00:aa:bb:01,198.51.100.9")], "DHCP_HOSTS: entry \"52:54:00:aa:bb:01,198.51.100.9\": is not inside any configured subnet (as host[0].ip)"),
         (&[("DHCP_HOSTS", "52:54:00:aa:bb:01,node_1")], "DHCP_HOSTS: entry \"52:54:00:aa:bb:01,node_1\": must be a DNS label"),

@@ -55,6 +55,21 @@ pub fn parse_all(entries: &[String]) -> Result<Vec<OptionRule>, (usize, value::V
         .collect()
 }
 
+/// Tags shardboot sets itself: the client classes ([`class_tags`]) and `known`.
+pub const BUILTIN_TAGS: &[&str] = &[
+    "ipxe",
+    "pxe",
+    "httpclient",
+    "bios",
+    "efi",
+    "efi-ia32",
+    "efi-x64",
+    "efi-arm64",
+    "efi-http-x64",
+    "efi-http-arm64",
+    "known",
+];
+
 /// The tags the built-in client classes set: `ipxe`, `pxe`, `httpclient`, and by
 /// client architecture (RFC 4578 §2.1, IANA "Processor Architecture Types") `bios`,
 /// `efi` with `efi-ia32`, `efi-x64`, `efi-arm64`, `efi-http-x64`, `efi-http-arm64`.

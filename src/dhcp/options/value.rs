@@ -81,7 +81,7 @@ fn labels(name: &str, out: &mut Vec<u8>) -> Result<(), ValueError> {
 /// RFC 3442 §2: each route is the prefix length, the prefix's significant octets, then
 /// the router.
 fn routes(fields: &[&str]) -> Result<Vec<u8>, ValueError> {
-    if fields.is_empty() || fields.len() % 2 != 0 {
+    if fields.is_empty() || !fields.len().is_multiple_of(2) {
         return err(format!(
             "{:?}: classless routes are <network>/<length>,<router> pairs",
             fields.join(",")
@@ -116,7 +116,7 @@ pub fn encode(kind: Kind, fields: &[&str]) -> Result<Vec<u8>, ValueError> {
         Kind::Ip => ip(one(fields, "address")?)?.octets().to_vec(),
         Kind::IpList => ips(fields)?,
         Kind::IpPairs => {
-            if fields.len() % 2 != 0 {
+            if !fields.len().is_multiple_of(2) {
                 return err(format!(
                     "{:?}: takes pairs of addresses (destination, router)",
                     fields.join(",")
