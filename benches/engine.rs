@@ -92,6 +92,7 @@ fn bench_fixtures(c: &mut Criterion) {
                         responsibility: Responsibility::Mine,
                         policy: None,
                         known: false,
+                        dnsmasq: Default::default(),
                         now,
                     };
                     let d = e.handle_message(&msg, &ctx);
@@ -136,6 +137,7 @@ fn bench_exchange(c: &mut Criterion) {
                 responsibility: Responsibility::Mine,
                 policy: None,
                 known: false,
+                dnsmasq: Default::default(),
                 now,
             };
             let offer = e

@@ -52,6 +52,14 @@ pub enum AppError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The options directory cannot be read at start.
+    #[error("dhcp.optsdir: cannot read {}: {source}", dir.display())]
+    OptsDir {
+        /// The configured directory.
+        dir: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
     /// The TFTP socket cannot be bound.
     #[error("cannot bind TFTP socket on {addr}: {source}")]
     TftpBind {
@@ -106,8 +114,26 @@ pub async fn run(
     let policies = Arc::new(HostPolicies::new(snapshot.host_policies));
     if let Some(dir) = config.dhcp.hostsdir.clone() {
         let poll = config.dhcp.hostsdir_poll;
-        let watcher = watch::follow(dir.clone(), poll, policies.clone(), shutdown.clone())
-            .map_err(|source| AppError::HostsDir { dir, source })?;
+        let watcher = watch::follow(
+            dir.clone(),
+            watch::Watched::Hosts,
+            poll,
+            policies.clone(),
+            shutdown.clone(),
+        )
+        .map_err(|source| AppError::HostsDir { dir, source })?;
+        tasks.background(watcher);
+    }
+    if let Some(dir) = config.dhcp.optsdir.clone() {
+        let poll = config.dhcp.hostsdir_poll;
+        let watcher = watch::follow(
+            dir.clone(),
+            watch::Watched::Options,
+            poll,
+            policies.clone(),
+            shutdown.clone(),
+        )
+        .map_err(|source| AppError::OptsDir { dir, source })?;
         tasks.background(watcher);
     }
     let (resolver, owner_tasks) = crate::owner::start(&config, &shutdown)?;

@@ -427,6 +427,7 @@ fn battery_is_decided_as_documented() {
             Ok(msg) => {
                 let ctx = PacketContext {
                     known: false,
+                    dnsmasq: Default::default(),
                     interface: &iface,
                     responsibility: Responsibility::Mine,
                     policy: None,

@@ -147,3 +147,162 @@ fn shardboot_follows_the_hosts_directory_ironic_writes() {
     );
     assert_eq!(list["hosts"][0]["mac"], m2, "{list}");
 }
+
+/// Runs Ironic's dnsmasq DHCP provider (`ironic.dhcp.dnsmasq.DnsmasqDHCPApi`) for a node
+/// with one PXE port `mac`: `update` writes the node's options and tags its NIC, as a
+/// deploy does; `clean` turns the NIC to `ignore` and removes the options, as the end of
+/// a deploy does. The task is a stand-in with the attributes the provider reads.
+fn ironic_dhcp_provider(action: &str, hostsdir: &Path, optsdir: &Path, mac: &str, options: &str) {
+    let script = r#"
+import json, sys, types
+from ironic.conf import CONF
+CONF([], project='ironic', default_config_files=[])
+action, hostsdir, optsdir, mac, options = sys.argv[1:6]
+CONF.set_override('dhcp_hostsdir', hostsdir, group='dnsmasq')
+CONF.set_override('dhcp_optsdir', optsdir, group='dnsmasq')
+from ironic.dhcp import dnsmasq
+
+class Node:
+    uuid = '9f1c1e57-7a4e-4e43-9d55-3a1b2c3d4e5f'
+    driver_internal_info = {'dnsmasq_tag': '4c0ffee0-aaaa-4bbb-8ccc-123456789abc'}
+    def set_driver_internal_info(self, k, v): self.driver_internal_info[k] = v
+    def del_driver_internal_info(self, k): self.driver_internal_info.pop(k, None)
+    def save(self): pass
+
+task = types.SimpleNamespace(node=Node(), ports=[types.SimpleNamespace(address=mac, pxe_enabled=True)])
+api = dnsmasq.DnsmasqDHCPApi()
+if action == 'update':
+    api.update_dhcp_opts(task, json.loads(options))
+else:
+    api.clean_dhcp_opts(task)
+"#;
+    let status = Command::new(common::ironic_python())
+        .arg("-c")
+        .arg(script)
+        .args([action])
+        .arg(hostsdir)
+        .arg(optsdir)
+        .args([mac, options])
+        .status()
+        .unwrap();
+    assert!(
+        status.success(),
+        "Ironic's dnsmasq DHCP provider ({action}) failed"
+    );
+}
+
+/// The environment udhcpc handed its script on `bound`, or `None` when it got no lease.
+fn udhcpc_env(lab: &common::Lab, events: &Path, extra: &[&str]) -> Option<Vec<(String, String)>> {
+    let status = lab
+        .client
+        .command("udhcpc")
+        .args(extra)
+        .args(["-q", "-n", "-f", "-t", "3", "-T", "1", "-A", "1", "-s"])
+        .arg(common::clients::script("env-dump"))
+        .args(["-i", &lab.client_if])
+        .env("SB_EVENTS", events)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    let file = format!("{}.bound", events.display());
+    let text = std::fs::read_to_string(&file).ok()?;
+    let _ = std::fs::remove_file(&file);
+    status.success().then(|| {
+        text.lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    })
+}
+
+fn var<'a>(env: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    env.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+}
+
+/// Ironic's dnsmasq DHCP provider writes a node's boot options to the options directory
+/// and tags the node's NIC in the hosts directory; shardboot follows both, so the
+/// node's PXE and iPXE requests get Ironic's per-node options on the next packet, other
+/// machines keep the defaults, and once Ironic cleans up the NIC is ignored.
+#[test]
+fn shardboot_follows_the_options_ironics_dnsmasq_provider_writes() {
+    require_root!();
+    common::ironic_python();
+    let dirs = tempfile::tempdir().unwrap();
+    let (hostsdir, optsdir) = (dirs.path().join("hostsdir"), dirs.path().join("optsdir"));
+    std::fs::create_dir(&hostsdir).unwrap();
+    std::fs::create_dir(&optsdir).unwrap();
+    let lab = common::Lab::new(&["192.0.2.1/24"], &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = common::config(
+        &lab.server_if,
+        "192.0.2.0/24",
+        "192.0.2.100 - 192.0.2.199",
+        &format!(
+            "hostsdir = \"{}\"\noptsdir = \"{}\"\nhostsdir_poll_ms = 200\n[tftp]\nenabled = false\n[http]\nenabled = false",
+            hostsdir.display(),
+            optsdir.display()
+        ),
+    );
+    let server = common::Server::start(&lab.server, dir.path(), &cfg);
+    let node_mac = "52:54:00:bb:01:01";
+    lab.client
+        .ip(&["link", "set", &lab.client_if, "address", node_mac]);
+    // What Ironic's PXE boot interface asks its DHCP provider for (pxe_utils).
+    let options = r#"[
+        {"opt_name": "tag:!ipxe,67", "opt_value": "ironic-undionly.kpxe", "ip_version": 4},
+        {"opt_name": "tag:ipxe,67", "opt_value": "http://192.0.2.9:6180/boot.ipxe", "ip_version": 4},
+        {"opt_name": "66", "opt_value": "192.0.2.9", "ip_version": 4},
+        {"opt_name": "150", "opt_value": "192.0.2.9", "ip_version": 4},
+        {"opt_name": "255", "opt_value": "192.0.2.9", "ip_version": 4}
+    ]"#;
+    ironic_dhcp_provider("update", &hostsdir, &optsdir, node_mac, options);
+    wait_until(
+        "the options directory applied",
+        Duration::from_secs(10),
+        || server.log_text().contains("entries=5"),
+    );
+    let events = dir.path().join("ev");
+    let pxe = ["-V", "PXEClient:Arch:00000:UNDI:002001"];
+    let env = udhcpc_env(&lab, &events, &pxe).expect("the node's PXE request got no lease");
+    assert_eq!(
+        var(&env, "boot_file"),
+        Some("ironic-undionly.kpxe"),
+        "{env:?}"
+    );
+    assert_eq!(var(&env, "siaddr"), Some("192.0.2.9"), "{env:?}");
+    assert_eq!(var(&env, "tftp"), Some("192.0.2.9"), "{env:?}");
+    assert_eq!(var(&env, "opt150"), Some("c0000209"), "{env:?}");
+    // iPXE (user class iPXE) on the same NIC: Ironic's iPXE script.
+    let ipxe = ["-x", "0x4d:69505845"];
+    let env = udhcpc_env(&lab, &events, &ipxe).expect("the node's iPXE request got no lease");
+    assert_eq!(
+        var(&env, "boot_file"),
+        Some("http://192.0.2.9:6180/boot.ipxe"),
+        "{env:?}"
+    );
+    // Another machine: its own defaults, not the node's.
+    lab.client.ip(&[
+        "link",
+        "set",
+        &lab.client_if,
+        "address",
+        "52:54:00:bb:01:02",
+    ]);
+    let env = udhcpc_env(&lab, &events, &pxe).expect("another machine got no lease");
+    assert_eq!(var(&env, "boot_file"), Some("undionly.kpxe"), "{env:?}");
+    assert_eq!(var(&env, "opt150"), None, "{env:?}");
+    // Ironic cleans up after the deploy: the node's NIC is ignored from then on.
+    ironic_dhcp_provider("clean", &hostsdir, &optsdir, node_mac, "[]");
+    wait_until(
+        "the options directory emptied",
+        Duration::from_secs(10),
+        || server.log_text().contains("entries=0"),
+    );
+    lab.client
+        .ip(&["link", "set", &lab.client_if, "address", node_mac]);
+    assert!(
+        udhcpc_env(&lab, &events, &pxe).is_none(),
+        "the cleaned-up NIC still got a lease"
+    );
+}

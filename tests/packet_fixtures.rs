@@ -66,6 +66,7 @@ fn captured_clients_get_the_boot_answer_for_their_firmware() {
         responsibility: Responsibility::Mine,
         policy: None,
         known: false,
+        dnsmasq: Default::default(),
         now: 1_000_000,
     };
     for (name, file, vendor) in CASES {

@@ -37,6 +37,7 @@ fuzz_target!(|data: &[u8]| {
         engine.handle_tick(now);
         let ctx = PacketContext {
             known: false,
+            dnsmasq: Default::default(),
             interface: &iface,
             responsibility,
             policy: None,

@@ -23,6 +23,7 @@ pub(super) struct RawDhcp {
     reclaim_interval_secs: Option<u32>,
     takeover_secs: Option<u16>,
     hostsdir: Option<String>,
+    optsdir: Option<String>,
     hostsdir_poll_ms: Option<u64>,
     leasefile: Option<String>,
     relays: Option<Vec<String>>,
@@ -62,6 +63,9 @@ pub struct DhcpSettings {
     pub takeover_secs: u16,
     /// A dnsmasq `dhcp-hostsdir` to follow (Ironic's PXE filter writes it).
     pub hostsdir: Option<PathBuf>,
+    /// A dnsmasq `dhcp-optsdir` to follow (Ironic's dnsmasq DHCP provider writes it),
+    /// polled like `hostsdir`.
+    pub optsdir: Option<PathBuf>,
     /// How often the hosts directory is read for changes.
     pub hostsdir_poll: Duration,
     /// A dnsmasq-format lease file to keep up to date (Ironic's dnsmasq provider
@@ -156,6 +160,10 @@ pub(super) fn validate(raw: RawDhcp, issues: &mut Issues) -> DhcpSettings {
     if hostsdir.as_ref().is_some_and(|d| !d.is_absolute()) {
         issues.add("dhcp.hostsdir", "must be an absolute path");
     }
+    let optsdir = raw.optsdir.as_deref().map(PathBuf::from);
+    if optsdir.as_ref().is_some_and(|d| !d.is_absolute()) {
+        issues.add("dhcp.optsdir", "must be an absolute path");
+    }
     let leasefile = raw.leasefile.as_deref().map(PathBuf::from);
     if leasefile
         .as_ref()
@@ -182,6 +190,7 @@ pub(super) fn validate(raw: RawDhcp, issues: &mut Issues) -> DhcpSettings {
         reclaim_interval_secs,
         takeover_secs: raw.takeover_secs.unwrap_or(5),
         hostsdir,
+        optsdir,
         hostsdir_poll: Duration::from_millis(hostsdir_poll_ms),
         leasefile,
         relays: raw

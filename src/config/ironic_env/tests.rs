@@ -66,7 +66,7 @@ fn sent(cfg: &Config, i: usize, addr: &str, code: u8) -> Option<Vec<u8>> {
     let levels = Levels {
         server: &cfg.dhcp.options,
         subnet: &s.options,
-        host: &[],
+        ..Levels::default()
     };
     match select(levels, &tags).into_iter().find(|r| r.code == code) {
         Some(rule) => rule.value.clone(),

@@ -43,8 +43,20 @@ pub struct PacketContext<'a> {
     /// Whether the owner resolver knows the MAC (Ironic or the inventory names its
     /// owner): such a machine is never held back by the limits on unknown ones.
     pub known: bool,
+    /// What Ironic's dnsmasq directories say about the client: its hosts-directory
+    /// tags and the options directory's entries.
+    pub dnsmasq: DnsmasqDirs<'a>,
     /// Unix seconds.
     pub now: u64,
+}
+
+/// The followed dnsmasq directories' part in a reply (`dhcp.hostsdir`, `dhcp.optsdir`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DnsmasqDirs<'a> {
+    /// The client's `set:` tags.
+    pub tags: &'a [String],
+    /// Every options-directory entry.
+    pub options: &'a [crate::dhcp::options::OptionRule],
 }
 
 /// A reply and where it goes.

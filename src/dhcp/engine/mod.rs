@@ -26,7 +26,8 @@ use crate::mac::MacAddr;
 use crate::store::{Lease, LeaseEffect, LeaseState};
 use allocate::{new_lease, requested_ip};
 pub use decision::{
-    Decision, IgnoreReason, Interface, Outcome, PacketContext, PoolUsage, Reply, Responsibility,
+    Decision, DnsmasqDirs, IgnoreReason, Interface, Outcome, PacketContext, PoolUsage, Reply,
+    Responsibility,
 };
 use limits::Limits;
 use pool::Pool;
@@ -454,6 +455,7 @@ impl Engine {
             timers: None,
             boot: None,
             server_options: &[],
+            dnsmasq: DnsmasqDirs::default(),
         };
         Decision {
             reply: Some(Reply {
@@ -642,6 +644,7 @@ impl Engine {
             timers: Some(self.timers(si, ip, mac, ctx.now)),
             boot: boot.as_ref(),
             server_options: &self.settings.options,
+            dnsmasq: ctx.dnsmasq,
         };
         Reply {
             message: reply::build(msg, &parts),
@@ -748,6 +751,7 @@ impl Engine {
             timers: None,
             boot: boot.as_ref(),
             server_options: &self.settings.options,
+            dnsmasq: ctx.dnsmasq,
         };
         Decision {
             reply: Some(Reply {

@@ -75,6 +75,8 @@ pub struct ReplyParts<'a> {
     pub boot: Option<&'a BootDirective>,
     /// `[dhcp] options`.
     pub server_options: &'a [OptionRule],
+    /// The followed dnsmasq directories' tags and entries.
+    pub dnsmasq: super::DnsmasqDirs<'a>,
 }
 
 /// Builds the reply to `req`.
@@ -190,7 +192,12 @@ pub fn build(req: &Message, parts: &ReplyParts<'_>) -> Message {
 /// entry replaces its code's option, or removes it when it has no value.
 fn apply_options(m: &mut Message, req: &Message, subnet: &Subnet, parts: &ReplyParts<'_>) {
     let host_options = parts.host.map_or(&[][..], |h| &h.options[..]);
-    if parts.server_options.is_empty() && subnet.options.is_empty() && host_options.is_empty() {
+    let node_options = parts.dnsmasq.options;
+    if parts.server_options.is_empty()
+        && subnet.options.is_empty()
+        && node_options.is_empty()
+        && host_options.is_empty()
+    {
         return;
     }
     let mut tags: Vec<&str> = Vec::with_capacity(8);
@@ -202,9 +209,11 @@ fn apply_options(m: &mut Message, req: &Message, subnet: &Subnet, parts: &ReplyP
         tags.push("known");
         tags.extend(h.tags.iter().map(String::as_str));
     }
+    tags.extend(parts.dnsmasq.tags.iter().map(String::as_str));
     let levels = Levels {
         server: parts.server_options,
         subnet: &subnet.options,
+        node: node_options,
         host: host_options,
     };
     for rule in options::select(levels, &tags) {

@@ -35,6 +35,7 @@ fn iface() -> Interface {
 fn ctx(i: &Interface, now: u64) -> PacketContext<'_> {
     PacketContext {
         known: false,
+        dnsmasq: Default::default(),
         interface: i,
         responsibility: Responsibility::Mine,
         policy: None,

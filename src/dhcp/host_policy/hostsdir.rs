@@ -18,6 +18,9 @@ pub struct HostsDirPolicy {
     pub macs: HashMap<MacAddr, HostPolicy>,
     /// The `*:*:*:*:*:*` entry: every MAC without its own.
     pub unknown: Option<HostPolicy>,
+    /// The `set:<tag>` fields of each MAC's entry (Ironic's dnsmasq DHCP provider tags
+    /// a node's NICs with the node's tag, which its options directory entries match).
+    pub tags: HashMap<MacAddr, Vec<String>>,
 }
 
 impl HostsDirPolicy {
@@ -41,9 +44,9 @@ pub enum LineError {
 }
 
 /// One understood line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Entry {
-    Host(MacAddr, HostPolicy),
+    Host(MacAddr, HostPolicy, Vec<String>),
     AnyHost(HostPolicy),
 }
 
@@ -52,7 +55,8 @@ const ANY_MAC: &str = "*:*:*:*:*:*";
 
 /// Parses one dhcp-host line: `<mac>[,<field>...]`. The `ignore` field denies the host
 /// (dnsmasq man page, `--dhcp-host`); any other fields (tags, addresses, names) leave
-/// it allowed. Blank lines and `#` comments are skipped.
+/// it allowed, and `set:<tag>` fields are kept. Blank lines and `#` comments are
+/// skipped.
 fn parse_line(line: &str) -> Result<Option<Entry>, LineError> {
     let line = line.trim();
     if line.is_empty() || line.starts_with('#') {
@@ -60,7 +64,14 @@ fn parse_line(line: &str) -> Result<Option<Entry>, LineError> {
     }
     let mut fields = line.split(',').map(str::trim);
     let first = fields.next().unwrap_or_default();
-    let policy = if fields.any(|f| f == "ignore") {
+    let rest: Vec<&str> = fields.collect();
+    let tags = rest
+        .iter()
+        .filter_map(|f| f.strip_prefix("set:"))
+        .filter(|t| crate::dhcp::options::dnsmasq::is_tag(t))
+        .map(str::to_string)
+        .collect();
+    let policy = if rest.contains(&"ignore") {
         HostPolicy::Deny
     } else {
         HostPolicy::Allow
@@ -71,7 +82,7 @@ fn parse_line(line: &str) -> Result<Option<Entry>, LineError> {
     let mac: MacAddr = first
         .parse()
         .map_err(|_| LineError::NotAMac(first.escape_default().to_string()))?;
-    Ok(Some(Entry::Host(mac, policy)))
+    Ok(Some(Entry::Host(mac, policy, tags)))
 }
 
 /// Builds the policy from every file's name and contents, in any order. Lines that
@@ -88,8 +99,13 @@ pub fn build<'a>(
     for (name, content) in files {
         for (n, line) in content.lines().enumerate() {
             match parse_line(line) {
-                Ok(Some(Entry::Host(mac, p))) => {
+                Ok(Some(Entry::Host(mac, p, tags))) => {
                     policy.macs.insert(mac, p);
+                    if tags.is_empty() || p == HostPolicy::Deny {
+                        policy.tags.remove(&mac);
+                    } else {
+                        policy.tags.insert(mac, tags);
+                    }
                 }
                 Ok(Some(Entry::AnyHost(p))) => policy.unknown = Some(p),
                 Ok(None) => {}
@@ -106,6 +122,31 @@ mod tests {
 
     fn mac(s: &str) -> MacAddr {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn keeps_the_tags_ironics_dhcp_provider_sets() {
+        let tag = "4c0ffee0-aaaa-4bbb-8ccc-123456789abc";
+        let (p, problems) = build([
+            (
+                "ironic-52:54:00:00:00:01.conf",
+                format!("52:54:00:00:00:01,set:{tag},set:ironic\n").as_str(),
+            ),
+            (
+                "ironic-52:54:00:00:00:02.conf",
+                "52:54:00:00:00:02,ignore\n",
+            ),
+            ("x", "52:54:00:00:00:03,set:bad tag,set:ok\n"),
+        ]);
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(p.tags[&mac("52:54:00:00:00:01")], [tag, "ironic"]);
+        assert!(!p.tags.contains_key(&mac("52:54:00:00:00:02")));
+        // A tag that is not a tag name is left out, not taken as something else.
+        assert_eq!(p.tags[&mac("52:54:00:00:00:03")], ["ok"]);
+        assert_eq!(
+            p.lookup(&mac("52:54:00:00:00:01")),
+            Some((HostPolicy::Allow, false))
+        );
     }
 
     #[test]

@@ -6,11 +6,13 @@
 //! `watch.rs` follows it): the operator's word wins.
 
 pub mod hostsdir;
+pub mod optsdir;
 pub mod watch;
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
+use crate::dhcp::options::OptionRule;
 use crate::mac::MacAddr;
 pub use crate::store::HostPolicy;
 use crate::store::{Change, CommitFailed, Committer};
@@ -21,6 +23,8 @@ use hostsdir::HostsDirPolicy;
 pub struct HostPolicies {
     map: RwLock<HashMap<MacAddr, HostPolicy>>,
     hostsdir: RwLock<HostsDirPolicy>,
+    /// What a watched options directory says (`dhcp.optsdir`, `optsdir.rs`).
+    node_options: RwLock<Arc<Vec<OptionRule>>>,
 }
 
 /// Where an effective policy comes from.
@@ -56,6 +60,7 @@ impl HostPolicies {
         Self {
             map: RwLock::new(stored.into_iter().collect()),
             hostsdir: RwLock::default(),
+            node_options: RwLock::default(),
         }
     }
 
@@ -80,6 +85,25 @@ impl HostPolicies {
             };
             (p, source)
         })
+    }
+
+    /// The hosts directory's `set:` tags for `mac` (usually none: no allocation).
+    pub fn tags(&self, mac: &MacAddr) -> Vec<String> {
+        let dir = self.hostsdir.read().unwrap_or_else(|p| p.into_inner());
+        dir.tags.get(mac).cloned().unwrap_or_default()
+    }
+
+    /// The options directory's entries.
+    pub fn node_options(&self) -> Arc<Vec<OptionRule>> {
+        self.node_options
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Replaces what the options directory says (re-read whole on every change).
+    pub fn set_node_options(&self, rules: Vec<OptionRule>) {
+        *self.node_options.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(rules);
     }
 
     /// Replaces what the hosts directory says (it is re-read whole on every change).

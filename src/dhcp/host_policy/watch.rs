@@ -1,4 +1,5 @@
-//! Keeps [`HostPolicies`] in step with `dhcp.hostsdir`. The directory is polled (every
+//! Keeps [`HostPolicies`] in step with `dhcp.hostsdir` and `dhcp.optsdir`. A directory
+//! is polled (every
 //! `dhcp.hostsdir_poll_ms`) rather than watched with inotify: a poll also sees files
 //! removed, truncated or replaced by rename, and Ironic's PXE filter only rewrites it
 //! once per sync period anyway. Only files whose length or modification time changed
@@ -13,8 +14,26 @@ use std::time::{Duration, SystemTime};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::hostsdir;
+use super::{hostsdir, optsdir};
 use super::{HostPolicies, HostPolicy};
+
+/// Which dnsmasq directory is followed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Watched {
+    /// `dhcp-hostsdir`: allow, deny and `set:` tags per MAC.
+    Hosts,
+    /// `dhcp-optsdir`: `dhcp-option` lines (Ironic's per-node boot options).
+    Options,
+}
+
+impl Watched {
+    fn what(self) -> &'static str {
+        match self {
+            Watched::Hosts => "hosts directory",
+            Watched::Options => "options directory",
+        }
+    }
+}
 
 /// Files larger than this are not hosts files (Ironic's are one line); skipped.
 const MAX_FILE_BYTES: u64 = 64 * 1024;
@@ -33,12 +52,12 @@ pub type Files = HashMap<String, Read>;
 /// Reads and applies the directory once, before DHCP answers anything: until then
 /// the filter would let every machine through. A directory that cannot be read is an
 /// error (the caller refuses to start).
-pub fn first_scan(dir: &Path, policies: &HostPolicies) -> io::Result<Files> {
+pub fn first_scan(dir: &Path, kind: Watched, policies: &HostPolicies) -> io::Result<Files> {
     let (files, skipped) = rescan(dir, HashMap::new())?;
     for s in skipped {
         warn!(dir = %dir.display(), "{s}");
     }
-    apply(&files, policies);
+    apply(kind, &files, policies);
     Ok(files)
 }
 
@@ -47,24 +66,26 @@ pub fn first_scan(dir: &Path, policies: &HostPolicies) -> io::Result<Files> {
 /// on, polling every `poll` until `stop`.
 pub fn follow(
     dir: PathBuf,
+    kind: Watched,
     poll: Duration,
     policies: Arc<HostPolicies>,
     stop: CancellationToken,
 ) -> io::Result<impl std::future::Future<Output = ()> + Send + 'static> {
-    let files = first_scan(&dir, &policies)?;
-    Ok(run(dir, poll, policies, files, stop))
+    let files = first_scan(&dir, kind, &policies)?;
+    Ok(run(dir, kind, poll, policies, files, stop))
 }
 
 /// Polls `dir` until `stop`, applying every change to `policies`; `files` is what
 /// [`first_scan`] read.
 pub async fn run(
     dir: PathBuf,
+    kind: Watched,
     poll: Duration,
     policies: Arc<HostPolicies>,
     mut files: Files,
     stop: CancellationToken,
 ) {
-    info!(dir = %dir.display(), "following the dnsmasq hosts directory");
+    info!(dir = %dir.display(), "following the dnsmasq {}", kind.what());
     let mut last_error: Option<String> = None;
     loop {
         tokio::select! {
@@ -79,7 +100,7 @@ pub async fn run(
                     for s in skipped {
                         warn!(dir = %dir.display(), "{s}");
                     }
-                    apply(&now, &policies);
+                    apply(kind, &now, &policies);
                     files = now;
                 }
             }
@@ -89,21 +110,29 @@ pub async fn run(
                 // must not let every machine through or shut every one out.
                 let text = e.to_string();
                 if last_error.as_ref() != Some(&text) {
-                    warn!(dir = %dir.display(), error = %text, "cannot read the hosts directory; keeping what was read before");
+                    warn!(dir = %dir.display(), error = %text, "cannot read the {}; keeping what was read before", kind.what());
                     last_error = Some(text);
                 }
             }
-            Err(e) => warn!(error = %e, "hosts directory scan failed"),
+            Err(e) => warn!(error = %e, "{} scan failed", kind.what()),
         }
     }
 }
 
-fn apply(files: &HashMap<String, Read>, policies: &HostPolicies) {
-    let (policy, problems) = hostsdir::build(
-        files
-            .iter()
-            .map(|(name, r)| (name.as_str(), r.content.as_str())),
-    );
+fn apply(kind: Watched, files: &HashMap<String, Read>, policies: &HostPolicies) {
+    let contents = files
+        .iter()
+        .map(|(name, r)| (name.as_str(), r.content.as_str()));
+    if kind == Watched::Options {
+        let (rules, problems) = optsdir::build(contents);
+        for (file, line, error) in problems {
+            warn!(file, line, %error, "options directory: line skipped");
+        }
+        info!(entries = rules.len(), "options directory applied");
+        policies.set_node_options(rules);
+        return;
+    }
+    let (policy, problems) = hostsdir::build(contents);
     for (file, line, error) in problems {
         warn!(file, line, %error, "hosts directory: line skipped");
     }

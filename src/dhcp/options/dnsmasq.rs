@@ -31,12 +31,16 @@ fn fields(entry: &str) -> Vec<&str> {
     out
 }
 
-fn tag(name: &str, negated: bool) -> Result<TagMatch, ValueError> {
-    let ok = (1..=MAX_TAG).contains(&name.len())
+/// Whether `name` is a tag name: 1 to 64 letters, digits, `-`, `_`, `.`.
+pub fn is_tag(name: &str) -> bool {
+    (1..=MAX_TAG).contains(&name.len())
         && name
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
-    if !ok {
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+}
+
+fn tag(name: &str, negated: bool) -> Result<TagMatch, ValueError> {
+    if !is_tag(name) {
         return Err(ValueError(format!(
             "{name:?} is not a tag name (1 to {MAX_TAG} letters, digits, '-', '_', '.')"
         )));

@@ -6,7 +6,7 @@
 //! reply's options and keeps it within the client's size.
 //!
 //! Which entry wins for a code: among the entries whose tags all hold, the one of the
-//! most specific level (host over subnet over server), then the one naming the most
+//! most specific level (host over the options directory over subnet over server), then the one naming the most
 //! tags (dnsmasq's rule: a tagged option beats an untagged one), then the last written.
 //! The winner either replaces what shardboot would send for that code (the subnet's
 //! `router`, `dns`, … keys and the boot options included) or, with no value, removes it.
@@ -100,12 +100,14 @@ pub fn class_tags(class: &ClientClass, out: &mut Vec<&str>) {
 }
 
 /// The levels options are configured at, least specific first.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Levels<'a> {
     /// `[dhcp] options`.
     pub server: &'a [OptionRule],
     /// `[[subnet]] options`.
     pub subnet: &'a [OptionRule],
+    /// The followed options directory (`dhcp.optsdir`: Ironic's per-node options).
+    pub node: &'a [OptionRule],
     /// `[[host]] options`.
     pub host: &'a [OptionRule],
 }
@@ -114,7 +116,7 @@ pub struct Levels<'a> {
 pub fn select<'a>(levels: Levels<'a>, tags: &[&str]) -> Vec<&'a OptionRule> {
     // (level, tag count, position) ranks the candidates of one code.
     let mut best: Vec<((u8, usize, usize), &'a OptionRule)> = Vec::new();
-    let all = [levels.server, levels.subnet, levels.host];
+    let all = [levels.server, levels.subnet, levels.node, levels.host];
     for (level, rules) in all.iter().enumerate() {
         for (pos, rule) in rules.iter().enumerate() {
             if !rule.holds(tags) {
@@ -161,7 +163,7 @@ mod tests {
         let levels = Levels {
             server: &server,
             subnet: &subnet,
-            host: &[],
+            ..Levels::default()
         };
         // Subnet over server; an untagged router for clients outside range_1.
         assert_eq!(
@@ -191,8 +193,7 @@ mod tests {
         let later = rules(&["option:mtu,1000", "option:mtu,1100"]);
         let levels = Levels {
             server: &later,
-            subnet: &[],
-            host: &[],
+            ..Levels::default()
         };
         assert_eq!(chosen(levels, &[]), [(26, Some(vec![0x04, 0x4c]))]);
     }

@@ -24,7 +24,7 @@ use tokio::net::UdpSocket;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use super::engine::{Engine, Interface, PacketContext, Reply, Responsibility};
+use super::engine::{DnsmasqDirs, Engine, Interface, PacketContext, Reply, Responsibility};
 use super::host_policy::HostPolicies;
 use super::metrics::DhcpMetrics;
 use super::responsibility::Responder;
@@ -384,12 +384,18 @@ impl LoopState<'_> {
             (Some(o), Some(m)) if msg.opts().msg_type() == Some(T::Discover) => o.knows(&m),
             _ => false,
         };
+        let tags = mac.map(|m| self.policies.tags(&m)).unwrap_or_default();
+        let node_options = self.policies.node_options();
         let ctx = PacketContext {
             interface: &self.interfaces[listener],
             responsibility,
             policy,
             known,
             now,
+            dnsmasq: DnsmasqDirs {
+                tags: &tags,
+                options: &node_options,
+            },
         };
         let decision = engine.handle_message(&msg, &ctx);
         self.metrics.outcome(&decision.outcome);
