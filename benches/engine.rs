@@ -60,6 +60,7 @@ fn bench_fixtures(c: &mut Criterion) {
     let iface = Interface {
         name: "br0".into(),
         addr: Ipv4Addr::new(198, 18, 0, 1),
+        boot_server: false,
     };
     let mut group = c.benchmark_group("discover_to_offer");
     group.throughput(Throughput::Elements(1));
@@ -109,6 +110,7 @@ fn bench_exchange(c: &mut Criterion) {
     let iface = Interface {
         name: "br0".into(),
         addr: Ipv4Addr::new(198, 18, 0, 1),
+        boot_server: false,
     };
     let mut e = engine();
     let mut n = 0u32;

@@ -420,6 +420,7 @@ fn battery_is_decided_as_documented() {
     let iface = Interface {
         name: "br0".into(),
         addr: SERVER,
+        boot_server: false,
     };
     for case in BATTERY {
         let got = match decode_request(&fixture(case)) {

@@ -264,3 +264,58 @@ router = "198.51.100.1"
         "{ips:?}"
     );
 }
+
+/// ProxyDHCP's boot-server port (PXE spec §2.2.6): a PXE client that already has its
+/// address from another server asks shardboot on port 4011, unicast, and gets an ACK
+/// with its boot file and no address, back at the port it asked from. Port 67 stays
+/// silent for clients that are not network-boot firmware.
+#[test]
+fn proxydhcp_answers_on_the_boot_server_port_to_the_sender() {
+    use dhcproto::v4::{DhcpOption, Message, MessageType, OptionCode};
+    use dhcproto::{Decodable, Decoder, Encodable};
+    require_root!();
+    let lab = Lab::new(&["192.0.2.1/24"], &["192.0.2.50/24"]);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = format!(
+        "[dhcp]\ninterfaces = [\"{}\"]\nproxy = true\n[tftp]\nenabled = false\n[http]\nenabled = false\n",
+        lab.server_if
+    );
+    let server = Server::start(&lab.server, dir.path(), &cfg);
+    let reply = lab
+        .client
+        .run(|| {
+            let s = std::net::UdpSocket::bind("192.0.2.50:0").unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+            let ask = |vendor: Option<&str>| {
+                let ip = "192.0.2.50".parse().unwrap();
+                let z = "0.0.0.0".parse().unwrap();
+                let mut m = Message::new_with_id(42, ip, z, z, z, &[0x52, 0x54, 0, 0x0f, 0, 9]);
+                m.opts_mut()
+                    .insert(DhcpOption::MessageType(MessageType::Request));
+                if let Some(v) = vendor {
+                    m.opts_mut()
+                        .insert(DhcpOption::ClassIdentifier(v.as_bytes().to_vec()));
+                }
+                s.send_to(&m.to_vec().unwrap(), "192.0.2.1:4011").unwrap();
+                let mut buf = [0u8; 1500];
+                s.recv_from(&mut buf).ok().map(|(n, _)| buf[..n].to_vec())
+            };
+            (ask(None), ask(Some("PXEClient:Arch:00000:UNDI:002001")))
+        })
+        .join()
+        .unwrap();
+    assert!(
+        reply.0.is_none(),
+        "answered a client that is not PXE firmware"
+    );
+    let ack = Message::decode(&mut Decoder::new(&reply.1.expect("no ACK on port 4011"))).unwrap();
+    assert_eq!(ack.opts().msg_type(), Some(MessageType::Ack));
+    assert_eq!(ack.xid(), 42);
+    assert_eq!(ack.yiaddr().to_string(), "0.0.0.0");
+    assert_eq!(
+        ack.opts().get(OptionCode::BootfileName),
+        Some(&DhcpOption::BootfileName(b"undionly.kpxe".to_vec())),
+        "{}",
+        server.log_text()
+    );
+}

@@ -60,6 +60,7 @@ fn captured_clients_get_the_boot_answer_for_their_firmware() {
     let iface = Interface {
         name: "br0".into(),
         addr: Ipv4Addr::new(192, 0, 2, 1),
+        boot_server: false,
     };
     let ctx = PacketContext {
         interface: &iface,

@@ -312,3 +312,124 @@ fn an_unknown_three_nic_machine_is_inspected_once_after_every_nic_missed() {
         "{m}"
     );
 }
+
+/// ProxyDHCP: dnsmasq hands out the addresses (it knows nothing of booting), and
+/// shardboot in `dhcp.proxy` mode answers the firmware with boot information only, on
+/// port 67 and the PXE boot-server port 4011. The machine boots to its per-node config
+/// with an address from dnsmasq.
+fn boot_through_a_proxy(firmware: Firmware, mac: &str) {
+    qemu::require_qemu();
+    // m0: shardboot 192.0.2.1; m1: the address server, 192.0.2.2.
+    let ns = qemu::lab(1, &["192.0.2.1/24", "192.0.2.2/24"]);
+    let mut conductor = ConductorStub::start(&ns, "192.0.2.1:8088".parse().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let leases = dir.path().join("dnsmasq.leases");
+    let mut dnsmasq = ns
+        .command("dnsmasq")
+        .args([
+            "--no-daemon",
+            "--conf-file=/dev/null",
+            "--port=0",
+            "--interface=m1",
+        ])
+        .args([
+            "--bind-interfaces",
+            "--dhcp-range=192.0.2.100,192.0.2.150,1h",
+            "--no-ping",
+        ])
+        .arg(format!("--dhcp-leasefile={}", leases.display()))
+        .args(["--pid-file=", "--log-facility=-", "--log-dhcp"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("dnsmasq.log")).unwrap())
+        .spawn()
+        .expect("dnsmasq (dnsmasq-base)");
+    let inventory = dir.path().join("inventory.toml");
+    std::fs::write(&inventory, format!("\"{mac}\" = \"a\"\n")).unwrap();
+    let config = format!(
+        r#"
+[dhcp]
+interfaces = ["m0"]
+proxy = true
+[tftp]
+listen = "192.0.2.1:69"
+[http]
+listen = "192.0.2.1:8080"
+[ra]
+enabled = true
+[owner]
+self = "a"
+inventory = "{}"
+[[member]]
+name = "a"
+http_url = "http://192.0.2.1:8080"
+conductor_url = "http://192.0.2.1:8088"
+"#,
+        inventory.display()
+    );
+    let server = Server::start(&ns, dir.path(), &config);
+    let mut vm = Vm::start(&ns, firmware, "tap0", mac, dir.path());
+    let want = qemu::per_node_path(mac);
+    let at = conductor.wait_for(&want, &mut vm, BOOT_LIMIT);
+    let _ = dnsmasq.kill();
+    let dnsmasq_log = std::fs::read_to_string(dir.path().join("dnsmasq.log")).unwrap_or_default();
+    let at = at.unwrap_or_else(|asked| {
+        panic!(
+            "{firmware:?}: no request for {want} (asked: {asked:?})\nconsole:\n{}\nshardboot:\n{}\ndnsmasq:\n{dnsmasq_log}",
+            vm.console_text(),
+            server.log_text()
+        )
+    });
+    assert!(
+        vm.wait_console(BOOTED_LINE, Duration::from_secs(30)),
+        "{}",
+        vm.console_text()
+    );
+    eprintln!(
+        "{firmware:?} through ProxyDHCP: VM start to per-node config in {:.1} s",
+        (at - vm.started).as_secs_f64()
+    );
+    // The address came from dnsmasq; shardboot leased nothing and answered as a proxy.
+    let leased = std::fs::read_to_string(&leases).unwrap_or_default();
+    assert!(
+        leased.contains(mac),
+        "dnsmasq leased nothing to {mac}: {leased:?}"
+    );
+    let m = curl(&ns, "http://192.0.2.1:8080/metrics", None);
+    assert!(
+        metric(
+            &m,
+            "shardboot_dhcp_decisions_total{outcome=\"proxy_offer\"} "
+        ) >= 1,
+        "{m}"
+    );
+    assert_eq!(
+        metric(&m, "shardboot_dhcp_decisions_total{outcome=\"ack\"} "),
+        0,
+        "{m}"
+    );
+    eprintln!(
+        "{firmware:?}: {} proxy offers, {} boot-server (4011) acks",
+        metric(
+            &m,
+            "shardboot_dhcp_decisions_total{outcome=\"proxy_offer\"} "
+        ),
+        metric(&m, "shardboot_dhcp_decisions_total{outcome=\"proxy_ack\"} ")
+    );
+    assert_eq!(
+        metric(&m, "shardboot_dhcp_decisions_total{outcome=\"offer\"} "),
+        0,
+        "{m}"
+    );
+}
+
+#[test]
+fn bios_ipxe_boots_through_proxydhcp_beside_another_address_server() {
+    require_root!();
+    boot_through_a_proxy(Firmware::BiosIpxe, "52:54:00:5e:04:01");
+}
+
+#[test]
+fn uefi_pxe_boots_through_proxydhcp_beside_another_address_server() {
+    require_root!();
+    boot_through_a_proxy(Firmware::UefiPxe, "52:54:00:5e:04:02");
+}

@@ -23,6 +23,7 @@ fuzz_target!(|data: &[u8]| {
     let iface = Interface {
         name: "br0".into(),
         addr: Ipv4Addr::new(192, 0, 2, 1),
+        boot_server: false,
     };
     // The xid picks the responsibility so both paths are reached from the same corpus.
     let responsibility = if msg.xid() & 1 == 0 {

@@ -24,6 +24,8 @@ pub(super) struct RawDhcp {
     takeover_secs: Option<u16>,
     hostsdir: Option<String>,
     optsdir: Option<String>,
+    proxy: Option<bool>,
+    proxy_port: Option<u16>,
     hostsdir_poll_ms: Option<u64>,
     leasefile: Option<String>,
     relays: Option<Vec<String>>,
@@ -38,6 +40,11 @@ pub(super) struct RawDhcp {
 /// `[dhcp]` after validation.
 #[derive(Debug, Clone)]
 pub struct DhcpSettings {
+    /// ProxyDHCP (`proxy`): another server hands out addresses; answer network-boot
+    /// firmware with boot information only, on `port` and on `proxy_port`.
+    pub proxy: bool,
+    /// The PXE boot-server port a ProxyDHCP also answers on (4011, PXE spec §2.2.6).
+    pub proxy_port: u16,
     /// Options for every subnet (`options`, dnsmasq `dhcp-option` syntax).
     pub options: Vec<crate::dhcp::options::OptionRule>,
     /// Whether the DHCP listener runs at all.
@@ -177,7 +184,16 @@ pub(super) fn validate(raw: RawDhcp, issues: &mut Issues) -> DhcpSettings {
         100,
         60_000,
     );
+    let proxy = raw.proxy.unwrap_or(false);
+    if proxy && interfaces.is_empty() {
+        issues.add(
+            "dhcp.interfaces",
+            "ProxyDHCP (dhcp.proxy) answers only on interfaces named here",
+        );
+    }
     DhcpSettings {
+        proxy,
+        proxy_port: raw.proxy_port.unwrap_or(4011),
         options: super::options_list("dhcp.options", &raw.options, issues),
         enabled: raw.enabled.unwrap_or(true),
         interfaces,

@@ -6,7 +6,7 @@ use super::engine::{IgnoreReason, Outcome, PoolUsage};
 use super::wire::DropReason;
 use crate::metrics::{header, sample, Counter, Gauge, LabeledCounters};
 
-const IGNORE_REASONS: [IgnoreReason; 10] = [
+const IGNORE_REASONS: [IgnoreReason; 11] = [
     IgnoreReason::NotResponsible,
     IgnoreReason::Denied,
     IgnoreReason::UnknownClient,
@@ -17,6 +17,7 @@ const IGNORE_REASONS: [IgnoreReason; 10] = [
     IgnoreReason::NakSuppressed,
     IgnoreReason::Unsupported,
     IgnoreReason::Limited,
+    IgnoreReason::NotBootClient,
 ];
 
 /// Counters for one DHCP server.
@@ -27,9 +28,9 @@ pub struct DhcpMetrics {
     /// Datagrams dropped before the engine, by reason.
     pub drops: LabeledCounters<{ DropReason::ALL.len() }>,
     /// Requests the engine ignored, by reason.
-    pub ignored: LabeledCounters<10>,
+    pub ignored: LabeledCounters<11>,
     /// Decisions by outcome: offer, ack, nak, inform, release, decline.
-    pub outcomes: LabeledCounters<6>,
+    pub outcomes: LabeledCounters<8>,
     /// Valid requests by message type.
     pub requests: LabeledCounters<6>,
     /// With several members: who answers DISCOVERs and REQUESTs without a server-id
@@ -62,7 +63,16 @@ impl Default for DhcpMetrics {
             received: Counter::default(),
             drops: LabeledCounters::new(DropReason::ALL.map(|r| r.as_str())),
             ignored: LabeledCounters::new(IGNORE_REASONS.map(|r| r.as_str())),
-            outcomes: LabeledCounters::new(["offer", "ack", "nak", "inform", "release", "decline"]),
+            outcomes: LabeledCounters::new([
+                "offer",
+                "ack",
+                "nak",
+                "inform",
+                "release",
+                "decline",
+                "proxy_offer",
+                "proxy_ack",
+            ]),
             responsibility: LabeledCounters::new(["responsible", "takeover", "other_member"]),
             requests: LabeledCounters::new([
                 "discover", "request", "decline", "release", "inform", "other",
@@ -100,6 +110,8 @@ impl DhcpMetrics {
             Outcome::Inform => "inform",
             Outcome::Release(_) => "release",
             Outcome::Decline(_) => "decline",
+            Outcome::ProxyOffer => "proxy_offer",
+            Outcome::ProxyAck => "proxy_ack",
             Outcome::Ignored(r) => return self.ignored.inc(r.as_str()),
         };
         self.outcomes.inc(label);

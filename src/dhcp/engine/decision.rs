@@ -15,6 +15,8 @@ pub struct Interface {
     pub name: String,
     /// This server's address on it.
     pub addr: Ipv4Addr,
+    /// The socket is the PXE boot-server port (4011, ProxyDHCP), not the DHCP port.
+    pub boot_server: bool,
 }
 
 /// Whether this member is the one that should answer the client (ARCHITECTURE.md,
@@ -104,6 +106,8 @@ pub enum IgnoreReason {
     /// An unknown machine over a limit (outstanding offers, the rate, the addresses
     /// reserved for known machines, or declines).
     Limited,
+    /// ProxyDHCP: not network-boot firmware (the address server answers it alone).
+    NotBootClient,
 }
 
 impl IgnoreReason {
@@ -120,6 +124,7 @@ impl IgnoreReason {
             Self::NakSuppressed => "nak_suppressed",
             Self::Unsupported => "unsupported",
             Self::Limited => "limited",
+            Self::NotBootClient => "not_boot_client",
         }
     }
 }
@@ -139,6 +144,10 @@ pub enum Outcome {
     Release(Ipv4Addr),
     /// The client declined this address; it is quarantined.
     Decline(Ipv4Addr),
+    /// ProxyDHCP: boot information offered, no address.
+    ProxyOffer,
+    /// ProxyDHCP: boot information acknowledged on the boot-server port.
+    ProxyAck,
     /// No reply.
     Ignored(IgnoreReason),
 }

@@ -11,6 +11,7 @@ mod allocate;
 pub mod decision;
 mod limits;
 pub mod pool;
+pub mod proxy;
 pub mod reply;
 pub mod reserve;
 pub mod table;
@@ -255,6 +256,9 @@ impl Engine {
                 return Decision::ignore(IgnoreReason::UnknownClient)
             }
             _ => {}
+        }
+        if self.settings.proxy {
+            return self.proxy(msg, &mac, ctx);
         }
         match msg.opts().msg_type() {
             Some(MessageType::Discover) => self.discover(msg, &mac, ctx),

@@ -25,6 +25,8 @@ pub enum Destination {
     UnicastNew(Ipv4Addr, [u8; 6]),
     /// To 255.255.255.255:68 on the receiving interface.
     Broadcast,
+    /// Back to the request's source address and port (the PXE boot-server port).
+    Sender,
 }
 
 /// Lease timers for an ACK or OFFER.

@@ -29,6 +29,7 @@ fn iface() -> Interface {
     Interface {
         name: "br0".into(),
         addr: SERVER,
+        boot_server: false,
     }
 }
 

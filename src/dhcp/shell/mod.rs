@@ -402,7 +402,7 @@ impl LoopState<'_> {
         debug!(kind = ?msg.opts().msg_type(), outcome = ?decision.outcome, "decided");
         let to = decision.reply.and_then(|mut r| {
             echo_relay_information(data, &mut r);
-            self.encode(r, listener, socket)
+            self.encode(r, listener, socket, from)
         });
         if decision.effects.is_empty() {
             return to.map_or(Action::Nothing, |to| Action::Send(listener, to));
@@ -415,7 +415,13 @@ impl LoopState<'_> {
     }
 
     /// Encodes `reply` into `self.out`; returns where it goes.
-    fn encode(&mut self, reply: Reply, listener: usize, socket: &UdpSocket) -> Option<SocketAddr> {
+    fn encode(
+        &mut self,
+        reply: Reply,
+        listener: usize,
+        socket: &UdpSocket,
+        from: SocketAddr,
+    ) -> Option<SocketAddr> {
         match reply.encode(&mut self.out) {
             Err(e) => {
                 warn!(error = %e, "could not encode reply");
@@ -434,6 +440,7 @@ impl LoopState<'_> {
             Destination::Relay(ip) => SocketAddrV4::new(ip, self.port),
             Destination::Unicast(ip) => SocketAddrV4::new(ip, client_port),
             Destination::Broadcast => SocketAddrV4::new(Ipv4Addr::BROADCAST, client_port),
+            Destination::Sender => return Some(from),
             Destination::UnicastNew(ip, mac) => {
                 match arp::add_entry(socket, &self.interfaces[listener].name, ip, mac) {
                     Ok(()) => SocketAddrV4::new(ip, client_port),

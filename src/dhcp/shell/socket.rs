@@ -81,6 +81,7 @@ pub fn resolve_interfaces(
                 Ok(Interface {
                     name: name.clone(),
                     addr,
+                    boot_server: false,
                 })
             })
             .collect();
@@ -108,6 +109,7 @@ pub fn resolve_interfaces(
             Some(Interface {
                 name: n.clone(),
                 addr: pick(n)?,
+                boot_server: false,
             })
         })
         .collect())

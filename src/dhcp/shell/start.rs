@@ -10,7 +10,7 @@ use tracing::{info, warn};
 use super::socket::{self, SocketError};
 use super::{unix_now, ControlReceiver, Listener, Server};
 use crate::config::Config;
-use crate::dhcp::engine::Engine;
+use crate::dhcp::engine::{Engine, Interface};
 use crate::dhcp::host_policy::HostPolicies;
 use crate::dhcp::metrics::DhcpMetrics;
 use crate::dhcp::responsibility::Responder;
@@ -204,7 +204,21 @@ pub async fn prepare(config: &Config, parts: Parts) -> Result<Server, StartError
     let mut listeners = Vec::with_capacity(interfaces.len());
     for interface in interfaces {
         let socket = socket::bind(&interface.name, config.dhcp.port)?;
-        info!(interface = %interface.name, address = %interface.addr, port = config.dhcp.port, "DHCP listening");
+        info!(interface = %interface.name, address = %interface.addr, port = config.dhcp.port, proxy = config.dhcp.proxy, "DHCP listening");
+        if config.dhcp.proxy {
+            // ProxyDHCP also answers on the PXE boot-server port (PXE spec §2.2.6).
+            let port = config.dhcp.proxy_port;
+            let boot_server = Interface {
+                boot_server: true,
+                ..interface.clone()
+            };
+            let socket = socket::bind(&interface.name, port)?;
+            info!(interface = %interface.name, port, "ProxyDHCP boot-server port listening");
+            listeners.push(Listener {
+                interface: boot_server,
+                socket,
+            });
+        }
         listeners.push(Listener { interface, socket });
     }
     Ok(Server {
