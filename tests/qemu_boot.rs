@@ -371,6 +371,7 @@ conductor_url = "http://192.0.2.1:8088"
     let want = qemu::per_node_path(mac);
     let at = conductor.wait_for(&want, &mut vm, BOOT_LIMIT);
     let _ = dnsmasq.kill();
+    let _ = dnsmasq.wait();
     let dnsmasq_log = std::fs::read_to_string(dir.path().join("dnsmasq.log")).unwrap_or_default();
     let at = at.unwrap_or_else(|asked| {
         panic!(
