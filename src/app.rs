@@ -183,6 +183,7 @@ pub async fn run(
             policies,
             resolver: resolver.clone(),
             metrics: handles.dhcp.clone(),
+            timeline: handles.timeline.clone(),
             control: Some(control),
         };
         let server = dhcp::prepare(&config, parts).await?;

@@ -187,6 +187,52 @@ fn expiry(v: &serde_json::Value) -> String {
     }
 }
 
+/// Prints a machine's timeline from the running server, then (unless `once`) polls for
+/// new events every second and prints them as they come.
+pub fn trace(remote: &Remote, mac: &str, once: bool) -> anyhow::Result<()> {
+    let mac: crate::mac::MacAddr = mac.parse()?;
+    let mut after = 0u64;
+    loop {
+        let path = format!("/v1/machines/{mac}/events?after={after}");
+        let v = remote.call(reqwest::Method::GET, &path, None)?;
+        let mut out = std::io::stdout().lock();
+        for e in v["events"].as_array().into_iter().flatten() {
+            writeln!(out, "{}", event_line(e))?;
+            after = after.max(e["seq"].as_u64().unwrap_or(0));
+        }
+        out.flush()?;
+        if once {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+}
+
+/// One timeline event as a line: time, source, what was asked, what it got and why,
+/// the address, the detail.
+pub fn event_line(e: &serde_json::Value) -> String {
+    let at = e["at_ms"].as_u64().unwrap_or(0);
+    let when = humantime::format_rfc3339_millis(
+        std::time::UNIX_EPOCH + std::time::Duration::from_millis(at),
+    );
+    let mut line = format!(
+        "{when} {:<4} {:<26} {}",
+        e["source"].as_str().unwrap_or("?"),
+        e["what"].as_str().unwrap_or("?"),
+        e["outcome"].as_str().unwrap_or("?")
+    );
+    if let Some(why) = e["why"].as_str() {
+        line.push_str(&format!(" ({why})"));
+    }
+    if let Some(ip) = e["ip"].as_str() {
+        line.push_str(&format!(" {ip}"));
+    }
+    if let Some(d) = e["detail"].as_str() {
+        line.push_str(&format!(" {}", d.escape_default()));
+    }
+    line
+}
+
 /// Prints the running server's `/v1/members` as a table (or its JSON).
 pub fn print_members(remote: &Remote, json: bool) -> anyhow::Result<()> {
     let v = remote.call(reqwest::Method::GET, "/v1/members", None)?;

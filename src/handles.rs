@@ -8,10 +8,13 @@ use crate::http::metrics::HttpMetrics;
 use crate::ra::server::RaMetrics;
 use crate::store::StoreMetrics;
 use crate::tftp::TftpMetrics;
+use crate::timeline::Timeline;
 
 /// Shared handles of a running instance, for the HTTP listener and tests.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Handles {
+    /// Every machine's boot timeline (DHCP, TFTP and HTTP report to it).
+    pub timeline: Arc<Timeline>,
     /// DHCP metrics.
     pub dhcp: Arc<DhcpMetrics>,
     /// The store's commit path.
@@ -22,4 +25,18 @@ pub struct Handles {
     pub http: Arc<HttpMetrics>,
     /// Router-solicitation responder metrics.
     pub ra: Arc<RaMetrics>,
+}
+
+impl Default for Handles {
+    fn default() -> Self {
+        let timeline = Arc::new(Timeline::default());
+        Self {
+            tftp: Arc::new(TftpMetrics::with_timeline(timeline.clone())),
+            timeline,
+            dhcp: Arc::default(),
+            store: Arc::default(),
+            http: Arc::default(),
+            ra: Arc::default(),
+        }
+    }
 }

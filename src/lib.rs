@@ -19,3 +19,4 @@ pub mod secret_file;
 pub mod sockopt;
 pub mod store;
 pub mod tftp;
+pub mod timeline;

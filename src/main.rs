@@ -85,6 +85,21 @@ enum Command {
         #[arg(long, env = "SHARDBOOT_TOKEN_FILE")]
         token_file: Option<PathBuf>,
     },
+    /// One machine's boot timeline on the running server (DHCP, TFTP, boot requests),
+    /// then every new event as it happens, until interrupted.
+    Trace {
+        /// The machine's MAC (any common spelling).
+        mac: String,
+        /// Print what is there and stop, instead of following.
+        #[arg(long)]
+        once: bool,
+        /// Operator API base URL (default: this config's http.listen on this host).
+        #[arg(long, env = "SHARDBOOT_SERVER")]
+        server: Option<String>,
+        /// File with the bearer token (default: the config's http.token_file).
+        #[arg(long, env = "SHARDBOOT_TOKEN_FILE")]
+        token_file: Option<PathBuf>,
+    },
     /// Allow, deny or reset a MAC on the running server (takes effect on its next packet).
     Hosts {
         /// allow, deny or default.
@@ -182,6 +197,12 @@ fn main() -> ExitCode {
             server,
             token_file,
         } => cli::print_members(&cli::Remote::new(&config, server, token_file), json),
+        Command::Trace {
+            mac,
+            once,
+            server,
+            token_file,
+        } => cli::trace(&cli::Remote::new(&config, server, token_file), &mac, once),
         Command::Owner { mac } => {
             // Warnings (Ironic unreachable) and, with SHARDBOOT_LOG=debug, the
             // resolvers' decision trail go to stderr.

@@ -163,7 +163,8 @@ fn bios_ipxe_rom_boots_through_shardboot_to_the_per_node_config() {
 #[test]
 fn uefi_pxe_loads_ipxe_over_tftp_and_boots_to_the_per_node_config() {
     require_root!();
-    let lab = boot(Firmware::UefiPxe, "52:54:00:5e:00:02");
+    let mac = "52:54:00:5e:00:02";
+    let lab = boot(Firmware::UefiPxe, mac);
     let m = lab.metrics();
     assert!(
         metric(&m, "shardboot_tftp_transfers_completed_total ") >= 1,
@@ -180,6 +181,49 @@ fn uefi_pxe_loads_ipxe_over_tftp_and_boots_to_the_per_node_config() {
         0,
         "{m}"
     );
+    // The whole chain of the boot, in order, as `shardboot trace` shows it.
+    let out = lab
+        .ns
+        .command(common::shardboot_bin().to_str().unwrap())
+        .args([
+            "trace",
+            "--once",
+            "--server",
+            "http://192.0.2.1:8080",
+            "--token-file",
+        ])
+        .arg(lab.dir.path().join("tokens"))
+        .arg(mac)
+        .output()
+        .unwrap();
+    let trace = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{trace}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let chain = [
+        "dhcp DISCOVER",
+        "dhcp REQUEST",
+        "tftp RRQ",
+        "snponly.efi",
+        "dhcp DISCOVER",
+        "boot file http://192.0.2.1:8080/boot.ipxe",
+        "dhcp REQUEST",
+        "http GET /boot.ipxe",
+        "http GET /v1/boot/{mac}/{name}",
+        "200 (local)",
+        "chain=http://192.0.2.1:8088/pxelinux.cfg/52-54-00-5e-00-02",
+    ];
+    let flat = trace.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut at = 0;
+    for step in chain {
+        match flat[at..].find(step) {
+            Some(i) => at += i + step.len(),
+            None => panic!("{step:?} missing or out of order in the trace:\n{trace}"),
+        }
+    }
+    eprintln!("{trace}");
 }
 
 #[test]

@@ -18,6 +18,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum::Extension;
 use axum::Router;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -281,10 +282,38 @@ fn internal(e: impl std::fmt::Display) -> Response {
         .into_response()
 }
 
-async fn first_stage(State(s): State<Arc<HttpState>>) -> Response {
+/// Tells the timeline of a boot request by a machine known only by its address.
+fn note_by_address(
+    s: &HttpState,
+    peer: Option<Extension<serve::PeerAddr>>,
+    what: &'static str,
+    status: &'static str,
+) {
+    if let Some(Extension(serve::PeerAddr(std::net::SocketAddr::V4(v4)))) = peer {
+        s.handles.timeline.record_for_ip(
+            *v4.ip(),
+            crate::timeline::Report {
+                source: crate::timeline::Source::Http,
+                what,
+                outcome: status,
+                why: None,
+                ip: Some(*v4.ip()),
+                detail: None,
+            },
+        );
+    }
+}
+
+async fn first_stage(
+    State(s): State<Arc<HttpState>>,
+    peer: Option<Extension<serve::PeerAddr>>,
+) -> Response {
     s.handles.http.count("first_stage");
     match boot::first_stage(&s.settings) {
-        Ok(body) => ipxe_script(body),
+        Ok(body) => {
+            note_by_address(&s, peer, "GET /boot.ipxe", "200");
+            ipxe_script(body)
+        }
         Err(e) => internal(e),
     }
 }
@@ -293,6 +322,7 @@ async fn boot_mac(
     State(s): State<Arc<HttpState>>,
     Path((raw, name)): Path<(String, String)>,
     RawQuery(query): RawQuery,
+    peer: Option<Extension<serve::PeerAddr>>,
 ) -> Response {
     // Path segments are request data: parsed or checked, never echoed or logged raw.
     let (Ok(mac), true) = (raw.parse::<MacAddr>(), boot::is_boot_name(&name)) else {
@@ -303,16 +333,50 @@ async fn boot_mac(
     let res = s.resolver.resolve(&mac).await;
     let ctx = BootContext::new(&s.settings, &s.resolver, &res);
     debug!(%mac, owner = ?res.member, source = res.source, "boot request");
-    let Some(chain) = boot::route(&mac, &name, &res, &ctx) else {
-        return boot_response(&s, Ok(BootAnswer::NotFound { kind: "not_found" }));
+    let chain = boot::route(&mac, &name, &res, &ctx);
+    let answer = match &chain {
+        None => Ok(BootAnswer::NotFound { kind: "not_found" }),
+        Some(chain) => {
+            let again = format!("/v1/boot/{}/{name}", mac.hyphenated());
+            checked_chain(&s, chain, query.as_deref(), &again, &mac.to_string()).await
+        }
     };
-    let again = format!("/v1/boot/{}/{name}", mac.hyphenated());
-    let answer = checked_chain(&s, &chain, query.as_deref(), &again, &mac.to_string()).await;
+    let (status, why) = match &answer {
+        Ok(BootAnswer::Script { kind, .. }) => ("200", *kind),
+        Ok(BootAnswer::NotFound { kind }) => ("404", *kind),
+        Err(_) => ("500", "unsafe value"),
+    };
+    // The name is checked (letters, digits, '.', '_', '-'); the URL is this server's own.
+    let detail = format!(
+        "{name}: owner={} via={}{}",
+        res.member.as_deref().unwrap_or("none"),
+        res.source,
+        chain.map_or(String::new(), |c| format!(" chain={}", c.url))
+    );
+    let ip = match peer {
+        Some(Extension(serve::PeerAddr(std::net::SocketAddr::V4(v4)))) => Some(*v4.ip()),
+        _ => None,
+    };
+    s.handles.timeline.record(
+        mac,
+        crate::timeline::Report {
+            source: crate::timeline::Source::Http,
+            what: "GET /v1/boot/{mac}/{name}",
+            outcome: status,
+            why: Some(why),
+            ip,
+            detail: Some(detail),
+        },
+    );
     boot_response(&s, answer)
 }
 
 /// After the loop over every NIC: the fallback, once.
-async fn boot_fallback(State(s): State<Arc<HttpState>>, RawQuery(query): RawQuery) -> Response {
+async fn boot_fallback(
+    State(s): State<Arc<HttpState>>,
+    RawQuery(query): RawQuery,
+    peer: Option<Extension<serve::PeerAddr>>,
+) -> Response {
     let answer = match boot::fallback(&s.resolver.settings().fallback) {
         Ok(FallbackStep::NotFound) => Ok(BootAnswer::NotFound { kind: "not_found" }),
         Ok(FallbackStep::Script(body)) => Ok(BootAnswer::Script {
@@ -325,6 +389,12 @@ async fn boot_fallback(State(s): State<Arc<HttpState>>, RawQuery(query): RawQuer
         }
         Err(e) => Err(e),
     };
+    let status = match &answer {
+        Ok(BootAnswer::Script { .. }) => "200",
+        Ok(BootAnswer::NotFound { .. }) => "404",
+        Err(_) => "500",
+    };
+    note_by_address(&s, peer, "GET /v1/boot/fallback.ipxe", status);
     boot_response(&s, answer)
 }
 

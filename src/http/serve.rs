@@ -359,7 +359,9 @@ pub async fn serve(
                 activity: activity.clone(),
             };
             match tls {
-                None => connection(tcp, false, app, &limits, activity, &metrics, stop).await,
+                None => {
+                    connection(tcp, (peer, false), app, &limits, activity, &metrics, stop).await
+                }
                 Some(acceptor) => {
                     let tls =
                         match tokio::time::timeout(limits.header_timeout, acceptor.accept(tcp))
@@ -377,7 +379,16 @@ pub async fn serve(
                             }
                         };
                     let verified = tls.get_ref().1.peer_certificates().is_some();
-                    connection(tls, verified, app, &limits, activity, &metrics, stop).await
+                    connection(
+                        tls,
+                        (peer, verified),
+                        app,
+                        &limits,
+                        activity,
+                        &metrics,
+                        stop,
+                    )
+                    .await
                 }
             }
         });
@@ -387,11 +398,16 @@ pub async fn serve(
     Ok(())
 }
 
+/// The client's address, in every request's extensions (the timeline names machines
+/// that TFTP and the first-stage script know only by address).
+#[derive(Debug, Clone, Copy)]
+pub struct PeerAddr(pub std::net::SocketAddr);
+
 /// Serves one connection until the client closes it, a timeout runs out, or (after
 /// `shutdown`) its request in progress is answered.
 async fn connection<T>(
     io: T,
-    verified: bool,
+    (peer, verified): (std::net::SocketAddr, bool),
     app: Router,
     limits: &ConnLimits,
     activity: Arc<Activity>,
@@ -404,6 +420,7 @@ async fn connection<T>(
     let service =
         hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
             act.request_since.store(act.now(), Relaxed);
+            req.extensions_mut().insert(PeerAddr(peer));
             if verified {
                 req.extensions_mut().insert(ClientCertVerified);
             }

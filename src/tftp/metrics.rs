@@ -97,6 +97,8 @@ impl Reason {
 /// Server-wide TFTP counters, shared by the listener and every transfer.
 #[derive(Debug, Default)]
 pub struct TftpMetrics {
+    /// Where each finished transfer is told (the machines' timeline), if anywhere.
+    pub timeline: Option<std::sync::Arc<crate::timeline::Timeline>>,
     /// Read requests accepted (a transfer began).
     pub transfers_started: AtomicU64,
     /// Transfers whose final block was acknowledged.
@@ -136,6 +138,14 @@ pub struct TftpMetrics {
 }
 
 impl TftpMetrics {
+    /// Counters that also tell `timeline` of every finished transfer.
+    pub fn with_timeline(timeline: std::sync::Arc<crate::timeline::Timeline>) -> Self {
+        Self {
+            timeline: Some(timeline),
+            ..Self::default()
+        }
+    }
+
     /// Counts one error by reason.
     pub fn error(&self, reason: Reason) {
         self.errors[reason.index()].fetch_add(1, Relaxed);

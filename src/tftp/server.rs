@@ -160,7 +160,7 @@ async fn serve_transfer(
         shutdown: &shutdown,
     };
     let outcome = drive(&mut p.transfer, &io, &mut out, &mut rbuf).await;
-    finish(&metrics, &p.transfer, outcome, began);
+    finish(&metrics, &p, peer, outcome, began);
     drop(acc.slot);
 }
 

@@ -73,9 +73,37 @@ pub(crate) enum Outcome {
     Socket(io::Error),
 }
 
-/// Adds a finished transfer's counters to the metrics and logs its end. Call it in the
-/// transfer's span, which names the file.
-pub(crate) fn finish(metrics: &TftpMetrics, t: &Transfer, outcome: Outcome, started: Instant) {
+/// Adds a finished transfer's counters to the metrics, logs its end and tells the
+/// timeline of the machine at `peer`. Call it in the transfer's span, which names the
+/// file.
+pub(crate) fn finish(
+    metrics: &TftpMetrics,
+    p: &Prepared,
+    peer: SocketAddr,
+    outcome: Outcome,
+    started: Instant,
+) {
+    let t = &p.transfer;
+    let (label, why) = outcome_label(&outcome, t.status());
+    if let (Some(timeline), SocketAddr::V4(v4)) = (&metrics.timeline, peer) {
+        timeline.record_for_ip(
+            *v4.ip(),
+            crate::timeline::Report {
+                source: crate::timeline::Source::Tftp,
+                what: "RRQ",
+                outcome: label,
+                why,
+                ip: Some(*v4.ip()),
+                detail: Some(format!(
+                    "{} blksize={} windowsize={} sent={}",
+                    p.file,
+                    p.blksize,
+                    p.windowsize,
+                    t.stats().bytes_sent
+                )),
+            },
+        );
+    }
     let st = t.stats();
     metrics.bytes_sent.fetch_add(st.bytes_sent, Relaxed);
     metrics.retransmits.fetch_add(st.retransmits, Relaxed);
@@ -124,6 +152,22 @@ pub(crate) fn finish(metrics: &TftpMetrics, t: &Transfer, outcome: Outcome, star
             metrics.error(reason);
             tracing::info!(reason = reason.label(), elapsed_ms, "tftp transfer failed");
         }
+    }
+}
+
+/// The timeline's words for how a transfer ended.
+fn outcome_label(outcome: &Outcome, status: Status) -> (&'static str, Option<&'static str>) {
+    match (outcome, status) {
+        (Outcome::Finished, Status::Done) => ("complete", None),
+        (Outcome::Finished, Status::Declined(_)) => ("declined", Some("size probe")),
+        (Outcome::Finished, Status::Failed(FailReason::Timeout)) => ("failed", Some("timeout")),
+        (Outcome::Finished, Status::Failed(FailReason::Deadline)) => ("failed", Some("deadline")),
+        (Outcome::Finished, Status::Failed(FailReason::Evicted)) => ("failed", Some("evicted")),
+        (Outcome::Finished, Status::Failed(FailReason::PeerError(_))) => {
+            ("failed", Some("client error"))
+        }
+        (Outcome::Socket(_), _) => ("failed", Some("socket error")),
+        (Outcome::Shutdown, _) | (Outcome::Finished, Status::Running) => ("cancelled", None),
     }
 }
 

@@ -162,9 +162,8 @@ pub(crate) async fn run(
             }
             _ => {
                 if let Some(run) = transfers.remove(&touched) {
-                    let t = &run.p.transfer;
                     run.span
-                        .in_scope(|| finish(&metrics, t, outcome, run.started));
+                        .in_scope(|| finish(&metrics, &run.p, touched, outcome, run.started));
                 }
             }
         }
@@ -180,9 +179,8 @@ pub(crate) async fn run(
     for (peer, run) in transfers.drain() {
         encode_error(&mut out, ErrorCode::NotDefined, "server shutting down");
         let _ = pktinfo::send(&socket, &out, peer, run.local).await;
-        let t = &run.p.transfer;
         run.span
-            .in_scope(|| finish(&metrics, t, Outcome::Shutdown, run.started));
+            .in_scope(|| finish(&metrics, &run.p, peer, Outcome::Shutdown, run.started));
     }
     result
 }

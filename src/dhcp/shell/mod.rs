@@ -74,6 +74,8 @@ pub struct Server {
     pub policies: Arc<HostPolicies>,
     /// The relays whose giaddr is believed.
     pub relays: Vec<crate::config::RelayRule>,
+    /// Every machine's timeline, told of each decision.
+    pub timeline: Arc<crate::timeline::Timeline>,
     /// Operator changes to apply; `None`: no operator API.
     pub control: Option<ControlReceiver>,
 }
@@ -144,6 +146,7 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
         owners,
         policies,
         relays,
+        timeline,
         control,
     } = server;
     let mut control = control.map(|c| c.0);
@@ -169,6 +172,7 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
         owners: owners.as_deref(),
         policies: &policies,
         relays: &relays,
+        timeline: &timeline,
         port,
         out: Vec::with_capacity(600),
     };
@@ -308,6 +312,7 @@ struct LoopState<'a> {
     owners: Option<&'a crate::owner::Resolver>,
     policies: &'a HostPolicies,
     relays: &'a [crate::config::RelayRule],
+    timeline: &'a crate::timeline::Timeline,
     port: u16,
     /// Encoded reply of the last `Action::Send`.
     out: Vec<u8>,
@@ -398,6 +403,9 @@ impl LoopState<'_> {
             },
         };
         let decision = engine.handle_message(&msg, &ctx);
+        if let Some(mac) = mac {
+            self.timeline.record(mac, timeline_report(&msg, &decision));
+        }
         self.metrics.outcome(&decision.outcome);
         debug!(kind = ?msg.opts().msg_type(), outcome = ?decision.outcome, "decided");
         let to = decision.reply.and_then(|mut r| {
@@ -453,6 +461,52 @@ impl LoopState<'_> {
             }
         };
         Some(SocketAddr::V4(to))
+    }
+}
+
+/// What the timeline is told of one decision: the message type, and what was sent or
+/// why nothing was.
+fn timeline_report(
+    msg: &dhcproto::v4::Message,
+    d: &super::engine::Decision,
+) -> crate::timeline::Report {
+    use super::engine::Outcome as O;
+    use dhcproto::v4::MessageType as T;
+    let what = match msg.opts().msg_type() {
+        Some(T::Discover) => "DISCOVER",
+        Some(T::Request) => "REQUEST",
+        Some(T::Decline) => "DECLINE",
+        Some(T::Release) => "RELEASE",
+        Some(T::Inform) => "INFORM",
+        _ => "other",
+    };
+    let (outcome, why, ip) = match d.outcome {
+        O::Offer(ip) => ("offer", None, Some(ip)),
+        O::Ack(ip) => ("ack", None, Some(ip)),
+        O::Nak => ("nak", None, None),
+        O::Inform => ("ack", Some("inform"), None),
+        O::Release(ip) => ("released", None, Some(ip)),
+        O::Decline(ip) => ("declined", None, Some(ip)),
+        O::ProxyOffer => ("proxy offer", None, None),
+        O::ProxyAck => ("proxy ack", None, None),
+        O::Ignored(r) => ("silent", Some(r.as_str()), None),
+    };
+    // The boot file told, if any: this server's own choice, shown as sent.
+    let detail = d.reply.as_ref().and_then(|r| {
+        match r.message.opts().get(dhcproto::v4::OptionCode::BootfileName) {
+            Some(dhcproto::v4::DhcpOption::BootfileName(f)) => {
+                Some(format!("boot file {}", String::from_utf8_lossy(f)))
+            }
+            _ => None,
+        }
+    });
+    crate::timeline::Report {
+        source: crate::timeline::Source::Dhcp,
+        what,
+        outcome,
+        why,
+        ip,
+        detail,
     }
 }
 

@@ -65,6 +65,8 @@ pub struct Parts {
     pub resolver: Arc<Resolver>,
     /// DHCP metrics.
     pub metrics: Arc<DhcpMetrics>,
+    /// Every machine's timeline, told of each decision.
+    pub timeline: Arc<crate::timeline::Timeline>,
     /// Operator changes; `None`: no operator API.
     pub control: Option<ControlReceiver>,
 }
@@ -132,6 +134,7 @@ pub async fn prepare(config: &Config, parts: Parts) -> Result<Server, StartError
         policies,
         resolver,
         metrics,
+        timeline,
         control,
     } = parts;
     if let crate::config::MembersSource::Ironic(settings) = &config.owner.members {
@@ -233,6 +236,7 @@ pub async fn prepare(config: &Config, parts: Parts) -> Result<Server, StartError
         reclaim_interval: Duration::from_secs(config.dhcp.reclaim_interval_secs.into()),
         policies,
         relays: config.dhcp.relays.clone(),
+        timeline,
         control,
     })
 }

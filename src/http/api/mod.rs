@@ -7,6 +7,7 @@ mod cluster;
 mod error;
 mod hosts;
 mod leases;
+mod machines;
 mod reservations;
 
 use std::sync::Arc;
@@ -61,6 +62,7 @@ pub fn routes() -> Vec<Route> {
         ("/v1/owners/{mac}", &["get"], get(cluster::owner)),
         ("/v1/members", &["get"], get(cluster::members)),
         ("/v1/stats", &["get"], get(cluster::stats)),
+        ("/v1/machines/{mac}/events", &["get"], get(machines::events)),
     ]
 }
 

@@ -1,0 +1,297 @@
+//! A per-machine boot timeline: every DHCP message and what was decided (answered, or
+//! silent and why), every TFTP transfer (file, options, bytes, outcome) and every boot
+//! request (route, owner, resolver, status, chained URL), with time, for the operator's
+//! first question when a machine fails to boot: "what did it ask, and what did it get?".
+//!
+//! Bounded: at most [`PER_MAC`] events per MAC and [`TOTAL`] in all; past the total the
+//! oldest event of all goes first. An event is about 96 octets plus its detail text
+//! (a file name and options, or a URL: at most [`MAX_DETAIL`]), so the whole timeline
+//! stays under 20 MiB. TFTP and the first-stage script know only the client's address:
+//! the MAC is the one DHCP last gave that address to.
+//!
+//! Every value is shardboot's own (a label, an address, a URL it built) or is escaped
+//! before it is stored, so an event can be shown as it is.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::Ipv4Addr;
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+use crate::mac::MacAddr;
+
+/// Events kept per MAC.
+pub const PER_MAC: usize = 48;
+/// Events kept in all.
+pub const TOTAL: usize = 100_000;
+/// Longest detail kept, in octets.
+pub const MAX_DETAIL: usize = 160;
+
+/// Which listener saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    /// DHCPv4.
+    Dhcp,
+    /// TFTP.
+    Tftp,
+    /// The HTTP boot routes.
+    Http,
+}
+
+/// One event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Event {
+    /// Increases by one per event recorded (over all MACs): `?after=` pages on it.
+    pub seq: u64,
+    /// Unix time, milliseconds.
+    pub at_ms: u64,
+    /// Which listener.
+    pub source: Source,
+    /// What the machine asked: a DHCP message type, `RRQ`, an HTTP route.
+    pub what: &'static str,
+    /// What it got: `offer`, `ack`, `silent`, `complete`, `200`, …
+    pub outcome: &'static str,
+    /// Why, for a silence or a failure (`not_responsible`, `timeout`, `miss`, …).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why: Option<&'static str>,
+    /// The address given (DHCP) or the client's (TFTP, HTTP).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ip: Option<Ipv4Addr>,
+    /// A file with its options, an owner and the URL chained, …
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<Box<str>>,
+}
+
+/// What a listener reports; [`Timeline::record`] stamps it.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// Which listener.
+    pub source: Source,
+    /// What was asked.
+    pub what: &'static str,
+    /// What it got.
+    pub outcome: &'static str,
+    /// Why.
+    pub why: Option<&'static str>,
+    /// The address.
+    pub ip: Option<Ipv4Addr>,
+    /// Free text, escaped and cut to [`MAX_DETAIL`] when recorded.
+    pub detail: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    macs: HashMap<MacAddr, VecDeque<Event>>,
+    /// Every kept event's MAC and seq, oldest first.
+    order: VecDeque<(MacAddr, u64)>,
+    /// The MAC each address was last given to.
+    by_ip: HashMap<Ipv4Addr, MacAddr>,
+    seq: u64,
+}
+
+/// The timeline of every machine; shared by the listeners and the operator API.
+#[derive(Debug, Default)]
+pub struct Timeline {
+    inner: Mutex<Inner>,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// `text` with every control or non-ASCII character escaped, at most [`MAX_DETAIL`].
+fn clean(text: &str) -> Box<str> {
+    let mut out: String = text
+        .chars()
+        .flat_map(|c| {
+            let printable = c.is_ascii_graphic() || c == ' ';
+            let escaped: Vec<char> = if printable {
+                vec![c]
+            } else {
+                c.escape_default().collect()
+            };
+            escaped
+        })
+        .take(MAX_DETAIL)
+        .collect();
+    out.shrink_to_fit();
+    out.into_boxed_str()
+}
+
+impl Timeline {
+    /// Records `report` for `mac` at the current time.
+    pub fn record(&self, mac: MacAddr, report: Report) {
+        self.record_at(mac, report, now_ms());
+    }
+
+    /// Records `report` for `mac` at `at_ms`.
+    pub fn record_at(&self, mac: MacAddr, report: Report, at_ms: u64) {
+        let detail = report.detail.as_deref().map(clean);
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        g.seq += 1;
+        let seq = g.seq;
+        if report.source == Source::Dhcp {
+            if let Some(ip) = report
+                .ip
+                .filter(|_| matches!(report.outcome, "offer" | "ack"))
+            {
+                g.by_ip.insert(ip, mac);
+            }
+        }
+        let ring = g.macs.entry(mac).or_default();
+        if ring.len() == PER_MAC {
+            ring.pop_front();
+        }
+        ring.push_back(Event {
+            seq,
+            at_ms,
+            source: report.source,
+            what: report.what,
+            outcome: report.outcome,
+            why: report.why,
+            ip: report.ip,
+            detail,
+        });
+        g.order.push_back((mac, seq));
+        while g.order.len() > TOTAL {
+            let Some((old, old_seq)) = g.order.pop_front() else {
+                break;
+            };
+            let empty = match g.macs.get_mut(&old) {
+                Some(ring) => {
+                    if ring.front().is_some_and(|e| e.seq == old_seq) {
+                        ring.pop_front();
+                    }
+                    ring.is_empty()
+                }
+                None => false,
+            };
+            if empty {
+                g.macs.remove(&old);
+                g.by_ip.retain(|_, m| *m != old);
+            }
+        }
+    }
+
+    /// Records `report` for the MAC that DHCP last gave `ip` to; `false` (nothing
+    /// recorded) when no MAC is known for it.
+    pub fn record_for_ip(&self, ip: Ipv4Addr, report: Report) -> bool {
+        let mac = {
+            let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            g.by_ip.get(&ip).copied()
+        };
+        match mac {
+            Some(mac) => {
+                self.record(mac, report);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The events of `mac` after `after` (a seq), oldest first.
+    pub fn events(&self, mac: &MacAddr, after: u64) -> Vec<Event> {
+        let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        g.macs
+            .get(mac)
+            .map(|r| r.iter().filter(|e| e.seq > after).cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Events kept in all.
+    pub fn len(&self) -> usize {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .order
+            .len()
+    }
+
+    /// Whether nothing is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dhcp(what: &'static str, outcome: &'static str, ip: Option<Ipv4Addr>) -> Report {
+        Report {
+            source: Source::Dhcp,
+            what,
+            outcome,
+            why: None,
+            ip,
+            detail: None,
+        }
+    }
+
+    const A: MacAddr = MacAddr([0x52, 0x54, 0, 0, 0, 1]);
+
+    #[test]
+    fn a_machines_events_in_order_and_tftp_found_by_its_address() {
+        let t = Timeline::default();
+        let ip = Ipv4Addr::new(192, 0, 2, 100);
+        t.record_at(A, dhcp("DISCOVER", "offer", Some(ip)), 1);
+        t.record_at(A, dhcp("REQUEST", "ack", Some(ip)), 2);
+        let tftp = Report {
+            source: Source::Tftp,
+            what: "RRQ",
+            outcome: "complete",
+            why: None,
+            ip: Some(ip),
+            detail: Some("snponly.efi blksize=1468\n\u{1b}[31m".into()),
+        };
+        assert!(t.record_for_ip(ip, tftp.clone()));
+        assert!(!t.record_for_ip(Ipv4Addr::new(192, 0, 2, 9), tftp));
+        let ev = t.events(&A, 0);
+        let whats: Vec<&str> = ev.iter().map(|e| e.what).collect();
+        assert_eq!(whats, ["DISCOVER", "REQUEST", "RRQ"]);
+        // Control characters from a packet never reach a reader unescaped.
+        assert_eq!(
+            ev[2].detail.as_deref(),
+            Some("snponly.efi blksize=1468\\n\\u{1b}[31m")
+        );
+        assert_eq!(t.events(&A, ev[1].seq).len(), 1);
+    }
+
+    #[test]
+    fn bounded_per_machine_and_in_all() {
+        let t = Timeline::default();
+        for i in 0..(PER_MAC as u64 + 10) {
+            t.record_at(A, dhcp("DISCOVER", "offer", None), i);
+        }
+        let ev = t.events(&A, 0);
+        assert_eq!(ev.len(), PER_MAC);
+        assert_eq!(ev[0].at_ms, 10, "the oldest went first");
+        for n in 0..(TOTAL / PER_MAC + 10) {
+            let mac = MacAddr([2, 0, 0, (n >> 16) as u8, (n >> 8) as u8, n as u8]);
+            for _ in 0..PER_MAC {
+                t.record_at(mac, dhcp("DISCOVER", "silent", None), 0);
+            }
+        }
+        assert!(t.len() <= TOTAL, "{}", t.len());
+        assert!(
+            t.events(&A, 0).is_empty(),
+            "the oldest machine's events went first"
+        );
+        let long = "x".repeat(1000);
+        t.record(
+            A,
+            Report {
+                detail: Some(long),
+                ..dhcp("DISCOVER", "offer", None)
+            },
+        );
+        assert_eq!(
+            t.events(&A, 0)[0].detail.as_ref().unwrap().len(),
+            MAX_DETAIL
+        );
+    }
+}
