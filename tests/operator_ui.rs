@@ -1,6 +1,6 @@
 //! `/ui` in a real browser: headless Chromium, inside the lab namespace, loads the page
-//! with the operator token in the fragment and renders the lease table and pool use
-//! from the operator API. A host name a client sent as markup stays text; a wrong token
+//! with the operator token in the fragment and renders the lease table, pool use and
+//! one machine's timeline from the operator API. A host name a client sent as markup stays text; a wrong token
 //! shows the refusal and no data.
 
 mod common;
@@ -57,14 +57,19 @@ fn the_page_shows_leases_and_pools_and_keeps_host_names_as_text() {
 
     let dom = rendered(
         &lab.server,
-        &format!("http://192.0.2.1:8080/ui#token={TOKEN}"),
+        &format!("http://192.0.2.1:8080/ui#token={TOKEN}&machine=52:54:00:cc:00:01"),
     );
     for want in [
         "<td>52:54:00:cc:00:01</td>",
         "<td>52:54:00:cc:00:02</td>",
         "<td>bound</td>",
-        "<td>192.0.2.0/24</td>",
+        // The pool figures agree with the lease list read beside them, at once.
+        "<td>192.0.2.0/24</td><td>2</td>",
         "2 leases",
+        // The first machine's timeline: what it asked and what it got.
+        "events for 52:54:00:cc:00:01",
+        "<td>dhcp</td><td>DISCOVER</td><td>offer</td>",
+        "<td>dhcp</td><td>REQUEST</td><td>ack</td>",
         // The host name is text in a cell, not an element.
         "<td>&lt;img src=x onerror=alert(1)&gt;</td>",
     ] {

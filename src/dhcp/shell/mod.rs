@@ -181,6 +181,11 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
     reclaim(&mut engine, &metrics);
     metrics.listening.set(1);
     let mut next_tick = Instant::now() + reclaim_interval;
+    // Lease count and pool use as the operator reads them (/v1/stats, /metrics, /ui)
+    // follow every change: published once a burst is handled, and at least every
+    // PUBLISH_EVERY under continuous load, so figures read side by side agree.
+    let mut stats_dirty = false;
+    let mut published = Instant::now();
     let result = 'outer: loop {
         if shutdown.is_cancelled() {
             break Ok(());
@@ -193,6 +198,7 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
         if let Some(rx) = control.as_mut() {
             while let Ok(cmd) = rx.try_recv() {
                 control::apply(&mut engine, cmd, &committer, unix_now());
+                stats_dirty = true;
             }
         }
         // Drain what the sockets hold, a burst per socket at a time.
@@ -207,9 +213,11 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
                         match ctx.handle(&mut engine, i, socket, &buf[..n], from, now) {
                             Action::Nothing => {}
                             Action::Send(listener, to) => {
+                                stats_dirty = true;
                                 send_now(&sockets[listener], &ctx.out, to, &metrics).await
                             }
                             Action::Commit(p) => {
+                                stats_dirty = true;
                                 submit(&committer, p, &reply_sockets, &metrics);
                             }
                         }
@@ -225,6 +233,11 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
                     }
                 }
             }
+        }
+        if stats_dirty && (!busy || published.elapsed() >= PUBLISH_EVERY) {
+            publish(&engine, &metrics);
+            stats_dirty = false;
+            published = Instant::now();
         }
         if busy {
             continue;
@@ -247,7 +260,10 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
             _ = shutdown.cancelled() => break Ok(()),
             _ = tokio::time::sleep_until(next_tick.into()) => {}
             _ = readable => {}
-            Some(cmd) = command => control::apply(&mut engine, cmd, &committer, unix_now()),
+            Some(cmd) = command => {
+                control::apply(&mut engine, cmd, &committer, unix_now());
+                publish(&engine, &metrics);
+            }
         }
     };
     metrics.listening.set(0);
@@ -289,6 +305,14 @@ fn reclaim(engine: &mut Engine, metrics: &DhcpMetrics) {
     if freed > 0 {
         debug!(freed, "reclaimed expired leases and offers");
     }
+    publish(engine, metrics);
+}
+
+/// How stale the published lease count and pool use may get under continuous load.
+const PUBLISH_EVERY: Duration = Duration::from_millis(250);
+
+/// Publishes the lease count and pool use for the operator API and `/metrics`.
+fn publish(engine: &Engine, metrics: &DhcpMetrics) {
     metrics.leases.set(engine.leases().count() as u64);
     if let Ok(mut p) = metrics.pools.lock() {
         *p = engine.pool_usage();

@@ -7,6 +7,13 @@
   const $ = (id) => document.getElementById(id);
   const MAX_ROWS = 10000;
 
+  // The fragment's machine (#token=...&machine=<mac>), read before the token is taken
+  // out of the address bar.
+  const fragmentMachine = (() => {
+    const m = /(?:^#|&)machine=([^&]*)/.exec(location.hash);
+    return m ? decodeURIComponent(m[1]) : null;
+  })();
+
   function currentToken() {
     const m = /(?:^#|&)token=([^&]*)/.exec(location.hash);
     if (m) {
@@ -46,6 +53,25 @@
     return new Date(secs * 1000).toISOString().replace(".000Z", "Z");
   }
 
+  // One machine's timeline (/v1/machines/{mac}/events): what it asked, what it got.
+  async function loadMachine(token, mac) {
+    const body = $("events");
+    body.replaceChildren();
+    if (!mac) {
+      return;
+    }
+    try {
+      const v = await api("/v1/machines/" + encodeURIComponent(mac) + "/events", token);
+      for (const e of v.events) {
+        const at = new Date(e.at_ms).toISOString().replace("Z", "");
+        row(body, [at, e.source, e.what, e.outcome, e.why, e.ip, e.detail]);
+      }
+      $("machine-status").textContent = v.events.length + " events for " + v.mac;
+    } catch (err) {
+      $("machine-status").textContent = err.message;
+    }
+  }
+
   async function load() {
     const token = currentToken();
     if (!token) {
@@ -73,11 +99,20 @@
         cursor = page.next_cursor;
       } while (cursor && shown < MAX_ROWS);
       $("status").textContent = shown + " leases" + (cursor ? " (first " + MAX_ROWS + " shown)" : "");
+      await loadMachine(token, sessionStorage.getItem("shardboot-machine"));
     } catch (e) {
       $("status").textContent = e.message;
     }
   }
 
+  $("machine-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    sessionStorage.setItem("shardboot-machine", $("machine").value.trim());
+    load();
+  });
+  if (fragmentMachine) {
+    sessionStorage.setItem("shardboot-machine", fragmentMachine);
+  }
   $("form").addEventListener("submit", (ev) => {
     ev.preventDefault();
     sessionStorage.setItem("shardboot-token", $("token").value);
