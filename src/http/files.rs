@@ -84,9 +84,12 @@ pub async fn ipxe_file(
     State(s): State<Arc<HttpState>>,
     Path(name): Path<String>,
     headers: HeaderMap,
+    peer: Option<axum::Extension<super::serve::PeerAddr>>,
 ) -> Response {
     let not_found = || (StatusCode::NOT_FOUND, "not found\n").into_response();
-    // The name is request data: confined lexically, never echoed.
+    // The name is request data: confined lexically, never echoed (the timeline keeps
+    // it escaped).
+    let shown = name.clone();
     let files = s.files.clone();
     let loaded = tokio::task::spawn_blocking(move || {
         let (_, opened) = files.open(name.as_bytes())?;
@@ -104,6 +107,12 @@ pub async fn ipxe_file(
     };
     let range = headers.get(header::RANGE).and_then(|v| v.to_str().ok());
     let (status, body, content_range) = part(body, range);
+    let label = match status {
+        StatusCode::OK => "200",
+        StatusCode::PARTIAL_CONTENT => "206",
+        _ => "416",
+    };
+    super::note_by_address(&s, peer, "GET /ipxe/{*file}", label, Some(shown));
     let mut resp = (status, body).into_response();
     if let Some(v) = content_range.and_then(|v| HeaderValue::from_str(&v).ok()) {
         resp.headers_mut().insert(header::CONTENT_RANGE, v);

@@ -283,11 +283,12 @@ fn internal(e: impl std::fmt::Display) -> Response {
 }
 
 /// Tells the timeline of a boot request by a machine known only by its address.
-fn note_by_address(
+pub(crate) fn note_by_address(
     s: &HttpState,
     peer: Option<Extension<serve::PeerAddr>>,
     what: &'static str,
     status: &'static str,
+    detail: Option<String>,
 ) {
     if let Some(Extension(serve::PeerAddr(std::net::SocketAddr::V4(v4)))) = peer {
         s.handles.timeline.record_for_ip(
@@ -298,7 +299,7 @@ fn note_by_address(
                 outcome: status,
                 why: None,
                 ip: Some(*v4.ip()),
-                detail: None,
+                detail,
             },
         );
     }
@@ -311,7 +312,7 @@ async fn first_stage(
     s.handles.http.count("first_stage");
     match boot::first_stage(&s.settings) {
         Ok(body) => {
-            note_by_address(&s, peer, "GET /boot.ipxe", "200");
+            note_by_address(&s, peer, "GET /boot.ipxe", "200", None);
             ipxe_script(body)
         }
         Err(e) => internal(e),
@@ -394,7 +395,7 @@ async fn boot_fallback(
         Ok(BootAnswer::NotFound { .. }) => "404",
         Err(_) => "500",
     };
-    note_by_address(&s, peer, "GET /v1/boot/fallback.ipxe", status);
+    note_by_address(&s, peer, "GET /v1/boot/fallback.ipxe", status, None);
     boot_response(&s, answer)
 }
 
