@@ -204,14 +204,20 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
                 stats_dirty = true;
             }
         }
-        // Drain what the sockets hold, a burst per socket at a time.
+        // Drain what the sockets hold, a burst per socket at a time. Only a socket that
+        // filled its burst is read again before waiting: one found empty has just said
+        // so, and another read would be one more system call per wake-up, which with
+        // several members is paid for every broadcast another member answers.
         let mut busy = false;
         let now = unix_now();
         for (i, socket) in sockets.iter().enumerate() {
-            for _ in 0..READ_BURST {
+            for read in 0..=READ_BURST {
+                if read == READ_BURST {
+                    busy = true;
+                    break;
+                }
                 match socket.try_recv_from(&mut buf) {
                     Ok((n, from)) => {
-                        busy = true;
                         metrics.received.inc();
                         match ctx.handle(&mut engine, i, socket, &buf[..n], from, now) {
                             Action::Nothing => {}
