@@ -366,3 +366,22 @@ fn a_proxy_dhcp_decides_on_the_whole_message() {
     let p = peek(&packet(MAC, 0, [0; 4], &pxe)).unwrap();
     assert_eq!(fast.handle_peeked(&p, &c), None);
 }
+
+#[test]
+fn captured_client_discovers_are_peeked() {
+    // fixtures/packets: what real clients sent. Those the peek cannot vouch for are
+    // decoded in full, as before; these must not be among them.
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/packets");
+    for name in [
+        "dhclient-discover.bin",
+        "ipxe-bios-discover.bin",
+        "ovmf-pxe-x64-discover.bin",
+        "perfdhcp-discover.bin",
+        "udhcpc-discover.bin",
+    ] {
+        let b = std::fs::read(dir.join(name)).unwrap();
+        let p = peek(&b);
+        assert_eq!(p.map(|p| p.kind), Some(PeekKind::Discover), "{name}");
+        assert!(decode_request(&b).is_ok(), "{name}");
+    }
+}
