@@ -17,7 +17,7 @@ clients=50000
 
 command -v perfdhcp >/dev/null || tests/install-deps.sh
 cargo build --release --locked -q
-bin="$PWD/target/release/shardboot"
+bin="${CARGO_TARGET_DIR:-$PWD/target}/release/shardboot"
 
 tag="sbm$$"
 srv="$tag-s"; cli="$tag-c"; br="${tag}br"

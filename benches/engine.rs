@@ -1,6 +1,7 @@
 //! Per-packet cost of the DHCP path without I/O: wire checks and decode → engine decision →
 //! encode, for DISCOVERs captured from real clients (fixtures/packets/*.bin) and for a
-//! full DISCOVER+REQUEST exchange.
+//! full DISCOVER+REQUEST exchange; and what a member pays for another member's
+//! DISCOVER, decided from the raw packet against after a full decode.
 
 use std::net::Ipv4Addr;
 
@@ -8,6 +9,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 use dhcproto::v4::{DhcpOption, Message, MessageType};
 use dhcproto::Encodable;
 use shardboot::config::{Config, DEFAULT_CONFIG_TOML};
+use shardboot::dhcp::peek::peek;
 use shardboot::dhcp::wire::{decode_request, encode_reply};
 use shardboot::dhcp::{Engine, Interface, PacketContext, Responsibility};
 
@@ -163,5 +165,41 @@ fn bench_exchange(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_fixtures, bench_exchange);
+fn bench_silent(c: &mut Criterion) {
+    let iface = Interface {
+        name: "br0".into(),
+        addr: Ipv4Addr::new(198, 18, 0, 1),
+        boot_server: false,
+    };
+    let ctx = PacketContext {
+        interface: &iface,
+        responsibility: Responsibility::NotMine,
+        policy: None,
+        known: false,
+        now: 1_000_000,
+        dnsmasq: Default::default(),
+    };
+    let mut group = c.benchmark_group("silent_other_member");
+    group.throughput(Throughput::Elements(1));
+    for name in ["perfdhcp-discover.bin", "ovmf-pxe-x64-discover.bin"] {
+        let raw = fixture(name);
+        let name = name.trim_end_matches("-discover.bin");
+        let mut e = engine();
+        group.bench_function(format!("{name}/full_decode"), |b| {
+            b.iter(|| {
+                let msg = decode_request(std::hint::black_box(&raw)).unwrap();
+                e.handle_message(&msg, &ctx).outcome
+            })
+        });
+        group.bench_function(format!("{name}/peek"), |b| {
+            b.iter(|| {
+                let p = peek(std::hint::black_box(&raw)).unwrap();
+                e.handle_peeked(&p, &ctx)
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_fixtures, bench_exchange, bench_silent);
 criterion_main!(benches);

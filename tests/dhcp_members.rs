@@ -183,6 +183,30 @@ fn three_members_share_a_segment_without_duplicates_and_take_over() {
         "uneven buckets {by_member:?}"
     );
     eprintln!("300 machines answered by a/b/c: {by_member:?}");
+    // Each member counts every request it stayed silent on, whether it was decided from
+    // the raw packet or after a full decode: 330 DISCOVERs (every tenth machine sent a
+    // second, byte-swapped one) and 300 REQUESTs, each naming its answering member.
+    for i in 0..3 {
+        let not_mine = macs
+            .chunks(100)
+            .flat_map(|c| c.iter().chain(c.iter().step_by(10)))
+            .filter(|m| responsible(m, &NAMES) != i)
+            .count() as u64;
+        let other_server = (300 - by_member[i]) as u64;
+        let count = |prefix: &str| metric(&seg, i, prefix).unwrap_or(0);
+        assert_eq!(
+            [
+                count("shardboot_dhcp_requests_total{type=\"discover\"} "),
+                count("shardboot_dhcp_requests_total{type=\"request\"} "),
+                count("shardboot_dhcp_ignored_total{reason=\"not_responsible\"} "),
+                count("shardboot_dhcp_ignored_total{reason=\"other_server\"} "),
+                count("shardboot_dhcp_responsibility_total{why=\"other_member\"} "),
+            ],
+            [330, 300, not_mine, other_server, not_mine + other_server],
+            "member {}: requests, silences and responsibility",
+            NAMES[i]
+        );
+    }
 
     // A machine that has waited `takeover_secs` is answered by every member (each from
     // its own slice); it takes one offer and the others withdraw theirs.

@@ -7,6 +7,7 @@ pub mod host_policy;
 pub mod leasefile;
 pub mod metrics;
 pub mod options;
+pub mod peek;
 pub mod responsibility;
 pub mod shell;
 pub mod wire;

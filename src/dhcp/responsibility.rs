@@ -134,13 +134,21 @@ impl Responder {
         let Some(mac) = MacAddr::from_chaddr(msg.chaddr()).filter(|_| asks) else {
             return Responsibility::Mine;
         };
+        self.decide_for(&mac, msg.secs())
+    }
+
+    /// Whether this member answers a DISCOVER or REQUEST from `mac` whose `secs` field
+    /// reads `secs` (as sent); counted like [`Self::decide`].
+    pub fn decide_for(&self, mac: &MacAddr, secs: u16) -> Responsibility {
+        let mac = *mac;
         let owner = self.resolver.resolve_cached(&mac);
-        let live = self.resolver.live().alive();
-        let r = responsible(owner.member.as_deref(), &live, &mac);
-        let (decision, why) = decide(&self.me, r, msg.secs(), self.takeover_secs);
-        self.metrics.responsibility.inc(why.as_str());
-        tracing::debug!(%mac, responsible = ?r, source = owner.source, secs = msg.secs(), why = why.as_str(), "DHCP responsibility");
-        decision
+        let live = self.resolver.live();
+        live.with_responsible(owner.member.as_deref(), &mac, |r| {
+            let (decision, why) = decide(&self.me, r, secs, self.takeover_secs);
+            self.metrics.responsibility.inc(why.as_str());
+            tracing::debug!(%mac, responsible = ?r, source = owner.source, secs, why = why.as_str(), "DHCP responsibility");
+            decision
+        })
     }
 }
 

@@ -6,9 +6,9 @@ use dhcproto::v4::{Message, MessageType};
 use dhcproto::{Decodable, Decoder, Encodable, Encoder};
 
 /// Fixed BOOTP header (RFC 2131 §2, figure 1) before the magic cookie.
-const HEADER_LEN: usize = 236;
+pub(super) const HEADER_LEN: usize = 236;
 /// RFC 2131 §3: the "magic cookie" 99.130.83.99 starts the options field.
-const MAGIC: [u8; 4] = [99, 130, 83, 99];
+pub(super) const MAGIC: [u8; 4] = [99, 130, 83, 99];
 /// Largest request accepted: an Ethernet MTU's worth of UDP payload. Clients never
 /// fragment DHCP; anything larger is garbage or an attack.
 pub const MAX_REQUEST_LEN: usize = 1472;
@@ -192,7 +192,7 @@ fn walk_options(mut opts: &[u8]) -> Result<Walk, DropReason> {
 
 /// Whether `value` is a whole number of sub-options (code, length, value; RFC 3046
 /// §2.0), as option 82 must be once its instances are concatenated (RFC 3396).
-fn sub_options_tile(mut value: &[u8]) -> bool {
+pub(super) fn sub_options_tile(mut value: &[u8]) -> bool {
     while let [_, len, rest @ ..] = value {
         let Some(next) = rest.get(usize::from(*len)..) else {
             return false;
@@ -206,7 +206,7 @@ fn sub_options_tile(mut value: &[u8]) -> bool {
 /// dhcproto checks only with `debug_assert!`: in a build with debug assertions a wrong
 /// length there panics inside its decoder (found by `fuzz/` dhcp_engine), in release
 /// it is read as if right. Either way the packet is malformed.
-fn fixed_length_ok(code: u8, len: usize) -> bool {
+pub(super) fn fixed_length_ok(code: u8, len: usize) -> bool {
     match code {
         // RFC 2132 §9.6: one octet.
         53 => len == 1,

@@ -87,6 +87,37 @@ impl LiveSet {
             .collect()
     }
 
+    /// Calls `f` with the member responsible for `mac`, as
+    /// [`crate::dhcp::responsibility::responsible`] names it over [`Self::alive`] (the
+    /// resolver's `owner` if alive, else the RFC 3074 bucket over the live members in
+    /// name order), without copying the live set: the DHCP path asks for every packet.
+    pub fn with_responsible<R>(
+        &self,
+        owner: Option<&str>,
+        mac: &crate::mac::MacAddr,
+        f: impl FnOnce(Option<&str>) -> R,
+    ) -> R {
+        let map = self.read();
+        let me = self.self_name.as_deref();
+        let alive = |(n, h): &(&String, &MemberHealth)| h.alive || Some(n.as_str()) == me;
+        if let Some(o) = owner {
+            if map.get_key_value(o).is_some_and(|e| alive(&e)) {
+                return f(Some(o));
+            }
+        }
+        // A map's keys are sorted and distinct, as `responsible_member` sorts and dedups.
+        let live = map.iter().filter(alive).count();
+        if live == 0 {
+            return f(None);
+        }
+        let bucket = usize::from(super::rfc3074_hash(&mac.0)) % live;
+        f(map
+            .iter()
+            .filter(alive)
+            .nth(bucket)
+            .map(|(n, _)| n.as_str()))
+    }
+
     /// Whether `name` is alive (unknown names are not).
     pub fn is_alive(&self, name: &str) -> bool {
         Some(name) == self.self_name.as_deref() || self.read().get(name).is_some_and(|h| h.alive)
@@ -391,6 +422,31 @@ mod tests {
         assert!(!live.is_alive("b"));
         assert!(live.observe("b", true, t, 3));
         assert_eq!(live.alive(), ["a", "b", "c"]);
+    }
+
+    proptest::proptest! {
+        /// The DHCP path's non-copying answer is the one `responsible` gives over
+        /// `alive()`, for any health, owner and MAC.
+        #[test]
+        fn with_responsible_names_whom_responsible_names(
+            dead in proptest::collection::vec(proptest::bool::ANY, 5),
+            me in 0..7usize,
+            owner in proptest::option::of(0..7usize),
+            mac in proptest::prelude::any::<[u8; 6]>(),
+        ) {
+            let names = ["e", "a", "d", "b", "c", "x", "y"];
+            let members: Vec<Member> = names[..5].iter().map(|n| member(n)).collect();
+            let live = LiveSet::new(&members, Some(names[me]));
+            let t = Instant::now();
+            for (n, d) in names.iter().zip(&dead) {
+                live.observe(n, !d, t, 1);
+            }
+            let mac = crate::mac::MacAddr(mac);
+            let owner = owner.map(|o| names[o]);
+            let alive = live.alive();
+            let want = crate::dhcp::responsibility::responsible(owner, &alive, &mac);
+            proptest::prop_assert_eq!(live.with_responsible(owner, &mac, |r| r.map(str::to_string)), want.map(str::to_string));
+        }
     }
 
     #[test]

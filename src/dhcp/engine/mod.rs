@@ -22,6 +22,7 @@ mod tests;
 use super::boot::{self, BootDirective};
 use super::host_policy::{HostPolicy, PolicySource};
 use super::options::fit::Fit;
+use super::peek::{Peek, PeekKind};
 use crate::config::{BootSettings, Config, DhcpSettings, Host, Subnet};
 use crate::mac::MacAddr;
 use crate::store::{Lease, LeaseEffect, LeaseState};
@@ -244,18 +245,8 @@ impl Engine {
         let Some(mac) = MacAddr::from_chaddr(msg.chaddr()) else {
             return Decision::ignore(IgnoreReason::Unsupported);
         };
-        // The operator's run-time allow/deny wins over the configuration. A hosts
-        // directory's allow (Ironic's PXE filter) makes a MAC known, like a dnsmasq
-        // dhcp-host line, but does not lift a `[[host]]` deny.
-        match (ctx.policy, self.hosts.get(&mac)) {
-            (Some((HostPolicy::Deny, _)), _) => return Decision::ignore(IgnoreReason::Denied),
-            (Some((HostPolicy::Allow, PolicySource::Api)), _) => {}
-            (_, Some(h)) if h.deny => return Decision::ignore(IgnoreReason::Denied),
-            (Some((HostPolicy::Allow, _)), _) => {}
-            (None, None) if self.settings.known_only => {
-                return Decision::ignore(IgnoreReason::UnknownClient)
-            }
-            _ => {}
+        if let Some(reason) = self.refused(&mac, ctx) {
+            return Decision::ignore(reason);
         }
         if self.settings.proxy {
             return self.proxy(msg, &mac, ctx);
@@ -267,6 +258,58 @@ impl Engine {
             Some(MessageType::Release) => self.release(msg, &mac, ctx),
             Some(MessageType::Inform) => self.inform(msg, &mac, ctx),
             _ => Decision::ignore(IgnoreReason::Unsupported),
+        }
+    }
+
+    /// Why `mac` is refused whatever it asks, if it is.
+    fn refused(&self, mac: &MacAddr, ctx: &PacketContext<'_>) -> Option<IgnoreReason> {
+        // The operator's run-time allow/deny wins over the configuration. A hosts
+        // directory's allow (Ironic's PXE filter) makes a MAC known, like a dnsmasq
+        // dhcp-host line, but does not lift a `[[host]]` deny.
+        match (ctx.policy, self.hosts.get(mac)) {
+            (Some((HostPolicy::Deny, _)), _) => Some(IgnoreReason::Denied),
+            (Some((HostPolicy::Allow, PolicySource::Api)), _) => None,
+            (_, Some(h)) if h.deny => Some(IgnoreReason::Denied),
+            (Some((HostPolicy::Allow, _)), _) => None,
+            (None, None) if self.settings.known_only => Some(IgnoreReason::UnknownClient),
+            _ => None,
+        }
+    }
+
+    /// Decides a request from its [`Peek`] alone when the answer is silence: the reason
+    /// [`Self::handle_message`] would give the decoded request, with the same change to
+    /// the state (a REQUEST for another server releases this member's offer). `None`
+    /// when the decision needs the whole message.
+    pub fn handle_peeked(&mut self, peek: &Peek, ctx: &PacketContext<'_>) -> Option<IgnoreReason> {
+        if let Some(reason) = self.refused(&peek.mac, ctx) {
+            return Some(reason);
+        }
+        // A ProxyDHCP answers boot firmware whoever is responsible, and weighs option 60,
+        // 77 and 175 first (`proxy`): decided on the whole message.
+        if self.settings.proxy {
+            return None;
+        }
+        match peek.kind {
+            PeekKind::Discover => (ctx.responsibility == Responsibility::NotMine)
+                .then_some(IgnoreReason::NotResponsible),
+            PeekKind::Selecting { server_id } if server_id != self.server_id(ctx) => {
+                self.release_offer(&peek.mac);
+                Some(IgnoreReason::OtherServer)
+            }
+            PeekKind::Selecting { .. } => None,
+        }
+    }
+
+    /// The client took another server's offer: release ours at once.
+    fn release_offer(&mut self, mac: &MacAddr) {
+        if let Some(l) = self
+            .table
+            .by_mac(mac)
+            .filter(|l| l.state == LeaseState::Offered)
+        {
+            let ip = l.ip;
+            self.table.remove(ip);
+            self.set_used(ip, false);
         }
     }
 
@@ -328,16 +371,7 @@ impl Engine {
         if let Some(sid) = server_id {
             // RFC 2131 §4.3.2 SELECTING.
             if sid != ours {
-                // The client took another server's offer: release ours at once.
-                if let Some(l) = self
-                    .table
-                    .by_mac(mac)
-                    .filter(|l| l.state == LeaseState::Offered)
-                {
-                    let ip = l.ip;
-                    self.table.remove(ip);
-                    self.set_used(ip, false);
-                }
+                self.release_offer(mac);
                 return Decision::ignore(IgnoreReason::OtherServer);
             }
             let Some(ip) = requested_ip(msg).or(ciaddr) else {

@@ -24,9 +24,12 @@ use tokio::net::UdpSocket;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use super::engine::{DnsmasqDirs, Engine, Interface, PacketContext, Reply, Responsibility};
+use super::engine::{
+    DnsmasqDirs, Engine, Interface, Outcome, PacketContext, Reply, Responsibility,
+};
 use super::host_policy::HostPolicies;
 use super::metrics::DhcpMetrics;
+use super::peek::{self, Peek, PeekKind};
 use super::responsibility::Responder;
 use super::wire::{self, MAX_REQUEST_LEN};
 use crate::dhcp::engine::reply::Destination;
@@ -201,14 +204,20 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
                 stats_dirty = true;
             }
         }
-        // Drain what the sockets hold, a burst per socket at a time.
+        // Drain what the sockets hold, a burst per socket at a time. Only a socket that
+        // filled its burst is read again before waiting: one found empty has just said
+        // so, and another read would be one more system call per wake-up, which with
+        // several members is paid for every broadcast another member answers.
         let mut busy = false;
         let now = unix_now();
         for (i, socket) in sockets.iter().enumerate() {
-            for _ in 0..READ_BURST {
+            for read in 0..=READ_BURST {
+                if read == READ_BURST {
+                    busy = true;
+                    break;
+                }
                 match socket.try_recv_from(&mut buf) {
                     Ok((n, from)) => {
-                        busy = true;
                         metrics.received.inc();
                         match ctx.handle(&mut engine, i, socket, &buf[..n], from, now) {
                             Action::Nothing => {}
@@ -343,7 +352,9 @@ struct LoopState<'a> {
 }
 
 impl LoopState<'_> {
-    /// Decodes and decides one datagram.
+    /// Decodes and decides one datagram. A request whose raw bytes already show that
+    /// this member stays silent (another member's machine, another server's offer) is
+    /// decided from its [`peek`] and never decoded, counted as the full path counts it.
     fn handle(
         &mut self,
         engine: &mut Engine,
@@ -353,6 +364,9 @@ impl LoopState<'_> {
         from: SocketAddr,
         now: u64,
     ) -> Action {
+        if let Some(p) = peek::peek(data) {
+            return self.handle_peeked(engine, listener, socket, data, from, now, &p);
+        }
         let msg = match wire::decode_request(data) {
             Ok(m) => m,
             Err(reason) => {
@@ -361,25 +375,12 @@ impl LoopState<'_> {
                 return Action::Nothing;
             }
         };
-        // RFC 3046 §2.1 / RFC 2131 §4.1: giaddr is a relay agent's statement. Anyone on
-        // the link can set it, so it is believed only from a configured relay, sending
-        // from the server port: otherwise it would choose the subnet (and the reply's
-        // destination) for the sender.
-        if !msg.giaddr().is_unspecified() {
-            let trusted = match from {
-                SocketAddr::V4(src) if src.port() == self.port => self
-                    .relays
-                    .iter()
-                    .any(|r| r.allows(*src.ip(), &self.interfaces[listener].name)),
-                _ => false,
-            };
-            if !trusted {
-                self.metrics.untrusted_relay.inc();
-                debug!(%from, "relayed packet from an untrusted source dropped");
-                return Action::Nothing;
-            }
-        }
         let mac = MacAddr::from_chaddr(msg.chaddr());
+        use dhcproto::v4::MessageType as T;
+        let discover = msg.opts().msg_type() == Some(T::Discover);
+        if !self.admit(msg.giaddr(), discover, listener, from) {
+            return Action::Nothing;
+        }
         // One span per packet (STYLE §8). At debug level: a span per datagram at the
         // default level would cost more than a tenth of the whole decision.
         let span = tracing::debug_span!(
@@ -389,14 +390,6 @@ impl LoopState<'_> {
             mac = mac.map(tracing::field::display),
         );
         let _entered = span.enter();
-        use dhcproto::v4::MessageType as T;
-        if self.store.is_failing() && msg.opts().msg_type() == Some(T::Discover) {
-            // No OFFER that could never be ACKed: another server, or this one once the
-            // store writes again, serves the client.
-            self.metrics.store_failing.inc();
-            debug!("DISCOVER unanswered: the lease store fails writes");
-            return Action::Nothing;
-        }
         self.metrics.requests.inc(match msg.opts().msg_type() {
             Some(T::Discover) => "discover",
             Some(T::Request) => "request",
@@ -410,7 +403,7 @@ impl LoopState<'_> {
             .map_or(Responsibility::Mine, |r| r.decide(&msg));
         let policy = mac.and_then(|m| self.policies.lookup(&m));
         let known = match (self.owners, mac) {
-            (Some(o), Some(m)) if msg.opts().msg_type() == Some(T::Discover) => o.knows(&m),
+            (Some(o), Some(m)) if discover => o.knows(&m),
             _ => false,
         };
         let tags = mac.map(|m| self.policies.tags(&m)).unwrap_or_default();
@@ -426,9 +419,125 @@ impl LoopState<'_> {
                 options: &node_options,
             },
         };
-        let decision = engine.handle_message(&msg, &ctx);
-        if let Some(mac) = mac {
-            self.timeline.record(mac, timeline_report(&msg, &decision));
+        self.decide(engine, listener, socket, data, from, &msg, &ctx)
+    }
+
+    /// [`Self::handle`] for a request [`peek`] could read: the same checks and counters
+    /// in the same order, and the full decode only when the answer may not be silence.
+    #[allow(clippy::too_many_arguments)]
+    fn handle_peeked(
+        &mut self,
+        engine: &mut Engine,
+        listener: usize,
+        socket: &UdpSocket,
+        data: &[u8],
+        from: SocketAddr,
+        now: u64,
+        p: &Peek,
+    ) -> Action {
+        let discover = p.kind == PeekKind::Discover;
+        if !self.admit(p.giaddr, discover, listener, from) {
+            return Action::Nothing;
+        }
+        self.metrics
+            .requests
+            .inc(if discover { "discover" } else { "request" });
+        let responsibility = self
+            .responder
+            .map_or(Responsibility::Mine, |r| r.decide_for(&p.mac, p.secs));
+        let policy = self.policies.lookup(&p.mac);
+        let known = match self.owners {
+            Some(o) if discover => o.knows(&p.mac),
+            _ => false,
+        };
+        // The dnsmasq directories shape replies only: a silence never reads them.
+        let mut ctx = PacketContext {
+            interface: &self.interfaces[listener],
+            responsibility,
+            policy,
+            known,
+            now,
+            dnsmasq: DnsmasqDirs::default(),
+        };
+        if let Some(reason) = engine.handle_peeked(p, &ctx) {
+            // Told to the timeline as `timeline_report` tells a silence.
+            let what = if discover { "DISCOVER" } else { "REQUEST" };
+            self.timeline.record(p.mac, silent_report(what, reason));
+            self.metrics.outcome(&Outcome::Ignored(reason));
+            debug!(iface = %ctx.interface.name, xid = p.xid, mac = %p.mac, reason = reason.as_str(), "decided from the raw packet");
+            return Action::Nothing;
+        }
+        let msg = match wire::decode_request(data) {
+            Ok(m) => m,
+            // `peek` gives a peek only for what decodes; counted as a drop all the same.
+            Err(reason) => {
+                self.metrics.drop(reason);
+                debug!(%from, len = data.len(), %reason, "dropped datagram");
+                return Action::Nothing;
+            }
+        };
+        let span = tracing::debug_span!(
+            "dhcp",
+            iface = %self.interfaces[listener].name,
+            xid = p.xid,
+            mac = %p.mac,
+        );
+        let _entered = span.enter();
+        let tags = self.policies.tags(&p.mac);
+        let node_options = self.policies.node_options();
+        ctx.dnsmasq = DnsmasqDirs {
+            tags: &tags,
+            options: &node_options,
+        };
+        self.decide(engine, listener, socket, data, from, &msg, &ctx)
+    }
+
+    /// Whether a request goes on to be decided: its relay is trusted (when relayed) and,
+    /// for a DISCOVER, the store takes writes. A refusal is counted here.
+    fn admit(&self, giaddr: Ipv4Addr, discover: bool, listener: usize, from: SocketAddr) -> bool {
+        // RFC 3046 §2.1 / RFC 2131 §4.1: giaddr is a relay agent's statement. Anyone on
+        // the link can set it, so it is believed only from a configured relay, sending
+        // from the server port: otherwise it would choose the subnet (and the reply's
+        // destination) for the sender.
+        if !giaddr.is_unspecified() {
+            let trusted = match from {
+                SocketAddr::V4(src) if src.port() == self.port => self
+                    .relays
+                    .iter()
+                    .any(|r| r.allows(*src.ip(), &self.interfaces[listener].name)),
+                _ => false,
+            };
+            if !trusted {
+                self.metrics.untrusted_relay.inc();
+                debug!(%from, "relayed packet from an untrusted source dropped");
+                return false;
+            }
+        }
+        if self.store.is_failing() && discover {
+            // No OFFER that could never be ACKed: another server, or this one once the
+            // store writes again, serves the client.
+            self.metrics.store_failing.inc();
+            debug!("DISCOVER unanswered: the lease store fails writes");
+            return false;
+        }
+        true
+    }
+
+    /// Runs the engine on a decoded request and turns its decision into an action.
+    #[allow(clippy::too_many_arguments)]
+    fn decide(
+        &mut self,
+        engine: &mut Engine,
+        listener: usize,
+        socket: &UdpSocket,
+        data: &[u8],
+        from: SocketAddr,
+        msg: &dhcproto::v4::Message,
+        ctx: &PacketContext<'_>,
+    ) -> Action {
+        let decision = engine.handle_message(msg, ctx);
+        if let Some(mac) = MacAddr::from_chaddr(msg.chaddr()) {
+            self.timeline.record(mac, timeline_report(msg, &decision));
         }
         self.metrics.outcome(&decision.outcome);
         debug!(kind = ?msg.opts().msg_type(), outcome = ?decision.outcome, "decided");
@@ -534,6 +643,22 @@ fn timeline_report(
     }
 }
 
+/// What the timeline is told of a silence decided from the raw packet: what
+/// [`timeline_report`] says of the same silence after a full decode.
+fn silent_report(
+    what: &'static str,
+    reason: super::engine::IgnoreReason,
+) -> crate::timeline::Report {
+    crate::timeline::Report {
+        source: crate::timeline::Source::Dhcp,
+        what,
+        outcome: "silent",
+        why: Some(reason.as_str()),
+        ip: None,
+        detail: None,
+    }
+}
+
 /// RFC 3046 §2.2: the relay agent information goes back exactly as the relay sent it.
 /// The engine echoes the decoded option; this puts the request's own bytes (all its
 /// option 82 instances, concatenated per RFC 3396) in its place, so sub-options are
@@ -566,6 +691,36 @@ fn count_send(res: std::io::Result<usize>, to: SocketAddr, metrics: &DhcpMetrics
         Err(e) => {
             metrics.send_errors.inc();
             debug!(%to, error = %e, "send failed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dhcp::engine::{Decision, IgnoreReason, Outcome};
+    use dhcproto::v4::{DhcpOption, Message, MessageType};
+
+    #[test]
+    fn a_silence_from_the_raw_packet_reads_in_the_timeline_as_after_a_full_decode() {
+        let z = Ipv4Addr::UNSPECIFIED;
+        for (kind, what) in [
+            (MessageType::Discover, "DISCOVER"),
+            (MessageType::Request, "REQUEST"),
+        ] {
+            let mut msg = Message::new_with_id(1, z, z, z, z, &[0x52, 0x54, 0, 0, 0, 1]);
+            msg.opts_mut().insert(DhcpOption::MessageType(kind));
+            for reason in [IgnoreReason::NotResponsible, IgnoreReason::OtherServer] {
+                let silent = Decision {
+                    reply: None,
+                    effects: Vec::new(),
+                    outcome: Outcome::Ignored(reason),
+                };
+                assert_eq!(
+                    format!("{:?}", silent_report(what, reason)),
+                    format!("{:?}", timeline_report(&msg, &silent))
+                );
+            }
         }
     }
 }
