@@ -11,7 +11,7 @@ use std::net::Ipv4Addr;
 
 use dhcproto::v4::{DhcpOption, Message, MessageType, OptionCode};
 
-use super::decision::{Decision, IgnoreReason, Outcome, PacketContext, Reply};
+use super::decision::{Decision, IgnoreReason, Outcome, PacketContext, Reply, Responsibility};
 use super::reply::{self, Destination, ReplyParts};
 use super::Engine;
 use crate::dhcp::boot::{self, BootDirective, Firmware};
@@ -26,6 +26,11 @@ impl Engine {
         // says so too); every other client is the address server's alone.
         if class.firmware == Firmware::None && !class.ipxe {
             return Decision::ignore(IgnoreReason::NotBootClient);
+        }
+        // With several members only the machine's own member answers (owner first,
+        // the others after the takeover wait), as for addresses.
+        if ctx.responsibility == Responsibility::NotMine {
+            return Decision::ignore(IgnoreReason::NotResponsible);
         }
         let server_id = self.server_id(ctx);
         let kind = match (msg.opts().msg_type(), ctx.interface.boot_server) {
@@ -104,7 +109,7 @@ fn proxy_directive(mut d: BootDirective, firmware: Firmware) -> BootDirective {
 mod tests {
     use super::*;
     use crate::config::Config;
-    use crate::dhcp::engine::{DnsmasqDirs, Interface, Responsibility};
+    use crate::dhcp::engine::{DnsmasqDirs, Interface};
     use dhcproto::v4::Architecture;
 
     const CONFIG: &str = r#"
@@ -250,6 +255,15 @@ http_url = "http://192.0.2.1:8080"
         assert_eq!(
             e.proxy(&discover, &mac, &ctx(&i4011)).outcome,
             Outcome::Ignored(IgnoreReason::Unsupported)
+        );
+        // Another member's machine.
+        let other = PacketContext {
+            responsibility: Responsibility::NotMine,
+            ..ctx(&i67)
+        };
+        assert_eq!(
+            e.proxy(&discover, &mac, &other).outcome,
+            Outcome::Ignored(IgnoreReason::NotResponsible)
         );
     }
 }
