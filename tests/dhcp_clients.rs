@@ -42,39 +42,13 @@ fn lease_state(server: &Server, ip: &str) -> String {
     lease["state"].as_str().unwrap().to_string()
 }
 
-fn interface_mac(lab: &Lab) -> String {
-    let out = lab
-        .client
-        .command("cat")
-        .arg(format!("/sys/class/net/{}/address", lab.client_if))
-        .output()
-        .unwrap();
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
 #[test]
 fn dhclient_obtains_renews_reboots_and_releases() {
     require_root!();
     // T1 of 3 s, so the running daemon renews within the test.
     let (lab, dir, mut server) = common::small_lab_with("renewal_time = 3\n");
     let events = dir.path().join("events");
-    // dhclient runs its script with a clean environment, so bake the events path into a
-    // wrapper.
-    let wrapper = dir.path().join("dhclient-script");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\nSB_EVENTS={} exec {} \"$@\"\n",
-            events.display(),
-            script("dhclient-script")
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(
-        &wrapper,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    let wrapper = common::clients::dhclient_hook(dir.path(), "dhclient-script", &events);
     let dhclient = |extra: &[&str]| {
         let status = lab
             .client
@@ -117,7 +91,7 @@ fn dhclient_obtains_renews_reboots_and_releases() {
         .unwrap();
     let neigh = String::from_utf8_lossy(&neigh.stdout).to_string();
     assert!(
-        neigh.contains(&interface_mac(&lab)),
+        neigh.contains(&lab.client_mac()),
         "no ARP entry for {ip}: {neigh:?}"
     );
 
@@ -140,7 +114,7 @@ fn dhclient_obtains_renews_reboots_and_releases() {
     server.stop();
     assert_eq!(lease_state(&server, &ip), "released");
     let leases = server.leases_json();
-    assert_eq!(leases[0]["mac"], interface_mac(&lab));
+    assert_eq!(leases[0]["mac"], lab.client_mac());
 }
 
 #[test]

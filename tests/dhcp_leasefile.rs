@@ -84,15 +84,7 @@ fn ironic_reads_the_address_a_real_client_leased() {
         &format!("leasefile = \"{}\"\n", leasefile.display()),
     );
     let _server = Server::start(&lab.server, dir.path(), &cfg);
-    // The client interface lives in the client namespace: its sysfs is read there.
-    let out = lab
-        .client
-        .command("cat")
-        .arg(format!("/sys/class/net/{}/address", lab.client_if))
-        .output()
-        .unwrap();
-    let mac = String::from_utf8(out.stdout).unwrap();
-    let mac = mac.trim().to_string();
+    let mac = lab.client_mac();
 
     let events = dir.path().join("events");
     let mut udhcpc = lab

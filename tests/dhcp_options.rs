@@ -40,16 +40,6 @@ options = ["tag:rack7,option:hostname,rack7-node", "tag:known,option:log-server,
     )
 }
 
-fn interface_mac(lab: &Lab) -> String {
-    let out = lab
-        .client
-        .command("cat")
-        .arg(format!("/sys/class/net/{}/address", lab.client_if))
-        .output()
-        .unwrap();
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
 /// The environment the client's script got for `event`.
 fn env_of(events: &Path, event: &str) -> HashMap<String, String> {
     let file = format!("{}.{event}", events.display());
@@ -81,7 +71,7 @@ fn options_from_every_level_reach_udhcpc() {
     require_root!();
     let lab = Lab::new(&["192.0.2.1/24"], &[]);
     let dir = tempfile::tempdir().unwrap();
-    let mac = interface_mac(&lab);
+    let mac = lab.client_mac();
     let server = Server::start(&lab.server, dir.path(), &config(&lab.server_if, &mac));
     let events = dir.path().join("known");
     udhcpc(&lab, &events, &[]);
@@ -136,25 +126,10 @@ fn options_reach_dhclient_through_its_request_list() {
     require_root!();
     let lab = Lab::new(&["192.0.2.1/24"], &[]);
     let dir = tempfile::tempdir().unwrap();
-    let mac = interface_mac(&lab);
+    let mac = lab.client_mac();
     let server = Server::start(&lab.server, dir.path(), &config(&lab.server_if, &mac));
     let events = dir.path().join("dhclient");
-    // dhclient runs its script with a clean environment: bake the path into a wrapper.
-    let wrapper = dir.path().join("dhclient-script");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\nSB_EVENTS={} exec {} \"$@\"\n",
-            events.display(),
-            script("env-dump")
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(
-        &wrapper,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    let wrapper = common::clients::dhclient_hook(dir.path(), "env-dump", &events);
     let conf = dir.path().join("dhclient.conf");
     std::fs::write(
         &conf,

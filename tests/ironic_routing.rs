@@ -707,7 +707,7 @@ ranges = ["198.18.1.0 - 198.18.4.255"]
 /// config, although the conductor would also serve one for the second.
 #[test]
 fn a_three_nic_machine_boots_the_nic_ironic_boots_it_from() {
-    use common::qemu::{self, curl, metric, ConductorStub, Firmware, Vm, BOOTED_LINE};
+    use common::qemu::{self, curl, metric, ConductorStub, Firmware, Vm};
     use common::Server;
 
     if !common::is_root() {
@@ -783,23 +783,14 @@ ranges = ["198.18.1.0 - 198.18.4.255"]
         dir.path(),
     );
     let want = qemu::per_node_path(&pxe_nic);
-    let at = match conductor.wait_for(&want, &mut vm, Duration::from_secs(240)) {
-        Ok(at) => at,
-        Err(asked) => panic!(
-            "never asked for {want} (asked: {asked:?})\nconsole:\n{}\nlog:\n{}",
-            vm.console_text(),
-            server.log_text()
-        ),
-    };
-    assert!(
-        vm.wait_console(BOOTED_LINE, Duration::from_secs(30)),
-        "{}",
-        vm.console_text()
+    let secs = qemu::wait_booted(
+        &mut conductor,
+        &mut vm,
+        &want,
+        Duration::from_secs(240),
+        || server.log_text(),
     );
-    eprintln!(
-        "three NICs, the third enrolled: VM start to its per-node config in {:.1} s",
-        (at - vm.started).as_secs_f64()
-    );
+    eprintln!("three NICs, the third enrolled: VM start to its per-node config in {secs:.1} s");
     let console = vm.console_text();
     for (n, mac) in [unknown_nic, other_port, pxe_nic.as_str()]
         .iter()

@@ -299,26 +299,15 @@ fn an_unknown_three_nic_machine_is_inspected_once_after_every_nic_missed() {
         &nics[..2],
         lab.dir.path(),
     );
-    let at = match lab
-        .conductor
-        .wait_for("/inspector.ipxe", &mut vm, BOOT_LIMIT)
-    {
-        Ok(at) => at,
-        Err(asked) => panic!(
-            "never inspected (asked: {asked:?})\nconsole:\n{}\nlog:\n{}",
-            vm.console_text(),
-            lab.server.log_text()
-        ),
-    };
-    eprintln!(
-        "three NICs, none known: VM start to the inspection script in {:.1} s",
-        (at - vm.started).as_secs_f64()
+    let server = &lab.server;
+    let secs = qemu::wait_booted(
+        &mut lab.conductor,
+        &mut vm,
+        "/inspector.ipxe",
+        BOOT_LIMIT,
+        || server.log_text(),
     );
-    assert!(
-        vm.wait_console(BOOTED_LINE, Duration::from_secs(30)),
-        "{}",
-        vm.console_text()
-    );
+    eprintln!("three NICs, none known: VM start to the inspection script in {secs:.1} s");
     let console = vm.console_text();
     // Every NIC was asked for, in order, before the fallback.
     let mut at = 0;
@@ -413,26 +402,14 @@ conductor_url = "http://192.0.2.1:8088"
     let server = Server::start(&ns, dir.path(), &config);
     let mut vm = Vm::start(&ns, firmware, "tap0", mac, dir.path());
     let want = qemu::per_node_path(mac);
-    let at = conductor.wait_for(&want, &mut vm, BOOT_LIMIT);
+    let dnsmasq_log = dir.path().join("dnsmasq.log");
+    let secs = qemu::wait_booted(&mut conductor, &mut vm, &want, BOOT_LIMIT, || {
+        let dnsmasq = std::fs::read_to_string(&dnsmasq_log).unwrap_or_default();
+        format!("{}\ndnsmasq:\n{dnsmasq}", server.log_text())
+    });
     let _ = dnsmasq.kill();
     let _ = dnsmasq.wait();
-    let dnsmasq_log = std::fs::read_to_string(dir.path().join("dnsmasq.log")).unwrap_or_default();
-    let at = at.unwrap_or_else(|asked| {
-        panic!(
-            "{firmware:?}: no request for {want} (asked: {asked:?})\nconsole:\n{}\nshardboot:\n{}\ndnsmasq:\n{dnsmasq_log}",
-            vm.console_text(),
-            server.log_text()
-        )
-    });
-    assert!(
-        vm.wait_console(BOOTED_LINE, Duration::from_secs(30)),
-        "{}",
-        vm.console_text()
-    );
-    eprintln!(
-        "{firmware:?} through ProxyDHCP: VM start to per-node config in {:.1} s",
-        (at - vm.started).as_secs_f64()
-    );
+    eprintln!("{firmware:?} through ProxyDHCP: VM start to per-node config in {secs:.1} s");
     // The address came from dnsmasq; shardboot leased nothing and answered as a proxy.
     let leased = std::fs::read_to_string(&leases).unwrap_or_default();
     assert!(

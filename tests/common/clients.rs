@@ -35,3 +35,24 @@ pub(crate) fn tftp_get(ns: &Netns, server: &str, file: &str, dest: &Path) -> Out
         .output()
         .unwrap()
 }
+
+/// A wrapper around `tests/scripts/<hook>` for dhclient, which runs its script with a
+/// clean environment: the events path is baked in. Written into `dir`.
+pub(crate) fn dhclient_hook(dir: &Path, hook: &str, events: &Path) -> std::path::PathBuf {
+    let wrapper = dir.join(format!("{hook}-wrapper"));
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nSB_EVENTS={} exec {} \"$@\"\n",
+            events.display(),
+            script(hook)
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    wrapper
+}

@@ -133,6 +133,17 @@ pub(crate) struct Lab {
 }
 
 impl Lab {
+    /// The client side's MAC address.
+    pub(crate) fn client_mac(&self) -> String {
+        let out = self
+            .client
+            .command("cat")
+            .arg(format!("/sys/class/net/{}/address", self.client_if))
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    }
+
     /// Creates the pair; `server_addrs` (CIDR) go on the server side, `client_addrs` on
     /// the client side (none for a DHCP client that configures itself).
     pub(crate) fn new(server_addrs: &[&str], client_addrs: &[&str]) -> Self {

@@ -315,6 +315,31 @@ impl ConductorStub {
     }
 }
 
+/// Waits until `vm` loads `path` from `conductor` and shows [`BOOTED_LINE`]; returns the
+/// seconds from VM start to the load. Panics with the console and `log()` otherwise.
+pub(crate) fn wait_booted(
+    conductor: &mut ConductorStub,
+    vm: &mut Vm,
+    path: &str,
+    limit: Duration,
+    log: impl Fn() -> String,
+) -> f64 {
+    let at = match conductor.wait_for(path, vm, limit) {
+        Ok(at) => at,
+        Err(asked) => panic!(
+            "never asked for {path} (asked: {asked:?})\nconsole:\n{}\nlog:\n{}",
+            vm.console_text(),
+            log()
+        ),
+    };
+    assert!(
+        vm.wait_console(BOOTED_LINE, Duration::from_secs(30)),
+        "{}",
+        vm.console_text()
+    );
+    (at - vm.started).as_secs_f64()
+}
+
 /// The per-node config path a member chains `mac` to.
 pub(crate) fn per_node_path(mac: &str) -> String {
     format!("/pxelinux.cfg/{}", mac.replace(':', "-"))
