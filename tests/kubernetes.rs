@@ -67,14 +67,14 @@ fn a_broken_manifest_or_environment_is_refused() {
     assert!(!out.status.success(), "misspelt field accepted");
     assert!(text(&out).contains("hostNetwrk"), "{}", text(&out));
 
-    // Valid YAML, but an option shardboot cannot serve yet.
+    // Valid YAML, but an option name that does not exist.
     let cm = dir.path().join("configmap.yaml");
     let ds = dir.path().join("daemonset.yaml");
     std::fs::write(
         &cm,
         configmap.replace(
             "tag:range_1,option:router,172.23.4.1",
-            "tag:range_1,option:router,172.23.4.1;option:tftp-server,172.22.0.2",
+            "tag:range_1,option:router,172.23.4.1;option:tftp-servr,172.22.0.2",
         ),
     )
     .unwrap();
@@ -82,7 +82,9 @@ fn a_broken_manifest_or_environment_is_refused() {
     let out = check(&[cm.clone(), ds.clone()]);
     assert!(!out.status.success(), "unservable DHCP_OPTIONS accepted");
     assert!(
-        text(&out).contains("DHCP_OPTIONS: entry \"option:tftp-server,172.22.0.2\""),
+        text(&out).contains(
+            "DHCP_OPTIONS: entry \"option:tftp-servr,172.22.0.2\": \"option:tftp-servr\": no option is called"
+        ),
         "{}",
         text(&out)
     );

@@ -84,7 +84,7 @@ pub(super) fn range(entry: &str) -> Result<RangeEntry, String> {
         .find(|f| f.starts_with("tag:") || f.starts_with("set:"))
     {
         return Err(format!(
-            "{f:?}: only one leading set:<tag> is supported (ranges that match tags wait for issue 16)"
+            "{f:?}: only one leading set:<tag> is supported (ranges chosen by tag are not)"
         ));
     }
     let addr = |f: Option<&&str>, what: &str| -> Result<Ipv4Addr, String> {
