@@ -112,28 +112,18 @@ pub async fn run(
     let committer =
         Committer::start(store.clone(), handles.store.clone()).map_err(AppError::Committer)?;
     let policies = Arc::new(HostPolicies::new(snapshot.host_policies));
-    if let Some(dir) = config.dhcp.hostsdir.clone() {
+    let dirs = [
+        (&config.dhcp.hostsdir, watch::Watched::Hosts),
+        (&config.dhcp.optsdir, watch::Watched::Options),
+    ];
+    for (dir, kind) in dirs {
+        let Some(dir) = dir.clone() else { continue };
         let poll = config.dhcp.hostsdir_poll;
-        let watcher = watch::follow(
-            dir.clone(),
-            watch::Watched::Hosts,
-            poll,
-            policies.clone(),
-            shutdown.clone(),
-        )
-        .map_err(|source| AppError::HostsDir { dir, source })?;
-        tasks.background(watcher);
-    }
-    if let Some(dir) = config.dhcp.optsdir.clone() {
-        let poll = config.dhcp.hostsdir_poll;
-        let watcher = watch::follow(
-            dir.clone(),
-            watch::Watched::Options,
-            poll,
-            policies.clone(),
-            shutdown.clone(),
-        )
-        .map_err(|source| AppError::OptsDir { dir, source })?;
+        let watcher = watch::follow(dir.clone(), kind, poll, policies.clone(), shutdown.clone())
+            .map_err(|source| match kind {
+                watch::Watched::Hosts => AppError::HostsDir { dir, source },
+                watch::Watched::Options => AppError::OptsDir { dir, source },
+            })?;
         tasks.background(watcher);
     }
     let (resolver, owner_tasks) = crate::owner::start(&config, &shutdown)?;

@@ -87,18 +87,19 @@ impl HostPolicies {
         })
     }
 
-    /// The hosts directory's `set:` tags for `mac` (usually none: no allocation).
-    pub fn tags(&self, mac: &MacAddr) -> Vec<String> {
-        let dir = self.hostsdir.read().unwrap_or_else(|p| p.into_inner());
-        dir.tags.get(mac).cloned().unwrap_or_default()
-    }
-
-    /// The options directory's entries.
-    pub fn node_options(&self) -> Arc<Vec<OptionRule>> {
-        self.node_options
+    /// What the followed directories hold for `mac`: its hosts-directory `set:` tags
+    /// (usually none: no allocation) and every options-directory entry.
+    pub fn dnsmasq_for(&self, mac: &MacAddr) -> (Vec<String>, Arc<Vec<OptionRule>>) {
+        let tags = {
+            let dir = self.hostsdir.read().unwrap_or_else(|p| p.into_inner());
+            dir.tags.get(mac).cloned().unwrap_or_default()
+        };
+        let options = self
+            .node_options
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .clone()
+            .clone();
+        (tags, options)
     }
 
     /// Replaces what the options directory says (re-read whole on every change).

@@ -406,8 +406,10 @@ impl LoopState<'_> {
             (Some(o), Some(m)) if discover => o.knows(&m),
             _ => false,
         };
-        let tags = mac.map(|m| self.policies.tags(&m)).unwrap_or_default();
-        let node_options = self.policies.node_options();
+        let (tags, node_options) = match mac {
+            Some(m) => self.policies.dnsmasq_for(&m),
+            None => Default::default(),
+        };
         let ctx = PacketContext {
             interface: &self.interfaces[listener],
             responsibility,
@@ -483,8 +485,7 @@ impl LoopState<'_> {
             mac = %p.mac,
         );
         let _entered = span.enter();
-        let tags = self.policies.tags(&p.mac);
-        let node_options = self.policies.node_options();
+        let (tags, node_options) = self.policies.dnsmasq_for(&p.mac);
         ctx.dnsmasq = DnsmasqDirs {
             tags: &tags,
             options: &node_options,
