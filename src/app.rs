@@ -109,8 +109,20 @@ pub async fn run(
     let store = store::open(&config.state_dir).map_err(store_err)?;
     let snapshot = store.load().map_err(store_err)?;
     handles.store.set_aside.set(snapshot.set_aside.len() as u64);
-    let committer =
-        Committer::start(store.clone(), handles.store.clone()).map_err(AppError::Committer)?;
+    let (resolver, owner_tasks) = crate::owner::start(&config, &shutdown)?;
+    owner_tasks.into_iter().for_each(|t| tasks.background(t));
+    let replication = replicator(&config, &resolver);
+    let committer = Committer::start_replicated(
+        store.clone(),
+        handles.store.clone(),
+        replication
+            .clone()
+            .map(|r| Arc::new(crate::replication::Hook(r)) as Arc<dyn store::Replicate>),
+    )
+    .map_err(AppError::Committer)?;
+    if let Some(r) = &replication {
+        tasks.background(r.clone().catch_up(store.clone(), shutdown.clone()));
+    }
     let policies = Arc::new(HostPolicies::new(snapshot.host_policies));
     let dirs = [
         (&config.dhcp.hostsdir, watch::Watched::Hosts),
@@ -126,8 +138,6 @@ pub async fn run(
             })?;
         tasks.background(watcher);
     }
-    let (resolver, owner_tasks) = crate::owner::start(&config, &shutdown)?;
-    owner_tasks.into_iter().for_each(|t| tasks.background(t));
     // One root and file cache for TFTP and the HTTP file route: the same iPXE binaries.
     let files = tftp::FileRoot::new(config.tftp.settings.clone());
     if config.tftp.enabled {
@@ -145,7 +155,7 @@ pub async fn run(
     }
     let (dhcp_handle, control) = DhcpHandle::channel();
     if config.http.enabled {
-        let state = HttpState::new(
+        let mut state = HttpState::new(
             config.clone(),
             store.clone(),
             committer.clone(),
@@ -155,6 +165,7 @@ pub async fn run(
             resolver.clone(),
             handles.clone(),
         );
+        state.replication = replication.clone();
         for listener in crate::http::start(Arc::new(state), shutdown.clone()).await? {
             tasks.run(listener);
         }
@@ -175,6 +186,7 @@ pub async fn run(
             metrics: handles.dhcp.clone(),
             timeline: handles.timeline.clone(),
             control: Some(control),
+            replication,
         };
         let server = dhcp::prepare(&config, parts).await?;
         let interfaces: Vec<String> = server
@@ -221,4 +233,31 @@ pub async fn run(
         }
     }
     first_error.map_or(Ok(()), Err)
+}
+
+/// Lease replication, for a member of several serving DHCP: every lease change goes to
+/// the other members before it is acknowledged.
+fn replicator(
+    config: &Config,
+    resolver: &crate::owner::Resolver,
+) -> Option<Arc<crate::replication::Replicator>> {
+    let several = config.members.len() > 1
+        || !matches!(config.owner.members, crate::config::MembersSource::Static);
+    let me = config.owner.self_name.clone()?;
+    if !(several && config.dhcp.enabled) {
+        return None;
+    }
+    let r = crate::replication::Replicator::new(
+        me,
+        resolver.roster().clone(),
+        resolver.member_secret().cloned(),
+        config.owner.replication_timeout,
+        tokio::runtime::Handle::current(),
+    );
+    if r.is_none() {
+        tracing::error!(
+            "lease replication cannot start (HTTP client or random numbers); leases are not shared"
+        );
+    }
+    r.map(Arc::new)
 }

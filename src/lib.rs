@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod net_error;
 pub mod owner;
 pub mod ra;
+pub mod replication;
 pub mod secret_file;
 pub mod sockopt;
 pub mod store;

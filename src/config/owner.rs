@@ -28,6 +28,7 @@ pub(super) struct RawOwner {
     member_http_url: Option<String>,
     member_conductor_url: Option<String>,
     members_refresh_secs: Option<u64>,
+    replication_timeout_ms: Option<u64>,
 }
 
 /// Where owner lookups go, in order.
@@ -111,6 +112,9 @@ pub struct OwnerSettings {
     pub insecure_members: bool,
     /// Where the member list comes from.
     pub members: MembersSource,
+    /// How long a lease change waits for a member's answer before the member is
+    /// left behind (lease replication).
+    pub replication_timeout: std::time::Duration,
 }
 
 /// Validates a URL template of `owner.members = "ironic"`: it must name `{host}`, and
@@ -235,7 +239,14 @@ pub(super) fn validate(raw: RawOwner, members: &[Member], issues: &mut Issues) -
              owner.insecure_members = true to trust any answer from a member's address)",
         );
     }
+    let replication_timeout = std::time::Duration::from_millis(issues.in_range(
+        "owner.replication_timeout_ms",
+        raw.replication_timeout_ms.unwrap_or(500),
+        10,
+        10_000,
+    ));
     OwnerSettings {
+        replication_timeout,
         member_secret_file: raw.member_secret_file.map(PathBuf::from),
         insecure_members,
         ironic: raw.ironic.map(|r| ironic::validate(r, issues)),

@@ -44,6 +44,8 @@ pub struct DhcpMetrics {
     pub queue_full: Counter,
     /// DISCOVERs left unanswered while the lease store fails writes.
     pub store_failing: Counter,
+    /// ACKs withheld because a member holds the address for another client.
+    pub peer_refused: Counter,
     /// Relayed packets (giaddr set) from a source no `dhcp.relays` entry trusts.
     pub untrusted_relay: Counter,
     /// Lease records held in memory.
@@ -81,6 +83,7 @@ impl Default for DhcpMetrics {
             send_errors: Counter::default(),
             queue_full: Counter::default(),
             store_failing: Counter::default(),
+            peer_refused: Counter::default(),
             untrusted_relay: Counter::default(),
             leases: Gauge::default(),
             listening: Gauge::default(),
@@ -190,6 +193,11 @@ impl DhcpMetrics {
                 "shardboot_dhcp_store_failing_unanswered_total",
                 "DISCOVERs left unanswered while the lease store fails writes",
                 &self.store_failing,
+            ),
+            (
+                "shardboot_dhcp_peer_refused_total",
+                "ACKs withheld because a member holds the address for another client",
+                &self.peer_refused,
             ),
             (
                 "shardboot_dhcp_untrusted_relay_total",

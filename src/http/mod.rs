@@ -8,6 +8,7 @@ pub mod boot;
 pub mod chain_check;
 pub mod files;
 pub mod metrics;
+pub mod peer;
 pub mod serve;
 pub mod tls;
 pub mod ui;
@@ -61,6 +62,10 @@ pub struct HttpState {
     pub handles: Handles,
     /// Checks a URL before a boot script chains it (a 404 is a miss).
     pub chain_check: ChainChecker,
+    /// Lease replication (None: a single instance, or DHCP off).
+    pub replication: Option<Arc<crate::replication::Replicator>>,
+    /// Replication messages already taken, per sender.
+    pub replays: crate::replication::ReplayGuard,
 }
 
 impl HttpState {
@@ -89,6 +94,8 @@ impl HttpState {
             resolver,
             handles,
             chain_check: ChainChecker::default(),
+            replication: None,
+            replays: Default::default(),
         }
     }
 }
@@ -216,7 +223,21 @@ pub fn router_for(state: Arc<HttpState>, serves: Serves) -> Router {
             .route("/boot.ipxe", get(first_stage))
             .route("/v1/boot/fallback.ipxe", get(boot_fallback))
             .route("/v1/boot/{mac}/{name}", get(boot_mac))
-            .route("/ipxe/{*file}", get(files::ipxe_file));
+            .route("/ipxe/{*file}", get(files::ipxe_file))
+            .merge(
+                Router::new()
+                    .route(
+                        crate::replication::BATCH_PATH,
+                        axum::routing::post(peer::take_batch),
+                    )
+                    .route(
+                        crate::replication::SNAPSHOT_PATH,
+                        axum::routing::post(peer::give_snapshot),
+                    )
+                    .layer(axum::extract::DefaultBodyLimit::max(
+                        crate::replication::wire::MAX_BODY,
+                    )),
+            );
     }
     app.layer(axum::middleware::from_fn_with_state(
         state.clone(),
@@ -513,6 +534,10 @@ async fn metrics(State(s): State<Arc<HttpState>>) -> Response {
     s.handles.http.render_prometheus(&mut out);
     if s.config.ra.enabled {
         s.handles.ra.render_prometheus(&mut out);
+    }
+    if let Some(r) = &s.replication {
+        let behind = r.status().iter().filter(|p| !p.in_step).count();
+        r.metrics.render_prometheus(&mut out, behind, r.in_step());
     }
     if let Some(ironic) = s.resolver.ironic() {
         ironic.metrics.render_prometheus(&mut out);

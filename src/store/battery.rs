@@ -31,7 +31,7 @@ pub(crate) fn put_get_remove(store: &dyn Store) {
     store.commit(&[put(&a)]).unwrap();
     assert_eq!(store.lease(a.ip).unwrap(), Some(a.clone()));
     store
-        .commit(&[Change::Lease(LeaseEffect::Remove(a.ip))])
+        .commit(&[Change::Lease(LeaseEffect::Remove(a.ip, a.mac))])
         .unwrap();
     assert_eq!(store.lease(a.ip).unwrap(), None);
     assert_eq!(store.lease_of(a.mac).unwrap(), None);

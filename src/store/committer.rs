@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use tracing::error;
 
-use super::{Change, Store, StoreError};
+use super::{Change, LeaseEffect, Store, StoreError, Verdict};
 use crate::metrics::{header, Counter, Gauge, Histogram};
 
 /// Most queued jobs folded into one flush.
@@ -32,6 +32,16 @@ struct Job {
     changes: Vec<Change>,
     queued: Instant,
     then: Then,
+}
+
+/// Hands lease changes to the other members while the local flush runs (lease
+/// replication): an ACK then waits for both, so a peer knows every acknowledged lease
+/// before its client does.
+pub trait Replicate: Send + Sync + std::fmt::Debug {
+    /// Sends `changes` to the peers, runs `local` (the flush) meanwhile, waits for the
+    /// peers that are in step and returns one verdict per change: `Refused` when any
+    /// peer holds the address for another client.
+    fn replicate(&self, changes: &[LeaseEffect], local: &mut dyn FnMut()) -> Vec<Verdict>;
 }
 
 /// Why a change did not become durable.
@@ -168,13 +178,23 @@ pub struct Committer {
 impl Committer {
     /// Starts the committer thread over `store`.
     pub fn start(store: Arc<dyn Store>, metrics: Arc<StoreMetrics>) -> std::io::Result<Self> {
+        Self::start_replicated(store, metrics, None)
+    }
+
+    /// Starts the committer thread over `store`; with `replicate`, the engine's lease
+    /// changes ([`Change::Lease`]) of every flush also go to the other members.
+    pub fn start_replicated(
+        store: Arc<dyn Store>,
+        metrics: Arc<StoreMetrics>,
+        replicate: Option<Arc<dyn Replicate>>,
+    ) -> std::io::Result<Self> {
         let (jobs, queue) = mpsc::sync_channel(QUEUE_CAPACITY);
         let m = metrics.clone();
         std::thread::Builder::new()
             .name("store-commit".into())
             .spawn(move || {
                 let died = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    commit_loop(&*store, &queue, &m)
+                    commit_loop(&*store, replicate.as_deref(), &queue, &m)
                 }));
                 if died.is_err() {
                     // Without the committer nothing is ever ACKed again: a process that
@@ -239,7 +259,12 @@ impl Committer {
     }
 }
 
-fn commit_loop(store: &dyn Store, queue: &mpsc::Receiver<Job>, metrics: &StoreMetrics) {
+fn commit_loop(
+    store: &dyn Store,
+    replicate: Option<&dyn Replicate>,
+    queue: &mpsc::Receiver<Job>,
+    metrics: &StoreMetrics,
+) {
     let mut under_load = false;
     loop {
         let first = if metrics.status.is_failing() {
@@ -269,7 +294,18 @@ fn commit_loop(store: &dyn Store, queue: &mpsc::Receiver<Job>, metrics: &StoreMe
         under_load = jobs.len() > 1;
         let mut changes = Vec::with_capacity(jobs.len());
         let mut waiting = Vec::with_capacity(jobs.len());
-        for job in jobs {
+        // The engine's own lease changes, with the job each came from, for the peers.
+        let mut shared = Vec::new();
+        let mut shared_job = Vec::new();
+        for (i, job) in jobs.into_iter().enumerate() {
+            if replicate.is_some() {
+                for c in &job.changes {
+                    if let Change::Lease(effect) = c {
+                        shared.push(effect.clone());
+                        shared_job.push(i);
+                    }
+                }
+            }
             changes.extend(job.changes);
             waiting.push((job.queued, job.then));
         }
@@ -278,7 +314,25 @@ fn commit_loop(store: &dyn Store, queue: &mpsc::Receiver<Job>, metrics: &StoreMe
                 tracing::debug!(error = %e, "lease store not back yet");
             }
         }
-        let result = store.commit(&changes);
+        let mut result = Ok(());
+        let mut flush = || result = store.commit(&changes);
+        // The first refusal of each job: its answer is withheld.
+        let mut refused: Vec<Option<StoreError>> = Vec::new();
+        match replicate {
+            Some(r) if !shared.is_empty() => {
+                let verdicts = r.replicate(&shared, &mut flush);
+                refused.resize_with(waiting.len(), || None);
+                for ((verdict, job), ours) in verdicts.into_iter().zip(shared_job).zip(shared) {
+                    if let (Verdict::Refused(holder), LeaseEffect::Put(ours)) = (verdict, ours) {
+                        refused[job].get_or_insert(StoreError::HeldByPeer {
+                            ours: Box::new(ours),
+                            holder: Box::new(holder),
+                        });
+                    }
+                }
+            }
+            _ => flush(),
+        }
         match &result {
             Ok(()) => {
                 metrics.commits.inc();
@@ -292,8 +346,11 @@ fn commit_loop(store: &dyn Store, queue: &mpsc::Receiver<Job>, metrics: &StoreMe
             }
             Err(e) => failed(metrics, e, changes.len()),
         }
-        for (_, then) in waiting {
-            then(result.as_ref().map(|_| ()));
+        for (i, (_, then)) in waiting.into_iter().enumerate() {
+            match (&result, refused.get(i).and_then(Option::as_ref)) {
+                (Ok(()), Some(refusal)) => then(Err(refusal)),
+                _ => then(result.as_ref().map(|_| ())),
+            }
         }
     }
 }

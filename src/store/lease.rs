@@ -65,6 +65,28 @@ impl Lease {
 pub enum LeaseEffect {
     /// Insert or replace the lease for `lease.ip`.
     Put(Lease),
-    /// Forget the lease for this address.
-    Remove(Ipv4Addr),
+    /// Forget the lease for this address, held by this MAC. The store forgets the
+    /// address whoever holds it; a member that replicates the change forgets it only
+    /// when the record it holds is this MAC's (it may hold a newer one).
+    Remove(Ipv4Addr, MacAddr),
+}
+
+impl LeaseEffect {
+    /// The address the change is about.
+    pub fn ip(&self) -> Ipv4Addr {
+        match self {
+            Self::Put(l) => l.ip,
+            Self::Remove(ip, _) => *ip,
+        }
+    }
+}
+
+/// What a member answers for one of a peer's lease changes (lease replication).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Held (or forgotten) as the peer said; durable before the answer.
+    Accepted,
+    /// The address is held by another client: this is the lease that holds it. The peer
+    /// must not acknowledge its change to its client.
+    Refused(Lease),
 }

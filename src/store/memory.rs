@@ -56,10 +56,11 @@ impl Store for MemoryStore {
         let mut r = self.records();
         for change in changes {
             match change.clone() {
-                Change::Lease(LeaseEffect::Put(l)) => {
+                Change::Lease(LeaseEffect::Put(l)) | Change::Replica(LeaseEffect::Put(l)) => {
                     r.leases.insert(l.ip, l);
                 }
-                Change::Lease(LeaseEffect::Remove(ip)) => {
+                Change::Lease(LeaseEffect::Remove(ip, _))
+                | Change::Replica(LeaseEffect::Remove(ip, _)) => {
                     r.leases.remove(&ip);
                 }
                 Change::Reservation(mac, Some(res)) => {

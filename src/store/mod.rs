@@ -21,8 +21,8 @@ use std::sync::Arc;
 use crate::mac::MacAddr;
 
 pub use codec::{decode_lease, encode_lease, CodecError, LEASE_FORMAT_VERSION};
-pub use committer::{CommitFailed, Committer, StoreMetrics, StoreStatus};
-pub use lease::{Lease, LeaseEffect, LeaseState};
+pub use committer::{CommitFailed, Committer, Replicate, StoreMetrics, StoreStatus};
+pub use lease::{Lease, LeaseEffect, LeaseState, Verdict};
 pub use memory::MemoryStore;
 pub use query::LeaseQuery;
 pub use records::{HostPolicy, Membership, PastMembership, Reservation};
@@ -32,8 +32,12 @@ pub use view::LeaseView;
 /// One durable change.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
-    /// A lease written or removed by the DHCP engine (or forgotten by the operator).
+    /// A lease written or removed by the DHCP engine (or forgotten by the operator);
+    /// with several members, handed to the peers before anyone is answered.
     Lease(LeaseEffect),
+    /// A lease change a peer replicated to this member: stored like its own, never
+    /// handed on.
+    Replica(LeaseEffect),
     /// A run-time reservation set (`Some`) or removed (`None`) for a MAC.
     Reservation(MacAddr, Option<Reservation>),
     /// A host policy set (`Some`) or cleared (`None`) for a MAC.
@@ -111,6 +115,15 @@ pub enum StoreError {
     /// The flush could not be made durable (fsync failed).
     #[error("lease store fsync: {0}")]
     Sync(std::io::Error),
+    /// A member holds the address for another client (lease replication): the change
+    /// is durable here but must not be acknowledged.
+    #[error("member refused the lease on {}: held for {} until {}", .holder.ip, .holder.mac, .holder.expires)]
+    HeldByPeer {
+        /// The change that was refused.
+        ours: Box<Lease>,
+        /// The lease that holds the address.
+        holder: Box<Lease>,
+    },
     /// The state directory cannot be created.
     #[error("state_dir {}: {source}", path.display())]
     StateDir {

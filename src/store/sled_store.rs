@@ -337,10 +337,12 @@ impl Store for Trees {
         let (mut any_reservation, mut any_policy, mut any_meta) = (false, false, false);
         for change in changes {
             match change {
-                Change::Lease(LeaseEffect::Put(lease)) => {
+                Change::Lease(LeaseEffect::Put(lease))
+                | Change::Replica(LeaseEffect::Put(lease)) => {
                     leases.insert(&lease.ip.octets(), encode_lease(lease))
                 }
-                Change::Lease(LeaseEffect::Remove(ip)) => leases.remove(&ip.octets()),
+                Change::Lease(LeaseEffect::Remove(ip, _))
+                | Change::Replica(LeaseEffect::Remove(ip, _)) => leases.remove(&ip.octets()),
                 Change::Reservation(mac, r) => {
                     any_reservation = true;
                     match r {
@@ -366,8 +368,11 @@ impl Store for Trees {
             let mut index = self.index();
             for change in changes {
                 match change {
-                    Change::Lease(LeaseEffect::Put(l)) => index.put(l.ip, l.mac),
-                    Change::Lease(LeaseEffect::Remove(ip)) => index.remove(*ip),
+                    Change::Lease(LeaseEffect::Put(l)) | Change::Replica(LeaseEffect::Put(l)) => {
+                        index.put(l.ip, l.mac)
+                    }
+                    Change::Lease(LeaseEffect::Remove(ip, _))
+                    | Change::Replica(LeaseEffect::Remove(ip, _)) => index.remove(*ip),
                     _ => {}
                 }
             }

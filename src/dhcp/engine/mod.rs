@@ -12,6 +12,7 @@ pub mod decision;
 mod limits;
 pub mod pool;
 pub mod proxy;
+pub mod replica;
 pub mod reply;
 pub mod reserve;
 pub mod table;
@@ -105,6 +106,11 @@ pub struct Engine {
     runtime_reserved: std::collections::HashSet<MacAddr>,
     /// The limits that keep known machines served while unknown ones misbehave.
     limits: Limits,
+    /// Every other member has every lease change (lease replication in step).
+    replicated: bool,
+    /// Addresses whose record a peer replicated and this member has not acknowledged
+    /// itself: their clients are the responsible member's to answer.
+    peer_held: std::collections::HashSet<Ipv4Addr>,
 }
 
 impl Engine {
@@ -145,6 +151,8 @@ impl Engine {
             config_hosts: config.hosts.iter().map(|h| (h.mac, h.clone())).collect(),
             runtime_reserved: std::collections::HashSet::new(),
             limits: Limits::default(),
+            replicated: false,
+            peer_held: std::collections::HashSet::new(),
         };
         let blocked: Vec<Ipv4Addr> = config
             .subnets
@@ -418,6 +426,14 @@ impl Engine {
             return Decision::ignore(IgnoreReason::NoSubnet);
         };
         match self.table.get(ip) {
+            // A lease a peer gave: every member knows it, the responsible one answers.
+            Some(l)
+                if &l.mac == mac
+                    && ctx.responsibility == Responsibility::NotMine
+                    && self.held_for_peer(ip) =>
+            {
+                Decision::ignore(IgnoreReason::NotResponsible)
+            }
             Some(l) if &l.mac == mac && l.state != LeaseState::Declined => {
                 if self.servable(si, ip, mac)
                     && self.partition_allows(si, ip, mac, ctx.now)
@@ -471,6 +487,7 @@ impl Engine {
             lease.starts = old.starts;
         }
         self.table.insert(lease.clone());
+        self.peer_held.remove(&ip);
         self.set_used(ip, true);
         let reply = self.positive_reply(msg, MessageType::Ack, ip, si, mac, ctx);
         Decision {
@@ -512,7 +529,8 @@ impl Engine {
     /// address out.
     fn timers(&self, si: usize, ip: Ipv4Addr, mac: &MacAddr, now: u64) -> Timers {
         let full = Timers::for_client(&self.subnets[si].cfg, self.hosts.get(mac));
-        if self.fresh_allowed(si, ip, mac) {
+        // With every peer in step, every member knows the lease it extends.
+        if self.replicated || self.fresh_allowed(si, ip, mac) {
             return full;
         }
         match self
@@ -590,13 +608,18 @@ impl Engine {
                 until: p.until,
             })
             .collect();
-        self.past.push(PastList {
-            list: old.clone(),
-            split: Split::CURRENT,
-            until: now + self.transition_span,
-            served_from: self.members_since,
-            before: self.members_before.take(),
-        });
+        // With every peer in step, the new shares hold at once: a member still on the
+        // old list waits for this one's answer before it acknowledges anything, and
+        // this one refuses an address it knows is held. Without, a transition.
+        if !self.replicated {
+            self.past.push(PastList {
+                list: old.clone(),
+                split: Split::CURRENT,
+                until: now + self.transition_span,
+                served_from: self.members_since,
+                before: self.members_before.take(),
+            });
+        }
         self.members_since = Some(now);
         self.members_before = Some(old.clone());
         self.reshare();
@@ -650,10 +673,10 @@ impl Engine {
     /// the address can go to any client. Returns the change to persist, or `None` when
     /// no record holds the address.
     pub fn forget(&mut self, ip: Ipv4Addr) -> Option<LeaseEffect> {
-        self.table.get(ip)?;
+        let mac = self.table.get(ip)?.mac;
         self.table.remove(ip);
         self.set_used(ip, false);
-        Some(LeaseEffect::Remove(ip))
+        Some(LeaseEffect::Remove(ip, mac))
     }
 
     /// Until when fresh allocations are narrowed after a membership change.

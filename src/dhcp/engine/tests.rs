@@ -1505,3 +1505,137 @@ fn a_bad_option_names_its_key_and_the_offending_text() {
         "{err}"
     );
 }
+
+// Lease replication (`replica.rs`).
+
+fn peer_lease(ip: Ipv4Addr, m: MacAddr, now: u64) -> crate::store::Lease {
+    crate::store::Lease {
+        ip,
+        mac: m,
+        state: LeaseState::Bound,
+        starts: now,
+        expires: now + 3600,
+        hostname: None,
+        client_id: None,
+        machine_id: None,
+        arch: None,
+    }
+}
+
+#[test]
+fn a_peers_lease_is_never_offered_to_another_client_and_its_client_keeps_it() {
+    use crate::store::Verdict;
+    let i = iface();
+    let mut e = Engine::new(&config(""), vec![], T0);
+    let ip = Ipv4Addr::new(198, 51, 100, 10);
+    let put = LeaseEffect::Put(peer_lease(ip, mac(1), T0));
+    assert_eq!(
+        e.apply_peer_change(&put, T0),
+        (Verdict::Accepted, Some(put.clone()))
+    );
+    // A late copy of what is already known changes nothing on disk.
+    assert_eq!(e.apply_peer_change(&put, T0), (Verdict::Accepted, None));
+    let other = e.handle_message(&msg(MessageType::Discover, mac(2)), &ctx(&i, T0 + 1));
+    assert_ne!(offered(&other), ip);
+    // The peer's client rebinds here (ciaddr, no server id): ACKed on its address.
+    let mut rebind = msg(MessageType::Request, mac(1));
+    rebind.set_ciaddr(ip);
+    let d = e.handle_message(&rebind, &ctx(&i, T0 + 2));
+    assert_eq!(d.outcome, Outcome::Ack(ip));
+    // Another member is responsible for a client whose lease it knows from a peer:
+    // this member stays silent (the responsible one answers), as long as it has not
+    // acknowledged the lease itself.
+    let ip2 = Ipv4Addr::new(198, 51, 100, 12);
+    e.apply_peer_change(&LeaseEffect::Put(peer_lease(ip2, mac(3), T0)), T0);
+    let mut rebind = msg(MessageType::Request, mac(3));
+    rebind.set_ciaddr(ip2);
+    let not_mine = PacketContext {
+        responsibility: Responsibility::NotMine,
+        ..ctx(&i, T0 + 2)
+    };
+    assert_eq!(
+        e.handle_message(&rebind, &not_mine).outcome,
+        Outcome::Ignored(IgnoreReason::NotResponsible)
+    );
+    // A remove for another client's record is not this record's: kept.
+    let wrong = LeaseEffect::Remove(ip2, mac(9));
+    assert_eq!(
+        e.apply_peer_change(&wrong, T0 + 3),
+        (Verdict::Accepted, None)
+    );
+    assert!(e.lease(ip2).is_some());
+    let right = LeaseEffect::Remove(ip2, mac(3));
+    assert_eq!(e.apply_peer_change(&right, T0 + 3).1, Some(right));
+    assert!(e.lease(ip2).is_none());
+}
+
+#[test]
+fn a_peers_lease_on_an_address_held_by_another_client_is_refused_an_offer_is_not() {
+    use crate::store::Verdict;
+    let i = iface();
+    let mut e = Engine::new(&config(""), vec![], T0);
+    let bound = bind(&mut e, &i, mac(1), T0);
+    let theirs = peer_lease(bound, mac(2), T0);
+    let (verdict, store) = e.apply_peer_change(&LeaseEffect::Put(theirs.clone()), T0 + 1);
+    assert_eq!(verdict, Verdict::Refused(e.lease(bound).unwrap().clone()));
+    assert_eq!(store, None);
+    assert_eq!(e.lease(bound).unwrap().mac, mac(1));
+    // An offer is no promise: the peer's lease takes the address, and the offered
+    // client's REQUEST is NAKed.
+    let offer = offered(&e.handle_message(&msg(MessageType::Discover, mac(3)), &ctx(&i, T0)));
+    let (verdict, _) = e.apply_peer_change(&LeaseEffect::Put(peer_lease(offer, mac(4), T0)), T0);
+    assert_eq!(verdict, Verdict::Accepted);
+    let d = e.handle_message(&request_selecting(mac(3), offer), &ctx(&i, T0 + 1));
+    assert_eq!(d.outcome, Outcome::Nak);
+}
+
+#[test]
+fn a_refused_lease_is_withdrawn_and_its_address_not_chosen_while_the_holder_holds_it() {
+    let i = iface();
+    let mut e = Engine::new(&config(""), vec![], T0);
+    let ip = bind(&mut e, &i, mac(1), T0);
+    let ours = e.lease(ip).unwrap().clone();
+    let holder = peer_lease(ip, mac(2), T0);
+    assert_eq!(
+        e.withdraw(&ours, &holder, T0 + 1),
+        Some(LeaseEffect::Remove(ip, mac(1)))
+    );
+    assert_eq!(e.lease(ip).unwrap().mac, mac(2));
+    let again = e.handle_message(&msg(MessageType::Discover, mac(1)), &ctx(&i, T0 + 1));
+    assert_ne!(offered(&again), ip);
+    // A withdrawal for a record that has changed since (renewed, replaced) does nothing.
+    assert_eq!(e.withdraw(&ours, &holder, T0 + 2), None);
+}
+
+#[test]
+fn in_step_a_lease_outside_the_share_is_extended_and_a_member_change_needs_no_transition() {
+    use crate::owner::MemberList;
+    let i = iface();
+    let cfg = config(&format!(
+        "[owner]\ninsecure_members = true\nself = \"b\"\n{THREE_MEMBERS}"
+    ));
+    let mut e = Engine::new(&cfg, Vec::new(), T0);
+    e.adopt_members(MemberList::new(ABC));
+    let outside = share(&ABC, "a")[0];
+    e.apply_peer_change(&LeaseEffect::Put(peer_lease(outside, mac(1), T0)), T0);
+    let mut rebind = msg(MessageType::Request, mac(1));
+    rebind.set_ciaddr(outside);
+    let lease_of = |d: &Decision| match &d.effects[..] {
+        [LeaseEffect::Put(l)] => l.expires,
+        e => panic!("expected one lease, got {e:?}"),
+    };
+    // Not in step: renewed only to its current end (another member may not know it).
+    let d = e.handle_message(&rebind, &ctx(&i, T0 + 100));
+    assert_eq!(lease_of(&d), T0 + 3600);
+    // In step: every member knows it, so it is extended.
+    e.set_replicated(true);
+    let d = e.handle_message(&rebind, &ctx(&i, T0 + 200));
+    assert!(lease_of(&d) > T0 + 3600);
+    // And a list change takes effect at once, with no narrowing transition.
+    e.change_members(MemberList::new(["a", "b"]), T0 + 300)
+        .unwrap();
+    assert_eq!(e.transition_until(), None);
+    e.set_replicated(false);
+    e.change_members(MemberList::new(ABC), T0 + 400).unwrap();
+    assert!(e.transition_until().is_some());
+}

@@ -10,7 +10,7 @@ use tracing::info;
 use crate::dhcp::engine::reserve::{Reservation, ReserveError};
 use crate::dhcp::engine::Engine;
 use crate::mac::MacAddr;
-use crate::store::{Change, CommitFailed, Committer};
+use crate::store::{Change, CommitFailed, Committer, Lease, LeaseEffect, Verdict};
 
 /// How long the API waits for the engine thread to answer.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -30,6 +30,13 @@ pub(super) enum Control {
         mac: MacAddr,
         done: oneshot::Sender<Result<(), ReserveError>>,
     },
+    /// A peer's lease changes (lease replication): answered once durable.
+    PeerChanges {
+        changes: Vec<LeaseEffect>,
+        done: oneshot::Sender<Result<Vec<Verdict>, CommitFailed>>,
+    },
+    /// Every live lease, for a member starting.
+    Snapshot { done: oneshot::Sender<Vec<Lease>> },
     /// The member list changed while running (members from Ironic).
     Members {
         list: crate::owner::MemberList,
@@ -111,6 +118,20 @@ impl DhcpHandle {
         .await
     }
 
+    /// Applies a peer's lease changes; the verdicts once what was taken is durable.
+    pub async fn peer_changes(
+        &self,
+        changes: Vec<LeaseEffect>,
+    ) -> Result<Result<Vec<Verdict>, CommitFailed>, ControlError> {
+        self.ask(|done| Control::PeerChanges { changes, done })
+            .await
+    }
+
+    /// Every lease that holds its address now.
+    pub async fn live_leases(&self) -> Result<Vec<Lease>, ControlError> {
+        self.ask(|done| Control::Snapshot { done }).await
+    }
+
     /// Removes a MAC's run-time reservation, durable before the answer.
     pub async fn unreserve(&self, mac: MacAddr) -> Result<Result<(), ReserveError>, ControlError> {
         self.ask(|done| Control::Unreserve { mac, done }).await
@@ -177,6 +198,34 @@ pub(super) fn apply(engine: &mut Engine, cmd: Control, committer: &Committer, no
                 tracing::error!(error = %e, "membership record not stored");
             }
             let _ = done.send(until);
+        }
+        Control::PeerChanges { changes, done } => {
+            let mut verdicts = Vec::with_capacity(changes.len());
+            let mut taken = Vec::new();
+            for c in &changes {
+                let (verdict, store) = engine.apply_peer_change(c, now);
+                verdicts.push(verdict);
+                taken.extend(store.map(Change::Replica));
+            }
+            if taken.is_empty() {
+                let _ = done.send(Ok(verdicts));
+                return;
+            }
+            // Answered from the committer thread once durable. Not queued (a full
+            // queue): the sender is dropped with the job, the peer hears no answer and
+            // sends again.
+            let submitted = committer.submit(taken, move |r| {
+                let _ = done.send(
+                    r.map(|()| verdicts)
+                        .map_err(|e| CommitFailed::Store(e.to_string())),
+                );
+            });
+            if let Err(e) = submitted {
+                tracing::debug!(error = %e, "peer's lease changes not queued");
+            }
+        }
+        Control::Snapshot { done } => {
+            let _ = done.send(engine.live_leases(now));
         }
         Control::Forget { ip, done } => match engine.forget(ip) {
             None => {

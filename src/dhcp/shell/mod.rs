@@ -81,7 +81,12 @@ pub struct Server {
     pub timeline: Arc<crate::timeline::Timeline>,
     /// Operator changes to apply; `None`: no operator API.
     pub control: Option<ControlReceiver>,
+    /// Lease replication to the other members; `None`: a single instance.
+    pub replication: Option<Arc<crate::replication::Replicator>>,
 }
+
+/// A lease of this member's that a peer refused, and the lease that holds its address.
+type Withdrawal = (Box<crate::store::Lease>, Box<crate::store::Lease>);
 
 /// Errors that end the server.
 #[derive(Debug, thiserror::Error)]
@@ -151,8 +156,12 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
         relays,
         timeline,
         control,
+        replication,
     } = server;
     let mut control = control.map(|c| c.0);
+    // Refused leases come back from the committer thread: withdrawn here, on the
+    // engine's thread, like every change of its state.
+    let (withdraw_tx, mut withdrawals) = tokio::sync::mpsc::unbounded_channel::<Withdrawal>();
     let mut interfaces = Vec::with_capacity(listeners.len());
     let mut sockets = Vec::with_capacity(listeners.len());
     // The committer sends ACKs from its own thread, on clones of the same sockets.
@@ -197,6 +206,13 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
             next_tick = Instant::now() + reclaim_interval;
             reclaim(&mut engine, &metrics);
         }
+        if let Some(r) = &replication {
+            engine.set_replicated(r.in_step());
+        }
+        while let Ok((ours, holder)) = withdrawals.try_recv() {
+            withdraw(&mut engine, &ours, &holder, &committer);
+            stats_dirty = true;
+        }
         // Operator changes are applied between bursts, also under load.
         if let Some(rx) = control.as_mut() {
             while let Ok(cmd) = rx.try_recv() {
@@ -227,7 +243,7 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
                             }
                             Action::Commit(p) => {
                                 stats_dirty = true;
-                                submit(&committer, p, &reply_sockets, &metrics);
+                                submit(&committer, p, &reply_sockets, &metrics, &withdraw_tx);
                             }
                         }
                     }
@@ -273,6 +289,9 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
                 control::apply(&mut engine, cmd, &committer, unix_now());
                 publish(&engine, &metrics);
             }
+            Some((ours, holder)) = withdrawals.recv() => {
+                withdraw(&mut engine, &ours, &holder, &committer);
+            }
         }
     };
     metrics.listening.set(0);
@@ -293,6 +312,7 @@ fn submit(
     pending: Pending,
     sockets: &[Arc<std::net::UdpSocket>],
     metrics: &Arc<DhcpMetrics>,
+    withdraw: &tokio::sync::mpsc::UnboundedSender<Withdrawal>,
 ) {
     let Pending {
         changes,
@@ -301,12 +321,32 @@ fn submit(
     } = pending;
     let socket = reply.as_ref().map(|_| sockets[listener].clone());
     let metrics = metrics.clone();
-    let _ = committer.submit(changes, move |r| {
-        if let (Ok(()), Some((bytes, to)), Some(socket)) = (r, reply, socket) {
+    let withdraw = withdraw.clone();
+    let _ = committer.submit(changes, move |r| match (r, reply, socket) {
+        (Ok(()), Some((bytes, to)), Some(socket)) => {
             // Never waits for room: the committer must not stall on one slow socket.
             count_send(socket.send_to(&bytes, to), to, &metrics);
         }
+        (Err(crate::store::StoreError::HeldByPeer { ours, holder }), _, _) => {
+            metrics.peer_refused.inc();
+            let _ = withdraw.send((ours.clone(), holder.clone()));
+        }
+        _ => {}
     });
+}
+
+/// Withdraws a lease a peer refused (never acknowledged: its reply was withheld).
+fn withdraw(
+    engine: &mut Engine,
+    ours: &crate::store::Lease,
+    holder: &crate::store::Lease,
+    committer: &Committer,
+) {
+    warn!(ip = %ours.ip, mac = %ours.mac, holder = %holder.mac, "a member holds the address for another client: lease withdrawn, not acknowledged");
+    if let Some(effect) = engine.withdraw(ours, holder, unix_now()) {
+        // Handed to the peers too: those that took the lease forget it.
+        let _ = committer.submit(vec![Change::Lease(effect)], |_| {});
+    }
 }
 
 fn reclaim(engine: &mut Engine, metrics: &DhcpMetrics) {

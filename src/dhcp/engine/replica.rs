@@ -1,0 +1,116 @@
+//! Leases other members gave (lease replication): taken into this engine's table so no
+//! fresh address is handed out over them and their clients keep their addresses here;
+//! refused when the address is held by another client; and the engine's own lease
+//! withdrawn when a peer refused it.
+
+use std::net::Ipv4Addr;
+
+use super::Engine;
+use crate::store::{Lease, LeaseEffect, LeaseState, Verdict};
+
+impl Engine {
+    /// With every peer in step, any member may extend any lease it knows and take its
+    /// new share at once after a membership change: every other member knows every
+    /// lease. Without, the rules for unshared leases hold (see `timers` and
+    /// `change_members`).
+    pub fn set_replicated(&mut self, in_step: bool) {
+        self.replicated = in_step;
+    }
+
+    /// A peer's lease change. Returns the verdict, and the change to make durable here
+    /// (`None`: nothing to store).
+    pub fn apply_peer_change(
+        &mut self,
+        change: &LeaseEffect,
+        now: u64,
+    ) -> (Verdict, Option<LeaseEffect>) {
+        match change {
+            LeaseEffect::Put(lease) => self.apply_peer_lease(lease, now),
+            LeaseEffect::Remove(ip, mac) => {
+                if self.table.get(*ip).is_some_and(|l| &l.mac == mac) {
+                    self.table.remove(*ip);
+                    self.peer_held.remove(ip);
+                    self.set_used(*ip, false);
+                    return (Verdict::Accepted, Some(change.clone()));
+                }
+                (Verdict::Accepted, None)
+            }
+        }
+    }
+
+    fn apply_peer_lease(&mut self, lease: &Lease, now: u64) -> (Verdict, Option<LeaseEffect>) {
+        if lease.state == LeaseState::Offered {
+            // Offers are never shared; a peer that sends one is not believed.
+            return (Verdict::Accepted, None);
+        }
+        match self.table.get(lease.ip) {
+            // Another client's live lease (an offer is no promise: the peer's lease wins
+            // over it, and the offered client is NAKed when it asks).
+            Some(held)
+                if held.mac != lease.mac
+                    && held.state != LeaseState::Offered
+                    && held.is_active(now)
+                    && lease.is_active(now) =>
+            {
+                return (Verdict::Refused(held.clone()), None);
+            }
+            // The same client's lease, already known to run longer: a late copy.
+            Some(held)
+                if held.mac == lease.mac
+                    && held.state == lease.state
+                    && held.expires >= lease.expires =>
+            {
+                return (Verdict::Accepted, None);
+            }
+            _ => {}
+        }
+        self.take_peer_lease(lease.clone(), now);
+        (Verdict::Accepted, Some(LeaseEffect::Put(lease.clone())))
+    }
+
+    fn take_peer_lease(&mut self, lease: Lease, now: u64) {
+        let (ip, active) = (lease.ip, lease.is_active(now));
+        if lease.state == LeaseState::Declined && active {
+            self.limits.declined(lease.expires);
+        }
+        self.table.insert(lease);
+        self.peer_held.insert(ip);
+        self.set_used(ip, active);
+    }
+
+    /// A peer refused `ours` because `holder` holds its address: the lease was never
+    /// acknowledged, so it is withdrawn (the change to store and hand to the peers that
+    /// took it), and the holder is remembered in memory so the address is not chosen
+    /// again while it holds it.
+    pub fn withdraw(&mut self, ours: &Lease, holder: &Lease, now: u64) -> Option<LeaseEffect> {
+        let mine = self
+            .table
+            .get(ours.ip)
+            .is_some_and(|l| l.mac == ours.mac && l.starts == ours.starts);
+        let withdrawn = mine.then(|| {
+            self.table.remove(ours.ip);
+            self.set_used(ours.ip, false);
+            LeaseEffect::Remove(ours.ip, ours.mac)
+        });
+        if holder.ip == ours.ip && holder.is_active(now) && self.table.get(holder.ip).is_none() {
+            self.take_peer_lease(holder.clone(), now);
+        }
+        withdrawn
+    }
+
+    /// Every lease that holds its address at `now` (bound or declined), for a member
+    /// starting: offers are this member's alone.
+    pub fn live_leases(&self, now: u64) -> Vec<Lease> {
+        self.table
+            .iter()
+            .filter(|l| l.state != LeaseState::Offered && l.is_active(now))
+            .cloned()
+            .collect()
+    }
+
+    /// Whether this member's record on `ip` came from a peer (and this member has not
+    /// acknowledged it itself since).
+    pub(super) fn held_for_peer(&self, ip: Ipv4Addr) -> bool {
+        self.peer_held.contains(&ip)
+    }
+}
