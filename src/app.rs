@@ -195,10 +195,7 @@ pub async fn run(
             .map(|l| l.interface.name.clone())
             .collect();
         tasks.run(dhcp::run(server, shutdown.clone()));
-        if matches!(
-            config.owner.members,
-            crate::config::MembersSource::Ironic(_)
-        ) {
+        if config.owner.members.follows() {
             tasks.background(Box::pin(crate::dhcp::shell::follow_members(
                 resolver.roster().clone(),
                 dhcp_handle.clone(),

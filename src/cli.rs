@@ -47,6 +47,21 @@ pub fn check_config(config: &Config) -> anyhow::Result<()> {
     }
     let members = MemberList::of(&config.members);
     let me = config.owner.self_name.as_deref();
+    if let crate::config::MembersSource::File(f) = &config.owner.members {
+        writeln!(
+            out,
+            "members: from file {}, read every {} ms: {}",
+            f.path.display(),
+            f.poll.as_millis(),
+            members.names().join(", ")
+        )?;
+        if let Some(me) = me.filter(|me| members.index_of(me).is_none()) {
+            writeln!(
+                out,
+                "warning: owner.self {me} is not in the members file: this member hands out no fresh address until it is"
+            )?;
+        }
+    }
     if members.len() > 1 {
         // Every member's share of every range, so operators can check that the members'
         // lists agree (the same list gives the same shares everywhere).

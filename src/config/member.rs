@@ -68,6 +68,14 @@ fn url(key: String, value: Option<String>, issues: &mut Issues) -> Option<String
     Some(v)
 }
 
+/// Whether `name` can name a member: 1-63 characters that are safe in iPXE scripts and
+/// need no escaping in URLs.
+pub(super) fn is_member_name(name: &str) -> bool {
+    is_script_safe(name)
+        && name.len() <= 63
+        && !name.contains(['/', ':', '?', '%', '@', '+', ',', '='])
+}
+
 /// Validates every `[[member]]`. Names end up in iPXE scripts and URLs, hence the
 /// narrow character set.
 pub(super) fn validate_all(raw: Vec<RawMember>, issues: &mut Issues) -> Vec<Member> {
@@ -75,10 +83,7 @@ pub(super) fn validate_all(raw: Vec<RawMember>, issues: &mut Issues) -> Vec<Memb
     for (i, m) in raw.into_iter().enumerate() {
         let k = |f: &str| format!("member[{i}].{f}");
         let name = m.name.unwrap_or_default();
-        if !is_script_safe(&name)
-            || name.len() > 63
-            || name.contains(['/', ':', '?', '%', '@', '+', ',', '='])
-        {
+        if !is_member_name(&name) {
             issues.add(k("name"), "must be 1-63 letters, digits, '-', '_' or '.'");
         }
         if out.iter().any(|o| o.name == name) {

@@ -17,6 +17,7 @@ mod ironic;
 mod ironic_env;
 mod issues;
 mod member;
+mod members_file;
 mod overrides;
 mod owner;
 mod ra;
@@ -40,8 +41,11 @@ pub use ironic::{IronicSettings, MIN_API_VERSION};
 pub use ironic_env::{custom_firmware_dir, HostFacts, BUILTIN_FIRMWARE_DIR, CUSTOM_FIRMWARE_DIR};
 pub use issues::ConfigIssue;
 pub use member::{member_name_for_conductor, Member};
+pub use members_file::{parse_members_file, read_members_file, MembersFileError};
 pub use overrides::{apply_env_overrides, apply_override, parse_flag, OverrideError};
-pub use owner::{ChainTo, Fallback, IronicMembers, MembersSource, OwnerSettings, ResolverKind};
+pub use owner::{
+    ChainTo, Fallback, FileMembers, IronicMembers, MembersSource, OwnerSettings, ResolverKind,
+};
 pub use ra::RaSettings;
 pub use subnet::Subnet;
 pub use tftp::{RawTftp, TftpListener, TftpSettings, BLKSIZE_RANGE, WINDOWSIZE_RANGE};
@@ -73,6 +77,9 @@ pub enum ConfigError {
     /// valid; every one is listed.
     #[error("{}", .0.iter().map(|i| i.to_string()).collect::<Vec<_>>().join("\n"))]
     Invalid(Vec<ConfigIssue>),
+    /// `owner.members = "file"` and its file gives no member list.
+    #[error("owner.members_file: {0}")]
+    MembersFile(#[from] MembersFileError),
 }
 
 /// Log output format.
@@ -135,7 +142,8 @@ pub struct Config {
     pub health: HealthSettings,
     /// IPv6 router solicitations answered with "no router here".
     pub ra: RaSettings,
-    /// The shardboot members (one per conductor); empty for a single instance.
+    /// The shardboot members (one per conductor); empty for a single instance. With
+    /// `owner.members = "file"`, the file's list at load ([`Config::read_members_file`]).
     pub members: Vec<Member>,
     /// Served subnets.
     pub subnets: Vec<Subnet>,
@@ -187,7 +195,17 @@ impl Config {
         };
         let mut all = apply_env_overrides(std::env::vars());
         all.extend_from_slice(flag_overrides);
-        Self::from_toml_with_overrides(&text, &all)
+        Self::from_toml_with_overrides(&text, &all)?.read_members_file()
+    }
+
+    /// With `owner.members = "file"`, puts the file's members in `members` (the list in
+    /// force at start, before DHCP starts); an unreadable or invalid file is an error,
+    /// so a member never starts with a list it cannot read. Other sources: unchanged.
+    pub fn read_members_file(mut self) -> Result<Self, ConfigError> {
+        if let MembersSource::File(f) = &self.owner.members {
+            self.members = read_members_file(&f.path)?;
+        }
+        Ok(self)
     }
 
     /// Derives the configuration from ironic-image's dnsmasq variables
@@ -205,7 +223,7 @@ impl Config {
         }
         let rename = |issues| ConfigError::Invalid(ironic_env::rename(issues, &derived));
         let raw: RawConfig = structure::deserialize_all(table).map_err(rename)?;
-        Config::try_from(raw).map_err(rename)
+        Config::try_from(raw).map_err(rename)?.read_members_file()
     }
 
     /// The `[[host]]` entry for `mac`, if any.

@@ -29,6 +29,8 @@ pub(super) struct RawOwner {
     member_conductor_url: Option<String>,
     members_refresh_secs: Option<u64>,
     replication_timeout_ms: Option<u64>,
+    members_file: Option<String>,
+    members_poll_ms: Option<u64>,
 }
 
 /// Where owner lookups go, in order.
@@ -71,6 +73,34 @@ pub enum MembersSource {
     Static,
     /// Ironic's live conductors (`"ironic"`).
     Ironic(IronicMembers),
+    /// The `[[member]]` tables of a file, re-read while running (`"file"`).
+    File(FileMembers),
+}
+
+impl MembersSource {
+    /// The name `/v1/members` and `check-config` show: `static`, `ironic` or `file`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            MembersSource::Static => "static",
+            MembersSource::Ironic(_) => "ironic",
+            MembersSource::File(_) => "file",
+        }
+    }
+
+    /// Whether the list can change while running (so shares, probes and the DHCP
+    /// responsibility must follow it, whatever its length at start).
+    pub fn follows(&self) -> bool {
+        !matches!(self, MembersSource::Static)
+    }
+}
+
+/// Members from a file (`owner.members_file`), polled every `poll`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileMembers {
+    /// The file: `[[member]]` tables only, checked like the config's own.
+    pub path: PathBuf,
+    /// How often it is read again.
+    pub poll: std::time::Duration,
 }
 
 /// Members from Ironic's `/v1/conductors`: one member beside each alive conductor.
@@ -135,17 +165,36 @@ fn url_template(key: &str, value: Option<String>, issues: &mut Issues) -> Option
 
 /// Validates `[owner]` against the already validated `members` (`self` must name one).
 pub(super) fn validate(raw: RawOwner, members: &[Member], issues: &mut Issues) -> OwnerSettings {
-    let from_ironic = match raw.members.as_deref() {
-        None | Some("static") => false,
-        Some("ironic") => true,
+    let (from_ironic, from_file) = match raw.members.as_deref() {
+        None | Some("static") => (false, false),
+        Some("ironic") => (true, false),
+        Some("file") => (false, true),
         Some(_) => {
-            issues.add("owner.members", "must be \"static\" or \"ironic\"");
-            false
+            issues.add(
+                "owner.members",
+                "must be \"static\", \"ironic\" or \"file\"",
+            );
+            (false, false)
         }
     };
     let mut self_name = raw.self_name.clone();
+    if !from_file {
+        for (key, set) in [
+            ("members_file", raw.members_file.is_some()),
+            ("members_poll_ms", raw.members_poll_ms.is_some()),
+        ] {
+            if set {
+                issues.add(
+                    format!("owner.{key}"),
+                    "is used only with owner.members = \"file\"",
+                );
+            }
+        }
+    }
     let source = if from_ironic {
         ironic_members(&raw, members, &mut self_name, issues)
+    } else if from_file {
+        file_members(&raw, members, issues)
     } else {
         for key in [
             "conductor_group",
@@ -231,10 +280,13 @@ pub(super) fn validate(raw: RawOwner, members: &[Member], issues: &mut Issues) -
         }
     };
     let insecure_members = raw.insecure_members.unwrap_or(false);
-    if (members.len() > 1 || from_ironic) && raw.member_secret_file.is_none() && !insecure_members {
+    if (members.len() > 1 || from_ironic || from_file)
+        && raw.member_secret_file.is_none()
+        && !insecure_members
+    {
         issues.add(
             "owner.member_secret_file",
-            "is required with two or more [[member]]s or owner.members = \"ironic\": \
+            "is required with two or more [[member]]s or owner.members = \"ironic\" or \"file\": \
              members authenticate each other's health answers with it (or set \
              owner.insecure_members = true to trust any answer from a member's address)",
         );
@@ -257,6 +309,63 @@ pub(super) fn validate(raw: RawOwner, members: &[Member], issues: &mut Issues) -
         fallback,
         chain_to,
     }
+}
+
+/// `owner.members = "file"`: the file and this member's name, no `[[member]]` and no
+/// key of the Ironic source. `owner.self` need not be in the file: a member the file
+/// does not list hands out no fresh address and is responsible for nothing, as with
+/// Ironic.
+fn file_members(raw: &RawOwner, members: &[Member], issues: &mut Issues) -> MembersSource {
+    if !members.is_empty() {
+        issues.add(
+            "owner.members",
+            "\"file\" takes the members from owner.members_file; remove the [[member]] entries",
+        );
+    }
+    for (key, set) in [
+        ("conductor_group", raw.conductor_group.is_some()),
+        ("member_http_url", raw.member_http_url.is_some()),
+        ("member_conductor_url", raw.member_conductor_url.is_some()),
+        ("members_refresh_secs", raw.members_refresh_secs.is_some()),
+    ] {
+        if set {
+            issues.add(
+                format!("owner.{key}"),
+                "is used only with owner.members = \"ironic\"",
+            );
+        }
+    }
+    match raw.self_name.as_deref() {
+        None => issues.add(
+            "owner.self",
+            "is required with owner.members = \"file\": this member's name in the file",
+        ),
+        Some(s) if !super::member::is_member_name(s) => issues.add(
+            "owner.self",
+            "must be a member name (1-63 letters, digits, '-', '_' or '.')",
+        ),
+        Some(_) => {}
+    }
+    let path = match raw.members_file.as_deref() {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => {
+            issues.add(
+                "owner.members_file",
+                "is required with owner.members = \"file\" (a file of [[member]] tables)",
+            );
+            PathBuf::new()
+        }
+    };
+    let poll = issues.in_range(
+        "owner.members_poll_ms",
+        raw.members_poll_ms.unwrap_or(1000),
+        100,
+        600_000,
+    );
+    MembersSource::File(FileMembers {
+        path,
+        poll: std::time::Duration::from_millis(poll),
+    })
 }
 
 /// `owner.members = "ironic"`: the keys it needs and the ones it rules out. Sets
@@ -377,7 +486,49 @@ mod tests {
         );
         assert_eq!(
             issues("[owner]\nmembers = \"consul\"\n"),
-            ["owner.members: must be \"static\" or \"ironic\""]
+            ["owner.members: must be \"static\", \"ironic\" or \"file\""]
+        );
+    }
+
+    #[test]
+    fn members_from_a_file_need_the_file_and_rule_out_the_list_and_ironic_keys() {
+        let ok = "[owner]\nmembers = \"file\"\nself = \"a\"\ninsecure_members = true\n\
+                  members_file = \"/etc/shardboot/members.toml\"\n";
+        let c = Config::from_toml_with_overrides(ok, &[]).unwrap();
+        let MembersSource::File(f) = &c.owner.members else {
+            panic!("not file")
+        };
+        assert_eq!(f.path.to_str(), Some("/etc/shardboot/members.toml"));
+        assert_eq!(f.poll.as_millis(), 1000);
+        assert_eq!(c.owner.self_name.as_deref(), Some("a"));
+        assert!(c.owner.members.follows());
+        assert_eq!(c.owner.members.name(), "file");
+        let got = issues(
+            "[owner]\nmembers = \"file\"\nmember_http_url = \"http://{host}:8080\"\n\
+             members_poll_ms = 5\n\
+             [[member]]\nname = \"a\"\nhttp_url = \"http://192.0.2.1:8080\"\n",
+        );
+        for want in [
+            "owner.members: \"file\" takes the members from owner.members_file; remove the [[member]] entries",
+            "owner.member_http_url: is used only with owner.members = \"ironic\"",
+            "owner.self: is required with owner.members = \"file\"",
+            "owner.members_file: is required with owner.members = \"file\"",
+            "owner.members_poll_ms: must be between 100 and 600000",
+            "owner.member_secret_file: is required",
+        ] {
+            assert!(got.iter().any(|g| g.starts_with(want)), "{want} not in {got:?}");
+        }
+        // The file source's keys are refused with the others.
+        assert_eq!(
+            issues("[owner]\nmembers_poll_ms = 500\nmembers_file = \"/x\"\n"),
+            [
+                "owner.members_file: is used only with owner.members = \"file\"",
+                "owner.members_poll_ms: is used only with owner.members = \"file\"",
+            ]
+        );
+        assert_eq!(
+            issues(&format!("{ok}self = \"a b\"\n").replace("self = \"a\"\n", "")),
+            ["owner.self: must be a member name (1-63 letters, digits, '-', '_' or '.')"]
         );
     }
 }

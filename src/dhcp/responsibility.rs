@@ -109,11 +109,7 @@ impl Responder {
         resolver: Arc<Resolver>,
         metrics: Arc<DhcpMetrics>,
     ) -> Option<Self> {
-        let from_ironic = matches!(
-            config.owner.members,
-            crate::config::MembersSource::Ironic(_)
-        );
-        if config.members.len() < 2 && !from_ironic {
+        if config.members.len() < 2 && !config.owner.members.follows() {
             return None;
         }
         Some(Self {

@@ -9,6 +9,7 @@ pub mod ironic;
 pub mod ironic_cache;
 pub mod ironic_wire;
 pub mod members;
+pub mod members_file;
 pub mod membership;
 pub mod peer_auth;
 pub mod roster;
@@ -67,7 +68,7 @@ pub fn start(
         tasks.push(Box::pin(ironic.clone().run_refresh(shutdown.clone())));
         tasks.push(Box::pin(ironic.run_prefetch(rx, shutdown.clone())));
     }
-    let from_ironic = match &config.owner.members {
+    match &config.owner.members {
         MembersSource::Ironic(settings) => {
             // Validation requires [owner.ironic] with members from Ironic.
             if let Some(ironic) = resolver.ironic().cloned() {
@@ -79,11 +80,21 @@ pub fn start(
                     shutdown.clone(),
                 )));
             }
-            true
         }
-        MembersSource::Static => false,
-    };
-    if config.members.len() > 1 || from_ironic {
+        MembersSource::File(settings) => {
+            let names = resolver.roster().current().list.names().to_vec();
+            members_file::warn_if_left_out(&settings.path, resolver.self_name(), &names);
+            tasks.push(Box::pin(members_file::follow_file(
+                resolver.roster().clone(),
+                resolver.live().clone(),
+                settings.clone(),
+                resolver.self_name().map(str::to_string),
+                shutdown.clone(),
+            )));
+        }
+        MembersSource::Static => {}
+    }
+    if config.members.len() > 1 || config.owner.members.follows() {
         tasks.push(Box::pin(health::run_probes(
             resolver.roster().clone(),
             resolver.live().clone(),
@@ -136,10 +147,7 @@ impl Resolver {
             prefetch: None,
             roster: Arc::new(Roster::new(
                 config.members.clone(),
-                match config.owner.members {
-                    MembersSource::Static => "static",
-                    MembersSource::Ironic(_) => "ironic",
-                },
+                config.owner.members.name(),
             )),
             secret: None,
         })

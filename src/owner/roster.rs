@@ -1,4 +1,4 @@
-//! The member list in force, and how it follows Ironic.
+//! The member list in force, and how it follows Ironic (a file: `members_file`).
 //!
 //! With `owner.members = "static"` the list is the `[[member]]` entries and never
 //! changes. With `"ironic"` the members are Ironic's alive conductors (`/v1/conductors`,
@@ -6,6 +6,8 @@
 //! the configured templates, read every `owner.members_refresh_secs`. Ironic is the
 //! membership authority; shardboot runs no consensus of its own. When Ironic cannot be
 //! read, the last list it gave stays in force and the roster says it is stale.
+//! With `"file"` the list is the `[[member]]` tables of `owner.members_file`, re-read
+//! every `owner.members_poll_ms` (`members_file`), stale the same way.
 //!
 //! Everything that depends on the list (DHCP shares, the hash bucket, health probes,
 //! owner routing) reads [`Roster::current`] or follows [`Roster::subscribe`].
@@ -62,13 +64,13 @@ impl RosterView {
 /// How the list is being kept, for `/v1/members` and metrics.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RosterStatus {
-    /// `static` or `ironic`.
+    /// `static`, `ironic` or `file`.
     pub source: &'static str,
-    /// Unix seconds of the last good read of Ironic's conductors.
+    /// Unix seconds of the last good read of the source (Ironic's conductors, the file).
     pub last_ok: Option<u64>,
-    /// Since when (Unix seconds) Ironic has failed; the last list stays in force.
+    /// Since when (Unix seconds) the source has failed; the last list stays in force.
     pub stale_since: Option<u64>,
-    /// The last error reading the conductors.
+    /// The last error reading the source.
     pub last_error: Option<String>,
     /// Failed reads since start.
     pub failures: u64,
@@ -185,7 +187,7 @@ impl Roster {
             out,
             "shardboot_members_stale",
             "gauge",
-            "1 while the member source (Ironic) cannot be read and the last list stays in force",
+            "1 while the member source (Ironic, the members file) cannot be read and the last list stays in force",
         );
         value(
             out,

@@ -48,10 +48,10 @@ impl Member {
     /// Starts member `name` ("a" or "b") on `ports` (a's, b's), with `owner` appended to
     /// its `[owner]` section (resolvers, an `[owner.ironic]` table…).
     pub(crate) fn start(name: &str, ports: (u16, u16), owner: &str) -> Self {
-        let dir = tempfile::tempdir().unwrap();
         let port = if name == "a" { ports.0 } else { ports.1 };
-        let config = format!(
-            r#"
+        Self::serve(port, |dir| {
+            format!(
+                r#"
 state_dir = "{state}"
 [dhcp]
 enabled = false
@@ -78,13 +78,21 @@ self = "{name}"
 fallback = "{FALLBACK}"
 {secret}{owner}
 "#,
-            secret = super::member_secret_line(),
-            state = dir.path().join("state").display(),
-            pa = ports.0,
-            pb = ports.1,
-            c1 = conductor_url(CONDUCTOR_1),
-            c2 = conductor_url(CONDUCTOR_2),
-        );
+                secret = super::member_secret_line(),
+                state = dir.join("state").display(),
+                pa = ports.0,
+                pb = ports.1,
+                c1 = conductor_url(CONDUCTOR_1),
+                c2 = conductor_url(CONDUCTOR_2),
+            )
+        })
+    }
+
+    /// Starts `shardboot serve` with the config `config` writes for its own directory
+    /// (state, extra files), its HTTP listener on 127.0.0.1:`port`.
+    pub(crate) fn serve(port: u16, config: impl FnOnce(&std::path::Path) -> String) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let config = config(dir.path());
         let path = dir.path().join("shardboot.toml");
         std::fs::write(&path, config).unwrap();
         let log = std::fs::File::create(dir.path().join("log")).unwrap();
@@ -110,7 +118,16 @@ fallback = "{FALLBACK}"
 
     /// GET with curl; (status, body).
     pub(crate) fn get(&self, path: &str) -> (u16, String) {
-        let out = Command::new("curl")
+        self.get_as(path, None)
+    }
+
+    /// GET with curl and `token` as the bearer token (None: no header); (status, body).
+    pub(crate) fn get_as(&self, path: &str, token: Option<&str>) -> (u16, String) {
+        let mut curl = Command::new("curl");
+        if let Some(t) = token {
+            curl.args(["-H", &format!("Authorization: Bearer {t}")]);
+        }
+        let out = curl
             .args(["-s", "--noproxy", "*", "--path-as-is", "-m", "10"])
             .args(["-o", "-", "-w", "\n%{http_code}"])
             .arg(format!("http://{}{path}", self.addr))

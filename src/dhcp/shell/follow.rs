@@ -1,4 +1,4 @@
-//! Members from Ironic: every change of the roster is handed to the engine thread,
+//! Members from Ironic or a file: every change of the roster is handed to the engine thread,
 //! which reshares the ranges and starts a transition (`control::Control::Members`).
 
 use std::sync::Arc;
