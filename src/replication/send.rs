@@ -19,7 +19,9 @@ use super::{ReplicationMetrics, BATCH_PATH, SNAPSHOT_PATH};
 use crate::config::Member;
 use crate::owner::peer_auth::{self, MemberSecret};
 use crate::owner::roster::Roster;
-use crate::store::{Lease, LeaseEffect, LeaseQuery, Replicate, Store, Verdict};
+use crate::store::{
+    Finish, Flushed, Lease, LeaseEffect, LeaseQuery, Replicate, Store, StoreError, Verdict,
+};
 
 /// Most changes queued for a peer that is behind; beyond, the queue is dropped and the
 /// peer is sent everything the store holds instead.
@@ -473,9 +475,8 @@ impl Replicator {
 pub struct Hook(pub Arc<Replicator>);
 
 impl Replicate for Hook {
-    fn replicate(&self, changes: &[LeaseEffect], local: &mut dyn FnMut()) -> Vec<Verdict> {
-        let r = &self.0;
-        let mut verdicts = vec![Verdict::Accepted; changes.len()];
+    fn replicate(&self, changes: Vec<LeaseEffect>, flushed: Flushed, finish: Finish) {
+        let r = self.0.clone();
         let targets: Vec<Member> = {
             let mut peers = r.peers.lock().unwrap_or_else(|p| p.into_inner());
             let others = r.others(&mut peers);
@@ -497,41 +498,36 @@ impl Replicate for Hook {
                 })
                 .collect()
         };
-        if targets.is_empty() {
-            local();
-            return verdicts;
-        }
         let started = Instant::now();
-        let batches = Arc::new(r.next_batches(changes));
+        let batches = Arc::new(r.next_batches(&changes));
         let sends: Vec<_> = targets
             .iter()
             .map(|m| r.runtime.spawn(r.clone().send(m.clone(), batches.clone())))
             .collect();
-        local();
-        let answers = r.runtime.block_on(async {
-            let mut out = Vec::with_capacity(sends.len());
-            for s in sends {
-                out.push(s.await);
-            }
-            out
-        });
-        for (m, answer) in targets.iter().zip(answers) {
-            match answer {
-                Ok(Ok(vs)) => {
-                    for (v, out) in vs.into_iter().zip(verdicts.iter_mut()) {
-                        if matches!(v, Verdict::Refused(_)) && *out == Verdict::Accepted {
-                            r.metrics.refused.inc();
-                            *out = v;
+        let runtime = r.runtime.clone();
+        runtime.spawn(async move {
+            let mut verdicts = vec![Verdict::Accepted; changes.len()];
+            for (m, send) in targets.iter().zip(sends) {
+                match send.await {
+                    Ok(Ok(vs)) => {
+                        for (v, out) in vs.into_iter().zip(verdicts.iter_mut()) {
+                            if matches!(v, Verdict::Refused(_)) && *out == Verdict::Accepted {
+                                r.metrics.refused.inc();
+                                *out = v;
+                            }
                         }
                     }
+                    Ok(Err(e)) => r.fall_behind(&m.name, &changes, &e),
+                    Err(_) => r.fall_behind(&m.name, &changes, &SendError::Panicked),
                 }
-                Ok(Err(e)) => r.fall_behind(&m.name, changes, &e),
-                Err(_) => r.fall_behind(&m.name, changes, &SendError::Panicked),
             }
-        }
-        r.metrics.batches.inc();
-        r.metrics.changes.add(changes.len() as u64);
-        r.metrics.latency.observe(started.elapsed().as_secs_f64());
-        verdicts
+            if !targets.is_empty() {
+                r.metrics.batches.inc();
+                r.metrics.changes.add(changes.len() as u64);
+                r.metrics.latency.observe(started.elapsed().as_secs_f64());
+            }
+            let flush = flushed.await.unwrap_or(Err(StoreError::Closed));
+            finish(flush, changes, verdicts);
+        });
     }
 }

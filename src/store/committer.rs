@@ -38,11 +38,19 @@ struct Job {
 /// replication): an ACK then waits for both, so a peer knows every acknowledged lease
 /// before its client does.
 pub trait Replicate: Send + Sync + std::fmt::Debug {
-    /// Sends `changes` to the peers, runs `local` (the flush) meanwhile, waits for the
-    /// peers that are in step and returns one verdict per change: `Refused` when any
-    /// peer holds the address for another client.
-    fn replicate(&self, changes: &[LeaseEffect], local: &mut dyn FnMut()) -> Vec<Verdict>;
+    /// Sends `changes` to the peers without waiting. Once the peers in step have
+    /// answered (or timed out) and the local flush has ended (`flushed`), `finish` runs,
+    /// on another thread, with the flush's result and one verdict per change:
+    /// `Refused` when any peer holds the address for another client.
+    fn replicate(&self, changes: Vec<LeaseEffect>, flushed: Flushed, finish: Finish);
 }
+
+/// The local flush's result, sent once it has ended.
+pub type Flushed = tokio::sync::oneshot::Receiver<Result<(), StoreError>>;
+/// What runs once a replicated flush has been answered.
+/// What runs once a replicated flush has been answered: the flush's result, the changes
+/// sent and one verdict per change.
+pub type Finish = Box<dyn FnOnce(Result<(), StoreError>, Vec<LeaseEffect>, Vec<Verdict>) + Send>;
 
 /// Why a change did not become durable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -295,7 +303,7 @@ fn commit_loop(
         let mut changes = Vec::with_capacity(jobs.len());
         let mut waiting = Vec::with_capacity(jobs.len());
         // The engine's own lease changes, with the job each came from, for the peers.
-        let mut shared = Vec::new();
+        let mut shared: Vec<LeaseEffect> = Vec::new();
         let mut shared_job = Vec::new();
         for (i, job) in jobs.into_iter().enumerate() {
             if replicate.is_some() {
@@ -314,43 +322,77 @@ fn commit_loop(
                 tracing::debug!(error = %e, "lease store not back yet");
             }
         }
-        let mut result = Ok(());
-        let mut flush = || result = store.commit(&changes);
-        // The first refusal of each job: its answer is withheld.
-        let mut refused: Vec<Option<StoreError>> = Vec::new();
-        match replicate {
+        // With peers: the changes go out now, the flush runs meanwhile, and the answers
+        // wait on another thread for both, so this thread goes on to the next batch
+        // (a peer's own changes, which its answer to ours may wait for, among them).
+        let queued: Vec<Instant> = waiting.iter().map(|(q, _)| *q).collect();
+        let mut waiting = Some(waiting);
+        let answer_later = match replicate {
             Some(r) if !shared.is_empty() => {
-                let verdicts = r.replicate(&shared, &mut flush);
-                refused.resize_with(waiting.len(), || None);
-                for ((verdict, job), ours) in verdicts.into_iter().zip(shared_job).zip(shared) {
-                    if let (Verdict::Refused(holder), LeaseEffect::Put(ours)) = (verdict, ours) {
-                        refused[job].get_or_insert(StoreError::HeldByPeer {
-                            ours: Box::new(ours),
-                            holder: Box::new(holder),
-                        });
-                    }
-                }
+                let waiting = waiting.take().expect("not taken yet");
+                let (flushed, flush_result) = tokio::sync::oneshot::channel();
+                r.replicate(
+                    shared,
+                    flush_result,
+                    Box::new(move |flush, changes, verdicts| {
+                        answer(waiting, &shared_job, flush, &changes, verdicts);
+                    }),
+                );
+                Some(flushed)
             }
-            _ => flush(),
-        }
+            _ => None,
+        };
+        let result = store.commit(&changes);
         match &result {
             Ok(()) => {
                 metrics.commits.inc();
                 metrics.committed_changes.add(changes.len() as u64);
-                for (queued, _) in &waiting {
-                    metrics
-                        .commit_latency
-                        .observe(queued.elapsed().as_secs_f64());
+                for q in &queued {
+                    metrics.commit_latency.observe(q.elapsed().as_secs_f64());
                 }
                 recovered(metrics);
             }
             Err(e) => failed(metrics, e, changes.len()),
         }
-        for (i, (_, then)) in waiting.into_iter().enumerate() {
-            match (&result, refused.get(i).and_then(Option::as_ref)) {
-                (Ok(()), Some(refusal)) => then(Err(refusal)),
-                _ => then(result.as_ref().map(|_| ())),
+        match answer_later {
+            Some(flushed) => {
+                let _ = flushed.send(result);
             }
+            None => answer(
+                waiting.take().expect("taken only with replication"),
+                &[],
+                result,
+                &[],
+                Vec::new(),
+            ),
+        }
+    }
+}
+
+/// Tells each waiting party how its job ended: the flush's result, or, when the flush
+/// held, a peer's refusal of one of its lease changes (`shared_job[i]` is the job of
+/// the i-th replicated change, `verdicts[i]` its verdict).
+fn answer(
+    waiting: Vec<(Instant, Then)>,
+    shared_job: &[usize],
+    flush: Result<(), StoreError>,
+    changes: &[LeaseEffect],
+    verdicts: Vec<Verdict>,
+) {
+    let mut refused: Vec<Option<StoreError>> = Vec::new();
+    refused.resize_with(waiting.len(), || None);
+    for ((verdict, &job), change) in verdicts.into_iter().zip(shared_job).zip(changes) {
+        if let (Verdict::Refused(holder), LeaseEffect::Put(ours)) = (verdict, change) {
+            refused[job].get_or_insert(StoreError::HeldByPeer {
+                ours: Box::new(ours.clone()),
+                holder: Box::new(holder),
+            });
+        }
+    }
+    for ((_, then), refusal) in waiting.into_iter().zip(&refused) {
+        match (&flush, refusal) {
+            (Ok(()), Some(refusal)) => then(Err(refusal)),
+            _ => then(flush.as_ref().map(|_| ())),
         }
     }
 }

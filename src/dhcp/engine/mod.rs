@@ -239,7 +239,7 @@ impl Engine {
         let free: u64 = s
             .pools
             .iter()
-            .map(|p| u64::from(p.share_len().saturating_sub(p.in_use())))
+            .map(|p| u64::from(p.share_len().saturating_sub(p.in_use_in_share())))
             .sum();
         free > u64::from(s.cfg.reserve_for_known)
     }
@@ -610,8 +610,14 @@ impl Engine {
             .collect();
         // With every peer in step, the new shares hold at once: a member still on the
         // old list waits for this one's answer before it acknowledges anything, and
-        // this one refuses an address it knows is held. Without, a transition.
-        if !self.replicated {
+        // this one refuses an address it knows is held. A join that keeps this member
+        // needs none either: its new share lies inside its old one, so narrowing by the
+        // old list changes nothing now or later (a later list narrows by this one,
+        // which is smaller). Otherwise, a transition.
+        let me = self.me.as_deref().unwrap_or_default();
+        let pure_join = old.index_of(me).is_some()
+            && old.names().iter().all(|n| self.members.index_of(n).is_some());
+        if !(self.replicated || pure_join) {
             self.past.push(PastList {
                 list: old.clone(),
                 split: Split::CURRENT,

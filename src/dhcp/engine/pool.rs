@@ -24,6 +24,8 @@ pub struct Pool {
     blocked: Vec<u64>,
     cursor: u32,
     in_use: u32,
+    /// Of `in_use`, those inside `allowed` (other members' leases lie outside it).
+    in_use_allowed: u32,
 }
 
 fn bit(words: &[u64], i: u32) -> bool {
@@ -76,6 +78,7 @@ impl Pool {
             used: vec![0; words],
             blocked: vec![0; words],
             in_use: 0,
+            in_use_allowed: 0,
         }
     }
 
@@ -91,7 +94,17 @@ impl Pool {
         for (w, a) in self.allowed.iter_mut().enumerate() {
             *a &= to.get(w).copied().unwrap_or(0);
         }
+        self.recount_allowed();
+    }
+
+    fn recount_allowed(&mut self) {
         self.allowed_len = ones(&self.allowed);
+        self.in_use_allowed = self
+            .allowed
+            .iter()
+            .zip(&self.used)
+            .map(|(a, u)| (a & u).count_ones())
+            .sum();
     }
 
     /// Replaces this member's share (the member list changed) and lifts any
@@ -105,7 +118,7 @@ impl Pool {
     /// Ends `restrict`: the whole share again.
     pub fn lift_restriction(&mut self) {
         self.allowed.clone_from(&self.share);
-        self.allowed_len = ones(&self.allowed);
+        self.recount_allowed();
     }
 
     /// The range's first and last address.
@@ -159,12 +172,24 @@ impl Pool {
     pub fn set_used(&mut self, ip: Ipv4Addr, used: bool) {
         if let Some(i) = self.index(ip) {
             let was = set(&mut self.used, i, used);
+            let allowed = u32::from(bit(&self.allowed, i));
             match (was, used) {
-                (false, true) => self.in_use += 1,
-                (true, false) => self.in_use -= 1,
+                (false, true) => {
+                    self.in_use += 1;
+                    self.in_use_allowed += allowed;
+                }
+                (true, false) => {
+                    self.in_use -= 1;
+                    self.in_use_allowed -= allowed;
+                }
                 _ => {}
             }
         }
+    }
+
+    /// Addresses held inside the part of the share this member may hand out now.
+    pub fn in_use_in_share(&self) -> u32 {
+        self.in_use_allowed
     }
 
     /// Whether `ip` is held.
