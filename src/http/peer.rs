@@ -96,7 +96,7 @@ pub async fn take_batch(
     if let Some(r) = &s.replication {
         r.metrics.received.inc();
     }
-    match dhcp.peer_changes(a.batch.changes).await {
+    match dhcp.peer_changes(a.batch.changes, a.batch.catch_up).await {
         Ok(Ok(verdicts)) => answer(&s, &a.proof, wire::encode_answer(&verdicts)),
         Ok(Err(e)) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),

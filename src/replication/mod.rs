@@ -116,24 +116,61 @@ impl ReplicationMetrics {
     }
 }
 
-/// The receiving side's memory of each sender's run and last sequence number: a proven
-/// message is taken once, and never after a later one of its run or from an earlier run.
+/// How far behind the newest sequence number a message may arrive and still be taken
+/// (messages of one run travel on several connections at once, so they may overtake
+/// each other).
+const REPLAY_WINDOW: u64 = 128;
+
+/// The receiving side's memory of each sender's run and the sequence numbers it took:
+/// a proven message is taken once, never from an earlier run, and never from further
+/// behind the newest than [`REPLAY_WINDOW`] (as IPsec's anti-replay window, RFC 4303
+/// §3.4.3).
 #[derive(Debug, Default)]
 pub struct ReplayGuard {
-    seen: Mutex<HashMap<String, (Epoch, u64)>>,
+    seen: Mutex<HashMap<String, Seen>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    epoch: Epoch,
+    newest: u64,
+    /// Bit i: `newest - i` was taken.
+    window: u128,
 }
 
 impl ReplayGuard {
     /// Whether a message of `member` (already proven) is new; records it if so.
     pub fn admit(&self, member: &str, epoch: Epoch, seq: u64) -> bool {
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        match seen.get(member) {
-            Some(&(e, s)) if epoch < e || (epoch == e && seq <= s) => false,
-            _ => {
-                seen.insert(member.to_string(), (epoch, seq));
-                true
-            }
+        let fresh = Seen {
+            epoch,
+            newest: seq,
+            window: 1,
+        };
+        let Some(s) = seen.get_mut(member) else {
+            seen.insert(member.to_string(), fresh);
+            return true;
+        };
+        if epoch < s.epoch {
+            return false;
         }
+        if epoch > s.epoch {
+            *s = fresh;
+            return true;
+        }
+        if seq > s.newest {
+            let shift = seq - s.newest;
+            s.window = if shift >= REPLAY_WINDOW { 0 } else { s.window << shift };
+            s.window |= 1;
+            s.newest = seq;
+            return true;
+        }
+        let behind = s.newest - seq;
+        if behind >= REPLAY_WINDOW || s.window & (1 << behind) != 0 {
+            return false;
+        }
+        s.window |= 1 << behind;
+        true
     }
 }
 
@@ -148,7 +185,10 @@ mod tests {
         assert!(g.admit("a", run(10, 1), 1));
         assert!(!g.admit("a", run(10, 1), 1), "replayed");
         assert!(g.admit("a", run(10, 1), 3), "gaps are fine");
-        assert!(!g.admit("a", run(10, 1), 2), "older than the last");
+        assert!(g.admit("a", run(10, 1), 2), "overtaken, inside the window");
+        assert!(!g.admit("a", run(10, 1), 2), "but only once");
+        assert!(g.admit("a", run(10, 1), 300));
+        assert!(!g.admit("a", run(10, 1), 100), "behind the window");
         assert!(g.admit("b", run(10, 1), 1), "per sender");
         assert!(g.admit("a", run(11, 0), 1), "a restart");
         assert!(!g.admit("a", run(10, 1), 9), "the run before the restart");

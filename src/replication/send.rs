@@ -2,9 +2,10 @@
 //! in force, concurrently with the local flush, and the ACKs wait for the peers' answers
 //! (the committer's [`Replicate`] hook). A peer that does not answer within the timeout
 //! falls *behind*: it is no longer waited for, its changes queue up and a background
-//! task sends them until it has them all, when it is *in step* again. A peer that
-//! joins the list (or this member starting) starts behind, with everything the store
-//! holds to send.
+//! task sends them until it has them all, when it is *in step* again. A peer new to the
+//! list (every peer when this member starts) is in step, so it is waited for at once,
+//! and is also sent everything the store holds, in the background: it may have missed
+//! changes while it was out of the list.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,8 +34,6 @@ const CATCH_UP_EVERY: Duration = Duration::from_millis(500);
 #[derive(Debug)]
 struct Backlog {
     changes: VecDeque<LeaseEffect>,
-    /// Everything the store holds must be sent first (a new peer, an overflow).
-    full: bool,
     /// Unix seconds since the peer has been behind.
     since: u64,
 }
@@ -42,10 +41,26 @@ struct Backlog {
 #[derive(Debug, Default)]
 struct Peer {
     behind: Option<Backlog>,
+    /// Everything the store holds is to be sent (a peer new to the list, an overflow).
+    resync: bool,
     /// Unix seconds of the last answer.
     last_ok: Option<u64>,
     /// Milliseconds the last answer took.
     last_ms: Option<u64>,
+}
+
+impl Peer {
+    /// Queues changes for a peer that is behind; beyond [`MAX_BACKLOG`] the queue is
+    /// dropped for a full resync.
+    fn queue(&mut self, changes: &[LeaseEffect]) {
+        if let Some(b) = self.behind.as_mut() {
+            b.changes.extend(changes.iter().cloned());
+            if b.changes.len() > MAX_BACKLOG {
+                b.changes.clear();
+                self.resync = true;
+            }
+        }
+    }
 }
 
 /// One peer as `/v1/members` shows it.
@@ -166,7 +181,7 @@ impl Replicator {
         view.members
             .iter()
             .filter(|m| m.name != self.me)
-            .all(|m| peers.get(&m.name).is_some_and(|p| p.behind.is_none()))
+            .all(|m| peers.get(&m.name).is_none_or(|p| p.behind.is_none()))
     }
 
     /// Each other member of the list, for `/v1/members`.
@@ -178,7 +193,7 @@ impl Replicator {
                 member: name.clone(),
                 in_step: p.behind.is_none(),
                 backlog: p.behind.as_ref().map_or(0, |b| b.changes.len()),
-                full_resync: p.behind.as_ref().is_some_and(|b| b.full),
+                full_resync: p.resync,
                 behind_since: p.behind.as_ref().map(|b| b.since),
                 last_ok: p.last_ok,
                 last_ms: p.last_ms,
@@ -189,8 +204,7 @@ impl Replicator {
     }
 
     /// The other members of the list in force. Peers that left are forgotten; peers
-    /// that are new start behind, with the whole store to send: they may have missed
-    /// anything while they were not in the list.
+    /// new to the list are in step and get a full resync (see the module comment).
     fn others(&self, peers: &mut HashMap<String, Peer>) -> Vec<Member> {
         let view = self.roster.current();
         let others: Vec<Member> = view
@@ -202,24 +216,25 @@ impl Replicator {
         peers.retain(|name, _| others.iter().any(|m| &m.name == name));
         for m in &others {
             peers.entry(m.name.clone()).or_insert_with(|| Peer {
-                behind: Some(Backlog {
-                    changes: VecDeque::new(),
-                    full: true,
-                    since: unix_now(),
-                }),
+                resync: true,
                 ..Peer::default()
             });
         }
         others
     }
 
-    fn next_batches(&self, changes: &[LeaseEffect]) -> Vec<(Vec<u8>, String, usize)> {
+    fn next_batches(
+        &self,
+        changes: &[LeaseEffect],
+        catch_up: bool,
+    ) -> Vec<(Vec<u8>, String, usize)> {
         changes
             .chunks(MAX_CHANGES)
             .map(|chunk| {
                 let body = wire::encode_batch(&Batch {
                     epoch: self.epoch,
                     seq: self.seq.fetch_add(1, Ordering::Relaxed) + 1,
+                    catch_up,
                     changes: chunk.to_vec(),
                 });
                 let proof = self.prove(BATCH_PATH, &body);
@@ -313,6 +328,7 @@ impl Replicator {
             let body = wire::encode_batch(&Batch {
                 epoch: self.epoch,
                 seq: self.seq.fetch_add(1, Ordering::Relaxed) + 1,
+                catch_up: true,
                 changes: Vec::new(),
             });
             let proof = self.prove(SNAPSHOT_PATH, &body);
@@ -350,8 +366,8 @@ impl Replicator {
                 others
                     .into_iter()
                     .filter_map(|m| {
-                        let full = peers.get(&m.name)?.behind.as_ref()?.full;
-                        Some((m, full))
+                        let p = peers.get(&m.name)?;
+                        (p.resync || p.behind.is_some()).then_some((m, p.resync))
                     })
                     .unzip()
             };
@@ -383,13 +399,13 @@ impl Replicator {
                 .map(LeaseEffect::Put)
                 .collect();
             let n = changes.len();
-            let batches = Arc::new(self.next_batches(&changes));
+            let batches = Arc::new(self.next_batches(&changes, true));
             match self.clone().send(member.clone(), batches).await {
                 Ok(verdicts) => {
                     self.count_late_refusals(&member, &changes, &verdicts);
                     let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
-                    if let Some(b) = peers.get_mut(&member.name).and_then(|p| p.behind.as_mut()) {
-                        b.full = false;
+                    if let Some(p) = peers.get_mut(&member.name) {
+                        p.resync = false;
                     }
                     debug!(member = %member.name, leases = n, "full resync sent");
                 }
@@ -402,28 +418,27 @@ impl Replicator {
         loop {
             let chunk: Vec<LeaseEffect> = {
                 let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
-                let Some(b) = peers.get_mut(&member.name).and_then(|p| p.behind.as_mut()) else {
+                let Some(p) = peers.get_mut(&member.name) else {
                     return;
                 };
-                if b.full {
+                if p.resync {
                     return; // overflowed meanwhile: the next round sends everything
                 }
+                let Some(b) = p.behind.as_mut() else { return };
                 if b.changes.is_empty() {
-                    if let Some(p) = peers.get_mut(&member.name) {
-                        p.behind = None;
-                    }
+                    p.behind = None;
                     info!(member = %member.name, "member in step: lease changes wait for it again");
                     return;
                 }
                 b.changes.iter().take(MAX_CHANGES).cloned().collect()
             };
-            let batches = Arc::new(self.next_batches(&chunk));
+            let batches = Arc::new(self.next_batches(&chunk, true));
             match self.clone().send(member.clone(), batches).await {
                 Ok(verdicts) => {
                     self.count_late_refusals(&member, &chunk, &verdicts);
                     let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
-                    if let Some(b) = peers.get_mut(&member.name).and_then(|p| p.behind.as_mut()) {
-                        if !b.full {
+                    if let Some(p) = peers.get_mut(&member.name).filter(|p| !p.resync) {
+                        if let Some(b) = p.behind.as_mut() {
                             b.changes.drain(..chunk.len().min(b.changes.len()));
                         }
                     }
@@ -436,8 +451,9 @@ impl Replicator {
         }
     }
 
-    /// A refusal of a change already answered (sent while the peer was behind): two
-    /// clients may hold one address. Said loudly; nothing can take the ACK back.
+    /// A refusal of a change already answered (sent while the peer was behind): the
+    /// peer holds a newer lease on the address. Said loudly; nothing can take the ACK
+    /// back.
     fn count_late_refusals(&self, member: &Member, sent: &[LeaseEffect], verdicts: &[Verdict]) {
         for (c, v) in sent.iter().zip(verdicts) {
             if let (LeaseEffect::Put(ours), Verdict::Refused(holder)) = (c, v) {
@@ -456,17 +472,10 @@ impl Replicator {
             self.metrics.fell_behind.inc();
             p.behind = Some(Backlog {
                 changes: VecDeque::new(),
-                full: false,
                 since: unix_now(),
             });
         }
-        if let Some(b) = p.behind.as_mut() {
-            b.changes.extend(changes.iter().cloned());
-            if b.changes.len() > MAX_BACKLOG {
-                b.changes.clear();
-                b.full = true;
-            }
-        }
+        p.queue(changes);
     }
 }
 
@@ -484,22 +493,13 @@ impl Replicate for Hook {
                 .into_iter()
                 .filter(|m| {
                     let p = peers.get_mut(&m.name).expect("others() adds every member");
-                    match p.behind.as_mut() {
-                        Some(b) => {
-                            b.changes.extend(changes.iter().cloned());
-                            if b.changes.len() > MAX_BACKLOG {
-                                b.changes.clear();
-                                b.full = true;
-                            }
-                            false
-                        }
-                        None => true,
-                    }
+                    p.queue(&changes);
+                    p.behind.is_none()
                 })
                 .collect()
         };
         let started = Instant::now();
-        let batches = Arc::new(r.next_batches(&changes));
+        let batches = Arc::new(r.next_batches(&changes, false));
         let sends: Vec<_> = targets
             .iter()
             .map(|m| r.runtime.spawn(r.clone().send(m.clone(), batches.clone())))

@@ -4,7 +4,7 @@
 //! (`store::encode_lease`), so what a peer stores is exactly what the granter stored.
 //!
 //! ```text
-//! batch   = "SBR1" epoch-started:u64 epoch-nonce:u64 seq:u64 count:u32 change*
+//! batch   = "SBR1" epoch-started:u64 epoch-nonce:u64 seq:u64 catch-up:u8 count:u32 change*
 //! change  = 1 ip:4 len:u32 lease-record          ; put
 //!         | 2 ip:4 mac:6                          ; remove, if held by mac
 //! answer  = "SBA1" count:u32 verdict*
@@ -47,6 +47,10 @@ pub struct Batch {
     pub epoch: Epoch,
     /// Grows with every batch the run sends.
     pub seq: u64,
+    /// Changes the sender made earlier, sent to catch a peer up (a full resync, or
+    /// what queued while the peer was behind): already answered, so a conflict is
+    /// settled by which lease is newer rather than refused.
+    pub catch_up: bool,
     /// The changes, in the order they were made.
     pub changes: Vec<LeaseEffect>,
 }
@@ -97,6 +101,7 @@ pub fn encode_batch(batch: &Batch) -> Vec<u8> {
     out.extend_from_slice(&batch.epoch.started.to_be_bytes());
     out.extend_from_slice(&batch.epoch.nonce.to_be_bytes());
     out.extend_from_slice(&batch.seq.to_be_bytes());
+    out.push(u8::from(batch.catch_up));
     out.extend_from_slice(&(batch.changes.len() as u32).to_be_bytes());
     for c in &batch.changes {
         match c {
@@ -172,6 +177,11 @@ pub fn decode_batch(bytes: &[u8]) -> Result<Batch, WireError> {
         nonce: r.u64()?,
     };
     let seq = r.u64()?;
+    let catch_up = match r.u8()? {
+        0 => false,
+        1 => true,
+        k => return Err(WireError::Kind(k)),
+    };
     let n = r.count()?;
     let mut changes = Vec::with_capacity(n);
     for _ in 0..n {
@@ -185,6 +195,7 @@ pub fn decode_batch(bytes: &[u8]) -> Result<Batch, WireError> {
     Ok(Batch {
         epoch,
         seq,
+        catch_up,
         changes,
     })
 }
@@ -286,6 +297,7 @@ mod tests {
                 nonce: 0xdead_beef,
             },
             seq: 9,
+            catch_up: true,
             changes: vec![
                 LeaseEffect::Put(lease(1)),
                 LeaseEffect::Remove(lease(2).ip, lease(2).mac),
@@ -306,6 +318,7 @@ mod tests {
                 nonce: 2,
             },
             seq: 3,
+            catch_up: true,
             changes: vec![LeaseEffect::Put(lease(1)), LeaseEffect::Put(lease(2))],
         };
         let bytes = encode_batch(&batch);
@@ -330,6 +343,7 @@ mod tests {
                 nonce: 2,
             },
             seq: 3,
+            catch_up: true,
             changes: Vec::new(),
         });
         let at = bytes.len() - 4;

@@ -21,7 +21,9 @@ use std::sync::Arc;
 use crate::mac::MacAddr;
 
 pub use codec::{decode_lease, encode_lease, CodecError, LEASE_FORMAT_VERSION};
-pub use committer::{CommitFailed, Committer, Finish, Flushed, Replicate, StoreMetrics, StoreStatus};
+pub use committer::{
+    CommitFailed, Committer, Finish, Flushed, Replicate, StoreMetrics, StoreStatus,
+};
 pub use lease::{Lease, LeaseEffect, LeaseState, Verdict};
 pub use memory::MemoryStore;
 pub use query::LeaseQuery;

@@ -255,6 +255,43 @@ impl BroadcastClient {
             .collect()
     }
 
+    /// REBINDING (ciaddr, no server-id) per (MAC, address), broadcast as RFC 2131
+    /// §4.4.5 says once T2 has passed; every reply per MAC.
+    pub(crate) fn rebind(
+        &mut self,
+        clients: &[([u8; 6], Ipv4Addr)],
+        wait: Duration,
+    ) -> Vec<Vec<Seen>> {
+        let mut xids = HashMap::new();
+        for (i, (mac, ip)) in clients.iter().enumerate() {
+            let mut r = self.message(MessageType::Request, mac, 0);
+            r.set_ciaddr(*ip);
+            xids.insert(r.xid(), i);
+            self.send(&r);
+            if i % 50 == 49 {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        let mut got = self.collect(&xids, wait);
+        (0..clients.len())
+            .map(|i| got.remove(&i).unwrap_or_default())
+            .collect()
+    }
+
+    /// A RELEASE per (MAC, address). Broadcast: with replicated leases every member
+    /// holds the record and frees it (RFC 2131 unicasts it to the server, which this
+    /// client has no route to).
+    pub(crate) fn release(&mut self, clients: &[([u8; 6], Ipv4Addr)]) {
+        for (i, (mac, ip)) in clients.iter().enumerate() {
+            let mut r = self.message(MessageType::Release, mac, 0);
+            r.set_ciaddr(*ip);
+            self.send(&r);
+            if i % 50 == 49 {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    }
+
     /// INIT-REBOOT (no server-id, option 50) per (MAC, address); every reply per MAC.
     pub(crate) fn init_reboot(
         &mut self,

@@ -108,9 +108,6 @@ pub struct Engine {
     limits: Limits,
     /// Every other member has every lease change (lease replication in step).
     replicated: bool,
-    /// Addresses whose record a peer replicated and this member has not acknowledged
-    /// itself: their clients are the responsible member's to answer.
-    peer_held: std::collections::HashSet<Ipv4Addr>,
 }
 
 impl Engine {
@@ -152,7 +149,6 @@ impl Engine {
             runtime_reserved: std::collections::HashSet::new(),
             limits: Limits::default(),
             replicated: false,
-            peer_held: std::collections::HashSet::new(),
         };
         let blocked: Vec<Ipv4Addr> = config
             .subnets
@@ -426,14 +422,10 @@ impl Engine {
             return Decision::ignore(IgnoreReason::NoSubnet);
         };
         match self.table.get(ip) {
-            // A lease a peer gave: every member knows it, the responsible one answers.
-            Some(l)
-                if &l.mac == mac
-                    && ctx.responsibility == Responsibility::NotMine
-                    && self.held_for_peer(ip) =>
-            {
-                Decision::ignore(IgnoreReason::NotResponsible)
-            }
+            // Every member that holds the client's lease answers, the responsible one or
+            // not (a peer's replicated lease included): the responsible member may lack
+            // a lease granted by a member that died before it caught up, and the same
+            // ACK twice costs the client nothing.
             Some(l) if &l.mac == mac && l.state != LeaseState::Declined => {
                 if self.servable(si, ip, mac)
                     && self.partition_allows(si, ip, mac, ctx.now)
@@ -487,7 +479,6 @@ impl Engine {
             lease.starts = old.starts;
         }
         self.table.insert(lease.clone());
-        self.peer_held.remove(&ip);
         self.set_used(ip, true);
         let reply = self.positive_reply(msg, MessageType::Ack, ip, si, mac, ctx);
         Decision {
@@ -616,7 +607,10 @@ impl Engine {
         // which is smaller). Otherwise, a transition.
         let me = self.me.as_deref().unwrap_or_default();
         let pure_join = old.index_of(me).is_some()
-            && old.names().iter().all(|n| self.members.index_of(n).is_some());
+            && old
+                .names()
+                .iter()
+                .all(|n| self.members.index_of(n).is_some());
         if !(self.replicated || pure_join) {
             self.past.push(PastList {
                 list: old.clone(),

@@ -3,8 +3,6 @@
 //! refused when the address is held by another client; and the engine's own lease
 //! withdrawn when a peer refused it.
 
-use std::net::Ipv4Addr;
-
 use super::Engine;
 use crate::store::{Lease, LeaseEffect, LeaseState, Verdict};
 
@@ -18,18 +16,22 @@ impl Engine {
     }
 
     /// A peer's lease change. Returns the verdict, and the change to make durable here
-    /// (`None`: nothing to store).
+    /// (`None`: nothing to store). A live change (`catch_up` false) on an address
+    /// another client holds is refused: its granter has not answered its client yet.
+    /// A change sent to catch this member up was answered long ago: when it conflicts,
+    /// the lease that began later wins, since the other must have ended (released,
+    /// forgotten) while one of the two members did not hear of it.
     pub fn apply_peer_change(
         &mut self,
         change: &LeaseEffect,
         now: u64,
+        catch_up: bool,
     ) -> (Verdict, Option<LeaseEffect>) {
         match change {
-            LeaseEffect::Put(lease) => self.apply_peer_lease(lease, now),
+            LeaseEffect::Put(lease) => self.apply_peer_lease(lease, now, catch_up),
             LeaseEffect::Remove(ip, mac) => {
                 if self.table.get(*ip).is_some_and(|l| &l.mac == mac) {
                     self.table.remove(*ip);
-                    self.peer_held.remove(ip);
                     self.set_used(*ip, false);
                     return (Verdict::Accepted, Some(change.clone()));
                 }
@@ -38,7 +40,12 @@ impl Engine {
         }
     }
 
-    fn apply_peer_lease(&mut self, lease: &Lease, now: u64) -> (Verdict, Option<LeaseEffect>) {
+    fn apply_peer_lease(
+        &mut self,
+        lease: &Lease,
+        now: u64,
+        catch_up: bool,
+    ) -> (Verdict, Option<LeaseEffect>) {
         if lease.state == LeaseState::Offered {
             // Offers are never shared; a peer that sends one is not believed.
             return (Verdict::Accepted, None);
@@ -50,7 +57,8 @@ impl Engine {
                 if held.mac != lease.mac
                     && held.state != LeaseState::Offered
                     && held.is_active(now)
-                    && lease.is_active(now) =>
+                    && lease.is_active(now)
+                    && !(catch_up && lease.starts > held.starts) =>
             {
                 return (Verdict::Refused(held.clone()), None);
             }
@@ -74,7 +82,6 @@ impl Engine {
             self.limits.declined(lease.expires);
         }
         self.table.insert(lease);
-        self.peer_held.insert(ip);
         self.set_used(ip, active);
     }
 
@@ -106,11 +113,5 @@ impl Engine {
             .filter(|l| l.state != LeaseState::Offered && l.is_active(now))
             .cloned()
             .collect()
-    }
-
-    /// Whether this member's record on `ip` came from a peer (and this member has not
-    /// acknowledged it itself since).
-    pub(super) fn held_for_peer(&self, ip: Ipv4Addr) -> bool {
-        self.peer_held.contains(&ip)
     }
 }

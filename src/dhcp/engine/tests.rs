@@ -1530,11 +1530,14 @@ fn a_peers_lease_is_never_offered_to_another_client_and_its_client_keeps_it() {
     let ip = Ipv4Addr::new(198, 51, 100, 10);
     let put = LeaseEffect::Put(peer_lease(ip, mac(1), T0));
     assert_eq!(
-        e.apply_peer_change(&put, T0),
+        e.apply_peer_change(&put, T0, false),
         (Verdict::Accepted, Some(put.clone()))
     );
     // A late copy of what is already known changes nothing on disk.
-    assert_eq!(e.apply_peer_change(&put, T0), (Verdict::Accepted, None));
+    assert_eq!(
+        e.apply_peer_change(&put, T0, false),
+        (Verdict::Accepted, None)
+    );
     let other = e.handle_message(&msg(MessageType::Discover, mac(2)), &ctx(&i, T0 + 1));
     assert_ne!(offered(&other), ip);
     // The peer's client rebinds here (ciaddr, no server id): ACKed on its address.
@@ -1542,11 +1545,10 @@ fn a_peers_lease_is_never_offered_to_another_client_and_its_client_keeps_it() {
     rebind.set_ciaddr(ip);
     let d = e.handle_message(&rebind, &ctx(&i, T0 + 2));
     assert_eq!(d.outcome, Outcome::Ack(ip));
-    // Another member is responsible for a client whose lease it knows from a peer:
-    // this member stays silent (the responsible one answers), as long as it has not
-    // acknowledged the lease itself.
+    // Another member is responsible for the client: this member answers its rebind all
+    // the same (the responsible one may lack the lease, if its granter died first).
     let ip2 = Ipv4Addr::new(198, 51, 100, 12);
-    e.apply_peer_change(&LeaseEffect::Put(peer_lease(ip2, mac(3), T0)), T0);
+    e.apply_peer_change(&LeaseEffect::Put(peer_lease(ip2, mac(3), T0)), T0, false);
     let mut rebind = msg(MessageType::Request, mac(3));
     rebind.set_ciaddr(ip2);
     let not_mine = PacketContext {
@@ -1555,17 +1557,17 @@ fn a_peers_lease_is_never_offered_to_another_client_and_its_client_keeps_it() {
     };
     assert_eq!(
         e.handle_message(&rebind, &not_mine).outcome,
-        Outcome::Ignored(IgnoreReason::NotResponsible)
+        Outcome::Ack(ip2)
     );
     // A remove for another client's record is not this record's: kept.
     let wrong = LeaseEffect::Remove(ip2, mac(9));
     assert_eq!(
-        e.apply_peer_change(&wrong, T0 + 3),
+        e.apply_peer_change(&wrong, T0 + 3, false),
         (Verdict::Accepted, None)
     );
     assert!(e.lease(ip2).is_some());
     let right = LeaseEffect::Remove(ip2, mac(3));
-    assert_eq!(e.apply_peer_change(&right, T0 + 3).1, Some(right));
+    assert_eq!(e.apply_peer_change(&right, T0 + 3, false).1, Some(right));
     assert!(e.lease(ip2).is_none());
 }
 
@@ -1576,14 +1578,25 @@ fn a_peers_lease_on_an_address_held_by_another_client_is_refused_an_offer_is_not
     let mut e = Engine::new(&config(""), vec![], T0);
     let bound = bind(&mut e, &i, mac(1), T0);
     let theirs = peer_lease(bound, mac(2), T0);
-    let (verdict, store) = e.apply_peer_change(&LeaseEffect::Put(theirs.clone()), T0 + 1);
+    let (verdict, store) = e.apply_peer_change(&LeaseEffect::Put(theirs.clone()), T0 + 1, false);
     assert_eq!(verdict, Verdict::Refused(e.lease(bound).unwrap().clone()));
     assert_eq!(store, None);
     assert_eq!(e.lease(bound).unwrap().mac, mac(1));
+    // Sent to catch this member up, the lease that began later wins: the other must
+    // have ended where this member did not hear of it.
+    let later = crate::store::Lease {
+        starts: T0 + 5,
+        ..theirs.clone()
+    };
+    let (verdict, store) = e.apply_peer_change(&LeaseEffect::Put(later.clone()), T0 + 6, true);
+    assert_eq!(verdict, Verdict::Accepted);
+    assert_eq!(store, Some(LeaseEffect::Put(later)));
+    assert_eq!(e.lease(bound).unwrap().mac, mac(2));
     // An offer is no promise: the peer's lease takes the address, and the offered
     // client's REQUEST is NAKed.
     let offer = offered(&e.handle_message(&msg(MessageType::Discover, mac(3)), &ctx(&i, T0)));
-    let (verdict, _) = e.apply_peer_change(&LeaseEffect::Put(peer_lease(offer, mac(4), T0)), T0);
+    let (verdict, _) =
+        e.apply_peer_change(&LeaseEffect::Put(peer_lease(offer, mac(4), T0)), T0, false);
     assert_eq!(verdict, Verdict::Accepted);
     let d = e.handle_message(&request_selecting(mac(3), offer), &ctx(&i, T0 + 1));
     assert_eq!(d.outcome, Outcome::Nak);
@@ -1617,7 +1630,11 @@ fn in_step_a_lease_outside_the_share_is_extended_and_a_member_change_needs_no_tr
     let mut e = Engine::new(&cfg, Vec::new(), T0);
     e.adopt_members(MemberList::new(ABC));
     let outside = share(&ABC, "a")[0];
-    e.apply_peer_change(&LeaseEffect::Put(peer_lease(outside, mac(1), T0)), T0);
+    e.apply_peer_change(
+        &LeaseEffect::Put(peer_lease(outside, mac(1), T0)),
+        T0,
+        false,
+    );
     let mut rebind = msg(MessageType::Request, mac(1));
     rebind.set_ciaddr(outside);
     let lease_of = |d: &Decision| match &d.effects[..] {
@@ -1640,6 +1657,7 @@ fn in_step_a_lease_outside_the_share_is_extended_and_a_member_change_needs_no_tr
     e.set_replicated(false);
     e.change_members(MemberList::new(ABC), T0 + 400).unwrap();
     assert_eq!(e.transition_until(), None);
-    e.change_members(MemberList::new(["b", "c"]), T0 + 500).unwrap();
+    e.change_members(MemberList::new(["b", "c"]), T0 + 500)
+        .unwrap();
     assert!(e.transition_until().is_some());
 }

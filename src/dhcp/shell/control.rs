@@ -33,6 +33,7 @@ pub(super) enum Control {
     /// A peer's lease changes (lease replication): answered once durable.
     PeerChanges {
         changes: Vec<LeaseEffect>,
+        catch_up: bool,
         done: oneshot::Sender<Result<Vec<Verdict>, CommitFailed>>,
     },
     /// Every live lease, for a member starting.
@@ -122,9 +123,14 @@ impl DhcpHandle {
     pub async fn peer_changes(
         &self,
         changes: Vec<LeaseEffect>,
+        catch_up: bool,
     ) -> Result<Result<Vec<Verdict>, CommitFailed>, ControlError> {
-        self.ask(|done| Control::PeerChanges { changes, done })
-            .await
+        self.ask(|done| Control::PeerChanges {
+            changes,
+            catch_up,
+            done,
+        })
+        .await
     }
 
     /// Every lease that holds its address now.
@@ -199,11 +205,15 @@ pub(super) fn apply(engine: &mut Engine, cmd: Control, committer: &Committer, no
             }
             let _ = done.send(until);
         }
-        Control::PeerChanges { changes, done } => {
+        Control::PeerChanges {
+            changes,
+            catch_up,
+            done,
+        } => {
             let mut verdicts = Vec::with_capacity(changes.len());
             let mut taken = Vec::new();
             for c in &changes {
-                let (verdict, store) = engine.apply_peer_change(c, now);
+                let (verdict, store) = engine.apply_peer_change(c, now, catch_up);
                 verdicts.push(verdict);
                 taken.extend(store.map(Change::Replica));
             }

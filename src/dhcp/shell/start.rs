@@ -194,7 +194,7 @@ pub async fn prepare(config: &Config, parts: Parts) -> Result<Server, StartError
         let (leases, every) = r.pull_snapshots().await;
         let mut taken = Vec::new();
         for l in leases {
-            if let (_, Some(effect)) = engine.apply_peer_change(&LeaseEffect::Put(l), now) {
+            if let (_, Some(effect)) = engine.apply_peer_change(&LeaseEffect::Put(l), now, true) {
                 taken.push(Change::Replica(effect));
             }
         }

@@ -1,0 +1,371 @@
+//! Lease replication under member deaths (issue: members follow the cluster). Three
+//! members on one bridge take their member list from a file the test rewrites, as
+//! Ironic's conductor list changes in production. Twenty rounds, each: machines
+//! DISCOVER and REQUEST while one member, chosen at random, is SIGKILLed at a random
+//! moment; the file drops it at once, so the other two take its blocks immediately and
+//! hand out addresses from them while more machines arrive; the member comes back (on
+//! its own store, or every other round on an empty one, as a pod rescheduled to another
+//! node). The range is small (256 addresses) and machines release their leases in
+//! turn, so every address is handed out again and again and the blocks of the member
+//! just killed are used at once.
+//!
+//! What must hold, whatever the moment of the kill: no address is ACKed to a machine
+//! while another holds it; every machine that holds a lease keeps its address when it
+//! rebinds, whichever member answers; and at the end the three stores agree.
+
+mod common;
+
+use std::collections::{HashMap, VecDeque};
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::time::Duration;
+
+use common::segment::{BroadcastClient, Seen, Segment};
+use common::Server;
+use dhcproto::v4::MessageType;
+
+const NAMES: [&str; 3] = ["a", "b", "c"];
+const TAKEOVER_SECS: u16 = 2;
+const ROUNDS: usize = 20;
+/// Machines that arrive while a member is killed, and again after its blocks moved.
+const PER_BATCH: u32 = 25;
+/// Machines holding a lease at once (the range has 256 addresses).
+const LIVE: usize = 150;
+
+fn member_ip(i: usize) -> Ipv4Addr {
+    Ipv4Addr::new(198, 18, 0, 11 + i as u8)
+}
+
+fn write_members(path: &Path, members: &[usize]) {
+    let mut text = String::new();
+    for &i in members {
+        text.push_str(&format!(
+            "[[member]]\nname = \"{}\"\nhttp_url = \"http://{}:8080\"\n",
+            NAMES[i],
+            member_ip(i)
+        ));
+    }
+    // Written whole and renamed in place, as an operator should: never half a list.
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+fn config(interface: &str, i: usize, members_file: &Path) -> String {
+    format!(
+        r#"
+[dhcp]
+interfaces = ["{interface}"]
+takeover_secs = {TAKEOVER_SECS}
+[tftp]
+enabled = false
+[http]
+listen = "{ip}:8080"
+[health]
+interval_ms = 200
+timeout_ms = 150
+dead_after = 2
+[owner]
+self = "{name}"
+members = "file"
+members_file = "{file}"
+members_poll_ms = 100
+{secret}
+[[subnet]]
+network = "198.18.0.0/16"
+ranges = ["198.18.1.0 - 198.18.1.255"]
+lease_time = 3600
+"#,
+        ip = member_ip(i),
+        name = NAMES[i],
+        file = members_file.display(),
+        secret = common::member_secret_line(),
+    )
+}
+
+fn mac(n: u32) -> [u8; 6] {
+    let b = n.to_be_bytes();
+    [0x02, 0x7e, b[0], b[1], b[2], b[3]]
+}
+
+/// A small xorshift: the kill moments and victims are random but the same every run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self, below: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % below
+    }
+}
+
+/// The machines, as the segment sees them: every ACK is checked against the address's
+/// current holder.
+struct Machines {
+    client: BroadcastClient,
+    holder: HashMap<Ipv4Addr, [u8; 6]>,
+    live: VecDeque<([u8; 6], Ipv4Addr)>,
+    next: u32,
+    acked: usize,
+    unanswered: usize,
+    /// Which member ACKed each machine, and in which round (for failure messages).
+    acked_by: HashMap<[u8; 6], (Ipv4Addr, usize)>,
+}
+
+impl Machines {
+    /// `n` new machines DISCOVER and REQUEST, trying again (with `secs` past the
+    /// takeover threshold, as firmware that waited) when nobody answered.
+    fn arrive(&mut self, n: u32, round: usize) {
+        let mut pending: Vec<[u8; 6]> = (self.next..self.next + n).map(mac).collect();
+        self.next += n;
+        for attempt in 0..4 {
+            if pending.is_empty() {
+                break;
+            }
+            let secs = if attempt == 0 { 0 } else { TAKEOVER_SECS };
+            let seen = self
+                .client
+                .discover(&pending, secs, Duration::from_millis(700));
+            let requests: Vec<([u8; 6], Ipv4Addr, Ipv4Addr)> = pending
+                .iter()
+                .zip(&seen)
+                .filter_map(|(m, s)| {
+                    let o = s.iter().find(|x| x.kind == MessageType::Offer)?;
+                    Some((*m, o.server, o.yiaddr))
+                })
+                .collect();
+            let answers = self.client.request(&requests, Duration::from_millis(700));
+            for ((m, _, _), s) in requests.iter().zip(answers) {
+                for ack in s.iter().filter(|x| x.kind == MessageType::Ack) {
+                    self.bound(*m, *ack, round);
+                }
+                if s.iter().any(|x| x.kind == MessageType::Ack) {
+                    pending.retain(|p| p != m);
+                }
+            }
+        }
+        self.unanswered += pending.len();
+    }
+
+    fn bound(&mut self, m: [u8; 6], ack: Seen, round: usize) {
+        match self.holder.insert(ack.yiaddr, m) {
+            Some(prev) if prev != m => panic!(
+                "round {round}: {} ACKed to {m:02x?} (by {}) while {prev:02x?} holds it",
+                ack.yiaddr, ack.server
+            ),
+            Some(_) => {}
+            None => {
+                self.acked_by.insert(m, (ack.server, round));
+                self.live.push_back((m, ack.yiaddr));
+                self.acked += 1;
+            }
+        }
+    }
+
+    /// The oldest machines beyond [`LIVE`] release their leases.
+    fn release_oldest(&mut self) {
+        let n = self.live.len().saturating_sub(LIVE);
+        let gone: Vec<([u8; 6], Ipv4Addr)> = self.live.drain(..n).collect();
+        self.client.release(&gone);
+        for (_, ip) in &gone {
+            self.holder.remove(ip);
+        }
+        // Every member takes the release before the address is handed out again.
+        std::thread::sleep(Duration::from_millis(300));
+    }
+
+    /// Every machine holding a lease reboots (INIT-REBOOT: its address in option 50, no
+    /// server named): each must be ACKed on its own address, and none NAKed, whichever
+    /// member answers. Returns how many were answered by each member, and the losses.
+    fn all_rebind(&mut self, when: &str) -> ([usize; 3], Vec<String>) {
+        let mut by = [0; 3];
+        let live: Vec<_> = self.live.iter().copied().collect();
+        let mut answers = self.client.init_reboot(&live, Duration::from_millis(800));
+        // UDP on a loaded machine: a machine that heard nothing sends again.
+        let silent: Vec<usize> = (0..live.len()).filter(|&i| answers[i].is_empty()).collect();
+        if !silent.is_empty() {
+            let again: Vec<_> = silent.iter().map(|&i| live[i]).collect();
+            for (i, s) in silent
+                .into_iter()
+                .zip(self.client.init_reboot(&again, Duration::from_millis(1500)))
+            {
+                answers[i] = s;
+            }
+        }
+        let mut lost = Vec::new();
+        for ((m, ip), s) in live.iter().zip(answers) {
+            if s.is_empty()
+                || !s
+                    .iter()
+                    .all(|x| x.kind == MessageType::Ack && x.yiaddr == *ip)
+            {
+                lost.push(format!(
+                    "{when}: {m:02x?} on {ip} (ACKed by, in round: {:?}) lost its address on INIT-REBOOT: {s:?}",
+                    self.acked_by.get(m)
+                ));
+                continue;
+            }
+            let who = (0..3).find(|&i| member_ip(i) == s[0].server).unwrap();
+            by[who] += 1;
+        }
+        (by, lost)
+    }
+}
+
+fn members_seen(seg: &Segment, i: usize) -> Option<u64> {
+    seg.metrics(member_ip(i))
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("shardboot_members ")
+                .map(|v| v.trim().parse().ok())
+        })
+        .flatten()
+}
+
+fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + limit;
+    while !f() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn members_killed_at_random_moments_never_cost_a_duplicate_or_an_address() {
+    require_root!();
+    let addrs: Vec<String> = (0..3).map(|i| format!("{}/16", member_ip(i))).collect();
+    let addr_refs: Vec<&str> = addrs.iter().map(String::as_str).collect();
+    let seg = Segment::new(&addr_refs);
+    let shared = tempfile::tempdir().unwrap();
+    let file = shared.path().join("members.toml");
+    write_members(&file, &[0, 1, 2]);
+    let mut dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let configs: Vec<String> = (0..3)
+        .map(|i| config(&seg.member_ifs[i], i, &file))
+        .collect();
+    let mut servers: Vec<Server> = (0..3)
+        .map(|i| Server::start(&seg.servers, dirs[i].path(), &configs[i]))
+        .collect();
+    let mut machines = Machines {
+        client: seg.client(),
+        holder: HashMap::new(),
+        live: VecDeque::new(),
+        next: 1,
+        acked: 0,
+        unanswered: 0,
+        acked_by: HashMap::new(),
+    };
+    machines.arrive(LIVE as u32, 0);
+    let mut rng = Rng(0x5eed_1234_abcd_0042);
+    let mut rebinds = [0usize; 3];
+    for round in 1..=ROUNDS {
+        let victim = rng.next(3) as usize;
+        let kill_after = Duration::from_millis(rng.next(1400));
+        let survivors: Vec<usize> = (0..3).filter(|&i| i != victim).collect();
+        eprintln!(
+            "round {round}: {} killed after {kill_after:?}",
+            NAMES[victim]
+        );
+        // Machines arrive; the victim dies somewhere in the middle of their exchanges,
+        // and its blocks go to the others at once.
+        std::thread::scope(|s| {
+            let storm = s.spawn(|| machines.arrive(PER_BATCH, round));
+            std::thread::sleep(kill_after);
+            servers[victim].kill9();
+            write_members(&file, &survivors);
+            storm.join().unwrap();
+        });
+        wait_until(
+            "the others follow the file",
+            Duration::from_secs(10),
+            || survivors.iter().all(|&i| members_seen(&seg, i) == Some(2)),
+        );
+        // More machines, now into the victim's former blocks too.
+        machines.arrive(PER_BATCH, round);
+        if round % 5 == 0 {
+            let (by, lost) = machines.all_rebind(&format!("round {round}, {} dead", NAMES[victim]));
+            if !lost.is_empty() {
+                for (i, s) in servers.iter_mut().enumerate() {
+                    s.stop();
+                    let stored = s.leases_json();
+                    for l in stored.as_array().unwrap() {
+                        let ip = l["ip"].as_str().unwrap();
+                        if ["198.18.1.220", "198.18.1.212", "198.18.1.1"].contains(&ip) {
+                            eprintln!("{}: {l}", NAMES[i]);
+                        }
+                    }
+                    for line in s.log_text().lines().filter(|l| {
+                        l.contains("WARN")
+                            || l.contains("ERROR")
+                            || l.contains("02:7e:00:00:00:c9")
+                            || l.contains("198.18.1.220")
+                    }) {
+                        eprintln!("{}: {line}", NAMES[i]);
+                    }
+                }
+                panic!("{lost:#?}");
+            }
+            for i in 0..3 {
+                rebinds[i] += by[i];
+            }
+            assert_eq!(by[victim], 0, "a dead member answered");
+        }
+        // Back: on its own store, or (every other round) on an empty one.
+        if round % 2 == 0 {
+            servers[victim].restart();
+        } else {
+            dirs[victim] = tempfile::tempdir().unwrap();
+            servers[victim] = Server::start(&seg.servers, dirs[victim].path(), &configs[victim]);
+            assert!(
+                servers[victim].log_text().contains("every_member=true"),
+                "round {round}: {} did not read both members' leases:\n{}",
+                NAMES[victim],
+                servers[victim].log_text()
+            );
+        }
+        write_members(&file, &[0, 1, 2]);
+        wait_until("every member sees three", Duration::from_secs(10), || {
+            (0..3).all(|i| members_seen(&seg, i) == Some(3))
+        });
+        machines.release_oldest();
+    }
+    let (by, lost) = machines.all_rebind("after the last round");
+    assert!(lost.is_empty(), "{lost:#?}");
+    eprintln!(
+        "{ROUNDS} rounds: {} leases ACKed, {} machines unanswered after 4 tries, rebinds \
+         answered by a/b/c {:?} (at the end {by:?})",
+        machines.acked, machines.unanswered, rebinds
+    );
+    // The stores agree: every live machine's lease is in each, on its address.
+    for (i, s) in servers.iter_mut().enumerate() {
+        s.stop();
+        let stored = s.leases_json();
+        let held: HashMap<Ipv4Addr, String> = stored
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| l["state"] == "bound")
+            .map(|l| {
+                (
+                    l["ip"].as_str().unwrap().parse().unwrap(),
+                    l["mac"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        for (m, ip) in &machines.live {
+            let want = shardboot::mac::MacAddr(*m).to_string();
+            assert_eq!(held.get(ip), Some(&want), "{ip} in {}'s store", NAMES[i]);
+        }
+    }
+    // Most machines were served at all (a machine may give up in a kill's window).
+    assert!(
+        machines.unanswered * 20 < machines.acked,
+        "{} unanswered of {}",
+        machines.unanswered,
+        machines.acked
+    );
+}
