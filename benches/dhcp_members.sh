@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Three members against one, in one run: perfdhcp broadcasting on a bridge (like a rack
 # of PXE ROMs) to a single shardboot serving the whole range, then to three members that
-# each answer only their own machines from their own share. Prints 4-way exchanges/s,
-# the members' summed CPU per exchange, and how many addresses were handed out twice
-# (must be 0). Run as root.
+# each answer only their own machines from their own share and replicate every lease to
+# the other two before its ACK. Prints 4-way exchanges/s, the members' summed CPU per
+# exchange, perfdhcp's REQUEST-ACK delay, the members' replication round trip (from
+# their histograms), and how many addresses are held for two clients across the
+# stores (must be 0). Run as root.
 #
 #   benches/dhcp_members.sh [seconds] [perfdhcp-rate]
 #
@@ -87,6 +89,13 @@ run() { # member-count → "<4-way/s> <CPU us/exchange> <duplicates>"
   for p in "${pids[@]}"; do before=$((before + $(cpu_ticks "$p"))); done
   out=$(cd "$work" && ip netns exec "$cli" perfdhcp -4 -r "$rate" -R "$clients" -p "$secs" -W 1000000 -l "$c" 2>&1 || true)
   for p in "${pids[@]}"; do after=$((after + $(cpu_ticks "$p"))); done
+  # Replication round trips of every member, as one histogram (n > 1 only).
+  local metrics=""
+  for i in $(seq 0 $((n - 1))); do
+    metrics+=$(ip netns exec "$srv" curl -s --max-time 2 "http://198.18.0.1$((i + 1)):8080/metrics" || true)
+    metrics+=$'\n'
+  done
+  echo "$metrics" >"$work/metrics-$n.txt"
   for p in "${pids[@]}"; do kill "$p"; done
   wait 2>/dev/null || true
   pids=()
@@ -95,17 +104,29 @@ run() { # member-count → "<4-way/s> <CPU us/exchange> <duplicates>"
   acks=$(echo "$out" | awk '/REQUEST-ACK/ {f=1} f && /received packets/ {print $3; exit}')
   # Every lease of every member's store, duplicates counted across stores.
   local dups=0
+  # Every store holds every lease (replicated): an address counts when the stores hold
+  # it for two different clients.
   dups=$(for i in $(seq 0 $((n - 1))); do
       "$bin" leases --json --config "$work/m$i-$n.toml" --state-dir "$work/state-$n-$i" \
-        | python3 -c 'import json,sys; [print(l["ip"]) for l in json.load(sys.stdin) if l["state"] == "bound"]'
-    done | sort | uniq -d | wc -l)
-  echo "$(echo "$out" | awk '/^Rate:/ {print $2; exit}') $(awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v n="${acks:-0}" 'BEGIN { if (n > 0) printf "%.1f", t / hz * 1e6 / n; else print "n/a" }') $dups"
+        | python3 -c 'import json,sys; [print(l["ip"], l["mac"]) for l in json.load(sys.stdin) if l["state"] == "bound"]'
+    done | sort -u | awk '{print $1}' | uniq -d | wc -l)
+  # perfdhcp's REQUEST-ACK delays (ms): average and maximum.
+  local delay
+  delay=$(echo "$out" | awk '/REQUEST-ACK/ {f=1} f && /avg delay/ {a=$3} f && /max delay/ {m=$3; print a "/" m; exit}')
+  # p50 and p99 of the replication round trip, from the summed histogram buckets.
+  local rtt
+  rtt=$(grep '^shardboot_replication_seconds_bucket' "$work/metrics-$n.txt" 2>/dev/null | sed 's/.*le="\([^"]*\)"} \(.*\)/\1 \2/' \
+    | awk '{c[$1] += $2; if (!($1 in seen)) {seen[$1] = 1; order[++k] = $1}}
+      END { t = c["+Inf"]; if (!t) { print "n/a"; exit }
+            for (i = 1; i <= k; i++) { b = order[i]; if (!p50 && c[b] >= t * 0.5) p50 = b; if (!p99 && c[b] >= t * 0.99) p99 = b }
+            printf "<=%gms/<=%gms", p50 * 1000, p99 * 1000 }')
+  echo "$(echo "$out" | awk '/^Rate:/ {print $2; exit}') $(awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v n="${acks:-0}" 'BEGIN { if (n > 0) printf "%.1f", t / hz * 1e6 / n; else print "n/a" }') $dups ${delay:-n/a} ${rtt:-n/a}"
 }
 
-read -r r1 c1 d1 <<<"$(run 1)"
-read -r r3 c3 d3 <<<"$(run 3)"
+read -r r1 c1 d1 a1 q1 <<<"$(run 1)"
+read -r r3 c3 d3 a3 q3 <<<"$(run 3)"
 echo
 echo "perfdhcp -r $rate -R $clients -p $secs, broadcast on one bridge, $(nproc) cores"
-printf '%-22s %10s %26s %12s\n' setup "4-way/s" "members' CPU us/exchange" duplicates
-printf '%-22s %10s %26s %12s\n' "1 member" "$r1" "$c1" "$d1" "3 members (partitioned)" "$r3" "$c3" "$d3"
+printf '%-26s %10s %26s %12s %22s %24s\n' setup "4-way/s" "members' CPU us/exchange" duplicates "REQ-ACK avg/max ms" "replication p50/p99"
+printf '%-26s %10s %26s %12s %22s %24s\n' "1 member" "$r1" "$c1" "$d1" "$a1" "$q1" "3 members (replicated)" "$r3" "$c3" "$d3" "$a3" "$q3"
 awk -v a="$r3" -v b="$r1" 'BEGIN { if (b > 0) printf "3 members / 1 member: %.2fx\n", a / b }'

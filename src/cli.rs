@@ -279,9 +279,14 @@ pub fn members_table(v: &serde_json::Value) -> String {
             text(&v["last_error"])
         ),
     };
+    let replication = match &v["replication_in_step"] {
+        serde_json::Value::Bool(true) => "  replication: in step",
+        serde_json::Value::Bool(false) => "  replication: DEGRADED (members behind)",
+        _ => "",
+    };
     let _ = writeln!(
         out,
-        "source: {}  generation: {}  split: {}  fingerprint: {}{stale}",
+        "source: {}  generation: {}  split: {}  fingerprint: {}{stale}{replication}",
         text(&v["source"]),
         text(&v["generation"]),
         text(&v["split"]),
@@ -289,8 +294,8 @@ pub fn members_table(v: &serde_json::Value) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<24}  {:<5}  {:<5}  {:<24}  {:<30}  SHARE",
-        "MEMBER", "SELF", "ALIVE", "CONDUCTOR", "HTTP URL"
+        "{:<24}  {:<5}  {:<5}  {:<14}  {:<24}  {:<30}  SHARE",
+        "MEMBER", "SELF", "ALIVE", "REPLICATION", "CONDUCTOR", "HTTP URL"
     );
     for m in v["members"].as_array().into_iter().flatten() {
         let shares: Vec<String> = m["shares"]
@@ -306,12 +311,20 @@ pub fn members_table(v: &serde_json::Value) -> String {
                 )
             })
             .collect();
+        // How this member's lease changes stand with that member.
+        let r = &m["replication"];
+        let replication = match &r["in_step"] {
+            serde_json::Value::Bool(true) => "in step".to_string(),
+            serde_json::Value::Bool(false) => format!("behind {}", text(&r["backlog"])),
+            _ => "-".to_string(),
+        };
         let _ = writeln!(
             out,
-            "{:<24}  {:<5}  {:<5}  {:<24}  {:<30}  {}",
+            "{:<24}  {:<5}  {:<5}  {:<14}  {:<24}  {:<30}  {}",
             text(&m["name"]),
             if m["self"] == true { "yes" } else { "" },
             if m["alive"] == true { "yes" } else { "no" },
+            replication,
             text(&m["conductor"]),
             text(&m["http_url"]),
             shares.join("; "),
@@ -501,8 +514,10 @@ mod tests {
                  "http_url": "http://10.0.0.1:8080",
                  "shares": [{"range": "10.0.1.0 - 10.0.1.255", "addresses": 128, "runs": ["a", "b"]}]},
                 {"name": "10.0.0.2_8090", "self": false, "alive": false, "conductor": "10.0.0.2:8090",
-                 "http_url": "http://10.0.0.2:8080", "shares": []}
-            ]
+                 "http_url": "http://10.0.0.2:8080", "shares": [],
+                 "replication": {"in_step": false, "backlog": 7}}
+            ],
+            "replication_in_step": false
         });
         let t = members_table(&v);
         let lines: Vec<&str> = t.lines().collect();
@@ -521,6 +536,14 @@ mod tests {
         );
         assert!(
             lines[3].contains("10.0.0.2:8090") && lines[3].contains(" no "),
+            "{t}"
+        );
+        assert!(
+            lines[0].ends_with("replication: DEGRADED (members behind)"),
+            "{t}"
+        );
+        assert!(
+            lines[2].contains(" - ") && lines[3].contains("behind 7"),
             "{t}"
         );
         // Text from Ironic is escaped, never raw control characters.

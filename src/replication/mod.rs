@@ -160,7 +160,11 @@ impl ReplayGuard {
         }
         if seq > s.newest {
             let shift = seq - s.newest;
-            s.window = if shift >= REPLAY_WINDOW { 0 } else { s.window << shift };
+            s.window = if shift >= REPLAY_WINDOW {
+                0
+            } else {
+                s.window << shift
+            };
             s.window |= 1;
             s.newest = seq;
             return true;
