@@ -338,6 +338,9 @@ pub async fn serve(
                 }
             },
         };
+        // Small requests and answers (boot scripts, a member's lease batch): never held
+        // back by Nagle waiting on a delayed ACK.
+        let _ = tcp.set_nodelay(true);
         let place = match gate.admit(peer.ip()) {
             Ok(p) => p,
             Err(full) => {
