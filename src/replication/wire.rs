@@ -350,4 +350,13 @@ mod tests {
         bytes[at..].copy_from_slice(&u32::MAX.to_be_bytes());
         assert_eq!(decode_batch(&bytes), Err(WireError::TooMany));
     }
+
+    #[test]
+    fn the_fuzz_seeds_are_messages_that_decode() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/corpus/replication_wire");
+        let read = |name: &str| std::fs::read(format!("{dir}/{name}")).unwrap();
+        assert_eq!(decode_batch(&read("batch")[1..]).unwrap().changes.len(), 2);
+        assert_eq!(decode_answer(&read("answer")[1..], 2).unwrap().len(), 2);
+        assert_eq!(decode_snapshot(&read("snapshot")[1..]).unwrap().len(), 2);
+    }
 }
