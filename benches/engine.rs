@@ -1,7 +1,9 @@
 //! Per-packet cost of the DHCP path without I/O: wire checks and decode → engine decision →
 //! encode, for DISCOVERs captured from real clients (fixtures/packets/*.bin) and for a
 //! full DISCOVER+REQUEST exchange; and what a member pays for another member's
-//! DISCOVER, decided from the raw packet against after a full decode.
+//! DISCOVER, decided from the raw packet against after a full decode; and what lease
+//! replication costs per lease without the network (a batch encoded by the granter,
+//! decoded and taken by a peer's engine).
 
 use std::net::Ipv4Addr;
 
@@ -201,5 +203,71 @@ fn bench_silent(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_fixtures, bench_exchange, bench_silent);
+fn bench_replication(c: &mut Criterion) {
+    use shardboot::replication::wire::{decode_batch, encode_batch, Batch, Epoch};
+    use shardboot::store::{Lease, LeaseEffect, LeaseState};
+    const PER_BATCH: u32 = 64;
+    let lease = |n: u32| Lease {
+        ip: Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 18, 1, 0)) + n % 100_000),
+        mac: shardboot::mac::MacAddr([0x02, 0x5d, 0, (n >> 16) as u8, (n >> 8) as u8, n as u8]),
+        state: LeaseState::Bound,
+        starts: 1_000_000 + u64::from(n),
+        expires: 1_003_600 + u64::from(n),
+        hostname: Some(format!("node-{n}")),
+        client_id: Some(vec![1, 2, 3, 4, 5, 6, 7]),
+        machine_id: None,
+        arch: Some(7),
+    };
+    let batch = move |seq: u32| Batch {
+        epoch: Epoch {
+            started: 1,
+            nonce: 2,
+        },
+        seq: u64::from(seq),
+        catch_up: false,
+        changes: (0..PER_BATCH)
+            .map(|i| LeaseEffect::Put(lease(seq * PER_BATCH + i)))
+            .collect(),
+    };
+    let mut group = c.benchmark_group("replication");
+    group.throughput(Throughput::Elements(u64::from(PER_BATCH)));
+    let mut n = 0u32;
+    group.bench_function("encode_batch_of_64", |b| {
+        b.iter_batched(
+            || {
+                n += 1;
+                batch(n)
+            },
+            |b| encode_batch(&b),
+            BatchSize::SmallInput,
+        )
+    });
+    let mut e = engine();
+    let mut n = 0u32;
+    group.bench_function("decode_and_take_batch_of_64", |b| {
+        b.iter_batched(
+            || {
+                n += 1;
+                encode_batch(&batch(n))
+            },
+            |bytes| {
+                let batch = decode_batch(&bytes).unwrap();
+                let now = 1_000_000 + batch.seq;
+                for change in &batch.changes {
+                    e.apply_peer_change(change, now, false);
+                }
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    bench_fixtures,
+    bench_exchange,
+    bench_silent,
+    bench_replication
+);
 criterion_main!(benches);
