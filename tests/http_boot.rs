@@ -13,7 +13,6 @@ use shardboot::http::{self, HttpState};
 use shardboot::mac::MacAddr;
 use shardboot::owner::{responsible_member, Resolver};
 use shardboot::tftp::{self, FileRoot, TftpMetrics};
-use tokio_util::sync::CancellationToken;
 
 mod common;
 
@@ -21,23 +20,13 @@ use common::qemu::{per_node_path, ConductorStub};
 
 struct TestServer {
     addr: SocketAddr,
+    http: common::HttpOnLoopback,
     handles: Handles,
     /// The root the HTTP file route serves, with its cache, for a TFTP server to share.
     files: Arc<FileRoot>,
     /// Stand-ins for conductor a, member b and conductor b (`None` when b is down).
     world: World,
-    stop: CancellationToken,
-    thread: Option<std::thread::JoinHandle<()>>,
     _dir: tempfile::TempDir,
-}
-
-impl Drop for TestServer {
-    fn drop(&mut self) {
-        self.stop.cancel();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
 }
 
 /// The HTTP servers around member `a`: its conductor, member `b`'s boot route and `b`'s
@@ -185,27 +174,13 @@ fn start_with(owner: &str, max_file_size: u64, member_b_up: bool) -> TestServer 
         replication: None,
         replays: Default::default(),
     });
-    let stop = CancellationToken::new();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let s = stop.clone();
-    let thread = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(listener.local_addr().unwrap()).unwrap();
-            http::run(listener, state, s).await.unwrap();
-        });
-    });
+    let http = common::HttpOnLoopback::start(state);
     TestServer {
-        addr: rx.recv().unwrap(),
+        addr: http.addr,
+        http,
         handles,
         files,
         world,
-        stop,
-        thread: Some(thread),
         _dir: dir,
     }
 }
@@ -532,7 +507,7 @@ fn tftp_and_the_http_file_route_share_one_cache() {
     sock.set_nonblocking(true).unwrap();
     let tftp_addr = sock.local_addr().unwrap();
     let metrics = Arc::new(TftpMetrics::default());
-    let stop = s.stop.child_token();
+    let stop = s.http.stop_token().child_token();
     let (files, m, t) = (s.files.clone(), metrics.clone(), stop.clone());
     let server = std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()

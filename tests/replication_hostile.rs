@@ -4,7 +4,6 @@
 //! the DHCP engine, and a proven, fresh batch gets through (here to a member whose DHCP
 //! is off, which says so).
 
-use std::net::SocketAddr;
 use std::process::Command;
 use std::sync::Arc;
 
@@ -17,24 +16,14 @@ use shardboot::owner::Resolver;
 use shardboot::replication::wire::{encode_batch, Batch, Epoch, MAX_BODY};
 use shardboot::replication::{BATCH_PATH, SNAPSHOT_PATH};
 use shardboot::store::{Lease, LeaseEffect, LeaseState};
-use tokio_util::sync::CancellationToken;
 
 const SECRET: &[u8] = b"replication-test-secret-0123456789abcdef\n";
 
-struct Member {
-    addr: SocketAddr,
-    stop: CancellationToken,
-    thread: Option<std::thread::JoinHandle<()>>,
-    dir: tempfile::TempDir,
-}
+mod common;
 
-impl Drop for Member {
-    fn drop(&mut self) {
-        self.stop.cancel();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
+struct Member {
+    http: common::HttpOnLoopback,
+    dir: tempfile::TempDir,
 }
 
 fn start() -> Member {
@@ -68,24 +57,8 @@ fn start() -> Member {
         replication: None,
         replays: Default::default(),
     });
-    let stop = CancellationToken::new();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let s = stop.clone();
-    let thread = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(listener.local_addr().unwrap()).unwrap();
-            http::run(listener, state, s).await.unwrap();
-        });
-    });
     Member {
-        addr: rx.recv().unwrap(),
-        stop,
-        thread: Some(thread),
+        http: common::HttpOnLoopback::start(state),
         dir,
     }
 }
@@ -132,7 +105,7 @@ fn post(
         cmd.args(["-H", &format!("x-shardboot-proof: {p}")]);
     }
     let out = cmd
-        .arg(format!("http://{}{path}", m.addr))
+        .arg(format!("http://{}{path}", m.http.addr))
         .output()
         .expect("curl");
     let text = String::from_utf8_lossy(&out.stdout).to_string();

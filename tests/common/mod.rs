@@ -466,3 +466,51 @@ fn relay_lab_with(state_dir: Option<&Path>) -> (Lab, tempfile::TempDir, Server) 
     let server = Server::start_with_state(&lab.server, dir.path(), &cfg, &state);
     (lab, dir, server)
 }
+
+/// `shardboot::http::run` over one `HttpState` on 127.0.0.1 (a port of its own), on a
+/// thread of its own; stopped and joined on drop.
+pub(crate) struct HttpOnLoopback {
+    pub addr: std::net::SocketAddr,
+    stop: tokio_util::sync::CancellationToken,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl HttpOnLoopback {
+    pub(crate) fn start(state: std::sync::Arc<shardboot::http::HttpState>) -> Self {
+        let stop = tokio_util::sync::CancellationToken::new();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let s = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                tx.send(listener.local_addr().unwrap()).unwrap();
+                shardboot::http::run(listener, state, s).await.unwrap();
+            });
+        });
+        Self {
+            addr: rx.recv().unwrap(),
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl HttpOnLoopback {
+    /// The token that stops it (for tasks that should stop with it).
+    pub(crate) fn stop_token(&self) -> tokio_util::sync::CancellationToken {
+        self.stop.clone()
+    }
+}
+
+impl Drop for HttpOnLoopback {
+    fn drop(&mut self) {
+        self.stop.cancel();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

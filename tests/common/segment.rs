@@ -111,6 +111,9 @@ impl BroadcastClient {
         s.bind_device(Some(interface.as_bytes())).unwrap();
         s.bind(&SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 68).into())
             .unwrap();
+        // Room for every reply of a burst: with replicated leases each member holding a
+        // lease answers its INIT-REBOOT, so a burst of them brings several replies each.
+        shardboot::sockopt::enlarge_recv_buffer(&s, 8 << 20);
         let socket: UdpSocket = s.into();
         socket
             .set_read_timeout(Some(Duration::from_millis(20)))
@@ -175,6 +178,22 @@ impl BroadcastClient {
         got
     }
 
+    /// Sends `msgs` paced in bursts of 50; every reply per message, in order.
+    fn exchange(&mut self, msgs: &[Message], wait: Duration) -> Vec<Vec<Seen>> {
+        let mut xids = HashMap::new();
+        for (i, m) in msgs.iter().enumerate() {
+            xids.insert(m.xid(), i);
+            self.send(m);
+            if i % 50 == 49 {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        let mut got = self.collect(&xids, wait);
+        (0..msgs.len())
+            .map(|i| got.remove(&i).unwrap_or_default())
+            .collect()
+    }
+
     /// A DISCOVER per MAC (with `secs`), paced in bursts; every OFFER per MAC.
     pub(crate) fn discover(
         &mut self,
@@ -182,19 +201,11 @@ impl BroadcastClient {
         secs: u16,
         wait: Duration,
     ) -> Vec<Vec<Seen>> {
-        let mut xids = HashMap::new();
-        for (i, mac) in macs.iter().enumerate() {
-            let d = self.message(MessageType::Discover, mac, secs);
-            xids.insert(d.xid(), i);
-            self.send(&d);
-            if i % 50 == 49 {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        }
-        let mut got = self.collect(&xids, wait);
-        (0..macs.len())
-            .map(|i| got.remove(&i).unwrap_or_default())
-            .collect()
+        let msgs: Vec<Message> = macs
+            .iter()
+            .map(|mac| self.message(MessageType::Discover, mac, secs))
+            .collect();
+        self.exchange(&msgs, wait)
     }
 
     /// One DISCOVER; the first OFFER and when it arrived, or `None` after `wait`.
@@ -238,21 +249,16 @@ impl BroadcastClient {
         offers: &[([u8; 6], Ipv4Addr, Ipv4Addr)],
         wait: Duration,
     ) -> Vec<Vec<Seen>> {
-        let mut xids = HashMap::new();
-        for (i, (mac, server, ip)) in offers.iter().enumerate() {
-            let mut r = self.message(MessageType::Request, mac, 0);
-            r.opts_mut().insert(DhcpOption::ServerIdentifier(*server));
-            r.opts_mut().insert(DhcpOption::RequestedIpAddress(*ip));
-            xids.insert(r.xid(), i);
-            self.send(&r);
-            if i % 50 == 49 {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        }
-        let mut got = self.collect(&xids, wait);
-        (0..offers.len())
-            .map(|i| got.remove(&i).unwrap_or_default())
-            .collect()
+        let msgs: Vec<Message> = offers
+            .iter()
+            .map(|(mac, server, ip)| {
+                let mut r = self.message(MessageType::Request, mac, 0);
+                r.opts_mut().insert(DhcpOption::ServerIdentifier(*server));
+                r.opts_mut().insert(DhcpOption::RequestedIpAddress(*ip));
+                r
+            })
+            .collect();
+        self.exchange(&msgs, wait)
     }
 
     /// REBINDING (ciaddr, no server-id) per (MAC, address), broadcast as RFC 2131
@@ -262,20 +268,15 @@ impl BroadcastClient {
         clients: &[([u8; 6], Ipv4Addr)],
         wait: Duration,
     ) -> Vec<Vec<Seen>> {
-        let mut xids = HashMap::new();
-        for (i, (mac, ip)) in clients.iter().enumerate() {
-            let mut r = self.message(MessageType::Request, mac, 0);
-            r.set_ciaddr(*ip);
-            xids.insert(r.xid(), i);
-            self.send(&r);
-            if i % 50 == 49 {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        }
-        let mut got = self.collect(&xids, wait);
-        (0..clients.len())
-            .map(|i| got.remove(&i).unwrap_or_default())
-            .collect()
+        let msgs: Vec<Message> = clients
+            .iter()
+            .map(|(mac, ip)| {
+                let mut r = self.message(MessageType::Request, mac, 0);
+                r.set_ciaddr(*ip);
+                r
+            })
+            .collect();
+        self.exchange(&msgs, wait)
     }
 
     /// A RELEASE per (MAC, address). Broadcast: with replicated leases every member
@@ -298,16 +299,14 @@ impl BroadcastClient {
         clients: &[([u8; 6], Ipv4Addr)],
         wait: Duration,
     ) -> Vec<Vec<Seen>> {
-        let mut xids = HashMap::new();
-        for (i, (mac, ip)) in clients.iter().enumerate() {
-            let mut r = self.message(MessageType::Request, mac, 0);
-            r.opts_mut().insert(DhcpOption::RequestedIpAddress(*ip));
-            xids.insert(r.xid(), i);
-            self.send(&r);
-        }
-        let mut got = self.collect(&xids, wait);
-        (0..clients.len())
-            .map(|i| got.remove(&i).unwrap_or_default())
-            .collect()
+        let msgs: Vec<Message> = clients
+            .iter()
+            .map(|(mac, ip)| {
+                let mut r = self.message(MessageType::Request, mac, 0);
+                r.opts_mut().insert(DhcpOption::RequestedIpAddress(*ip));
+                r
+            })
+            .collect();
+        self.exchange(&msgs, wait)
     }
 }
