@@ -334,6 +334,49 @@ fn members_killed_at_random_moments_never_cost_a_duplicate_or_an_address() {
         });
         machines.release_oldest();
     }
+    // A figure, not an assertion: from b's SIGKILL (no list change: only the health
+    // probes know) to a machine b ACKed being ACKed again on reboot, and to a new
+    // machine whose bucket is b being offered an address without waiting to take over.
+    let b_machine = machines.live.iter().copied().find(|(m, _)| {
+        machines
+            .acked_by
+            .get(m)
+            .is_some_and(|(s, _)| *s == member_ip(1))
+    });
+    let fresh = (900_000..)
+        .map(mac)
+        .find(|m| shardboot::owner::responsible_member(&MacAddr(*m), &NAMES[..3]) == Some("b"))
+        .unwrap();
+    let killed = std::time::Instant::now();
+    servers[1].kill9();
+    let mut rebooted = None;
+    let mut offered = None;
+    while killed.elapsed() < Duration::from_secs(10) && (rebooted.is_none() || offered.is_none()) {
+        if let (None, Some(lease)) = (rebooted, b_machine) {
+            let got = machines
+                .client
+                .init_reboot(&[lease], Duration::from_millis(50));
+            if got[0].iter().any(|x| x.kind == MessageType::Ack) {
+                rebooted = Some(killed.elapsed());
+            }
+        }
+        if offered.is_none() {
+            let got = machines
+                .client
+                .discover(&[fresh], 0, Duration::from_millis(50));
+            if got[0].iter().any(|x| x.kind == MessageType::Offer) {
+                offered = Some(killed.elapsed());
+            }
+        }
+    }
+    eprintln!(
+        "b SIGKILLed: one of its machines ACKed on reboot after {rebooted:?}; a new machine \
+         of b's bucket offered after {offered:?} (health: 2 failed probes 200 ms apart)"
+    );
+    servers[1].restart();
+    wait_until("b in step again", Duration::from_secs(15), || {
+        (0..3).all(|i| in_step(&seg, i))
+    });
     let (by, lost) = machines.all_rebind("after the last round");
     assert!(lost.is_empty(), "{lost:#?}");
     eprintln!(
