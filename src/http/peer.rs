@@ -80,6 +80,11 @@ fn answer(s: &HttpState, request_proof: &str, body: Vec<u8>) -> Response {
     r
 }
 
+/// Why this member cannot take or give leases now: 503 with the reason.
+fn unavailable(why: impl std::fmt::Display) -> Response {
+    (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response()
+}
+
 /// `POST /v1/members/leases`.
 pub async fn take_batch(
     State(s): State<Arc<HttpState>>,
@@ -91,15 +96,15 @@ pub async fn take_batch(
         Err(why) => return refuse(&s, why),
     };
     let Some(dhcp) = &s.dhcp else {
-        return (StatusCode::SERVICE_UNAVAILABLE, "DHCP is off here\n").into_response();
+        return unavailable("DHCP is off here");
     };
     if let Some(r) = &s.replication {
         r.metrics.received.inc();
     }
     match dhcp.peer_changes(a.batch.changes, a.batch.catch_up).await {
         Ok(Ok(verdicts)) => answer(&s, &a.proof, wire::encode_answer(&verdicts)),
-        Ok(Err(e)) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
-        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
+        Ok(Err(e)) => unavailable(e),
+        Err(e) => unavailable(e),
     }
 }
 
@@ -114,10 +119,10 @@ pub async fn give_snapshot(
         Err(why) => return refuse(&s, why),
     };
     let Some(dhcp) = &s.dhcp else {
-        return (StatusCode::SERVICE_UNAVAILABLE, "DHCP is off here\n").into_response();
+        return unavailable("DHCP is off here");
     };
     match dhcp.live_leases().await {
         Ok(leases) => answer(&s, &a.proof, wire::encode_snapshot(&leases)),
-        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response(),
+        Err(e) => unavailable(e),
     }
 }
