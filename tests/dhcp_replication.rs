@@ -15,12 +15,13 @@
 
 mod common;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::time::Duration;
 
-use common::segment::{BroadcastClient, Seen, Segment};
+use common::machines::{machine_mac as mac, Lost, Machines, Reconfirm};
+use common::segment::Segment;
 use common::Server;
 use dhcproto::v4::MessageType;
 use shardboot::mac::MacAddr;
@@ -84,11 +85,6 @@ lease_time = 3600
     )
 }
 
-fn mac(n: u32) -> [u8; 6] {
-    let b = n.to_be_bytes();
-    [0x02, 0x7e, b[0], b[1], b[2], b[3]]
-}
-
 /// A small xorshift: the kill moments and victims are random but the same every run.
 struct Rng(u64);
 
@@ -101,122 +97,15 @@ impl Rng {
     }
 }
 
-/// The machines, as the segment sees them: every ACK is checked against the address's
-/// current holder.
-struct Machines {
-    client: BroadcastClient,
-    holder: HashMap<Ipv4Addr, [u8; 6]>,
-    live: VecDeque<([u8; 6], Ipv4Addr)>,
-    next: u32,
-    acked: usize,
-    unanswered: usize,
-    /// Which member ACKed each machine, and in which round (for failure messages).
-    acked_by: HashMap<[u8; 6], (Ipv4Addr, usize)>,
-}
-
-impl Machines {
-    /// `n` new machines DISCOVER and REQUEST, trying again (with `secs` past the
-    /// takeover threshold, as firmware that waited) when nobody answered.
-    fn arrive(&mut self, n: u32, round: usize) {
-        let mut pending: Vec<[u8; 6]> = (self.next..self.next + n).map(mac).collect();
-        self.next += n;
-        for attempt in 0..4 {
-            if pending.is_empty() {
-                break;
-            }
-            let secs = if attempt == 0 { 0 } else { TAKEOVER_SECS };
-            let seen = self
-                .client
-                .discover(&pending, secs, Duration::from_millis(700));
-            let requests: Vec<([u8; 6], Ipv4Addr, Ipv4Addr)> = pending
-                .iter()
-                .zip(&seen)
-                .filter_map(|(m, s)| {
-                    let o = s.iter().find(|x| x.kind == MessageType::Offer)?;
-                    Some((*m, o.server, o.yiaddr))
-                })
-                .collect();
-            let answers = self.client.request(&requests, Duration::from_millis(700));
-            for ((m, _, _), s) in requests.iter().zip(answers) {
-                for ack in s.iter().filter(|x| x.kind == MessageType::Ack) {
-                    self.bound(*m, *ack, round);
-                }
-                if s.iter().any(|x| x.kind == MessageType::Ack) {
-                    pending.retain(|p| p != m);
-                }
-            }
-        }
-        self.unanswered += pending.len();
+/// Every machine holding a lease reboots (INIT-REBOOT); how many each member answered,
+/// and the machines that lost their address.
+fn all_rebind(machines: &mut Machines, when: &str) -> ([usize; 3], Lost) {
+    let (by_server, lost) = machines.reconfirm_all(Reconfirm::InitReboot, when);
+    let mut by = [0; 3];
+    for (i, n) in by.iter_mut().enumerate() {
+        *n = by_server.get(&member_ip(i)).copied().unwrap_or(0);
     }
-
-    fn bound(&mut self, m: [u8; 6], ack: Seen, round: usize) {
-        match self.holder.insert(ack.yiaddr, m) {
-            Some(prev) if prev != m => panic!(
-                "round {round}: {} ACKed to {m:02x?} (by {}) while {prev:02x?} holds it",
-                ack.yiaddr, ack.server
-            ),
-            Some(_) => {}
-            None => {
-                self.acked_by.insert(m, (ack.server, round));
-                self.live.push_back((m, ack.yiaddr));
-                self.acked += 1;
-            }
-        }
-    }
-
-    /// The oldest machines beyond [`LIVE`] release their leases.
-    fn release_oldest(&mut self) {
-        let n = self.live.len().saturating_sub(LIVE);
-        let gone: Vec<([u8; 6], Ipv4Addr)> = self.live.drain(..n).collect();
-        self.client.release(&gone);
-        for (_, ip) in &gone {
-            self.holder.remove(ip);
-        }
-        // Every member takes the release before the address is handed out again.
-        std::thread::sleep(Duration::from_millis(300));
-    }
-
-    /// Every machine holding a lease reboots (INIT-REBOOT: its address in option 50, no
-    /// server named): each must be ACKed on its own address, and none NAKed, whichever
-    /// member answers. Returns how many were answered by each member, and the losses.
-    fn all_rebind(&mut self, when: &str) -> ([usize; 3], Vec<([u8; 6], String)>) {
-        let mut by = [0; 3];
-        let live: Vec<_> = self.live.iter().copied().collect();
-        let mut answers = self.client.init_reboot(&live, Duration::from_millis(800));
-        // UDP on a loaded machine: a machine that heard nothing sends again, as firmware
-        // does, waiting longer each time.
-        for wait in [1500, 3000] {
-            let silent: Vec<usize> = (0..live.len()).filter(|&i| answers[i].is_empty()).collect();
-            if silent.is_empty() {
-                break;
-            }
-            let again: Vec<_> = silent.iter().map(|&i| live[i]).collect();
-            for (i, s) in silent
-                .into_iter()
-                .zip(self.client.init_reboot(&again, Duration::from_millis(wait)))
-            {
-                answers[i] = s;
-            }
-        }
-        let mut lost = Vec::new();
-        for ((m, ip), s) in live.iter().zip(answers) {
-            if s.is_empty()
-                || !s
-                    .iter()
-                    .all(|x| x.kind == MessageType::Ack && x.yiaddr == *ip)
-            {
-                lost.push((*m, format!(
-                    "{when}: {m:02x?} on {ip} (ACKed by, in round: {:?}) lost its address on INIT-REBOOT: {s:?}",
-                    self.acked_by.get(m)
-                )));
-                continue;
-            }
-            if let Some(who) = (0..3).find(|&i| member_ip(i) == s[0].server) {
-                by[who] += 1;
-            }
-        }
-        (by, lost)
-    }
+    (by, lost)
 }
 
 fn members_seen(seg: &Segment, i: usize) -> Option<u64> {
@@ -256,15 +145,7 @@ fn members_killed_at_random_moments_never_cost_a_duplicate_or_an_address() {
     let mut servers: Vec<Server> = (0..3)
         .map(|i| Server::start(&seg.servers, dirs[i].path(), &configs[i]))
         .collect();
-    let mut machines = Machines {
-        client: seg.client(),
-        holder: HashMap::new(),
-        live: VecDeque::new(),
-        next: 1,
-        acked: 0,
-        unanswered: 0,
-        acked_by: HashMap::new(),
-    };
+    let mut machines = Machines::new(seg.client(), 1, TAKEOVER_SECS);
     machines.arrive(LIVE as u32, 0);
     let mut rng = Rng(0x5eed_1234_abcd_0042);
     let mut rebinds = [0usize; 3];
@@ -293,7 +174,10 @@ fn members_killed_at_random_moments_never_cost_a_duplicate_or_an_address() {
         // More machines, now into the victim's former blocks too.
         machines.arrive(PER_BATCH, round);
         if round % 5 == 0 {
-            let (by, lost) = machines.all_rebind(&format!("round {round}, {} dead", NAMES[victim]));
+            let (by, lost) = all_rebind(
+                &mut machines,
+                &format!("round {round}, {} dead", NAMES[victim]),
+            );
             if !lost.is_empty() {
                 // For the failure: what each member's log says about those machines
                 // (with SB_TEST_LOG=shardboot::dhcp=debug, every decision).
@@ -332,7 +216,7 @@ fn members_killed_at_random_moments_never_cost_a_duplicate_or_an_address() {
         wait_until("every member sees three", Duration::from_secs(10), || {
             (0..3).all(|i| members_seen(&seg, i) == Some(3))
         });
-        machines.release_oldest();
+        machines.release_oldest(LIVE);
     }
     // A figure, not an assertion: from b's SIGKILL (no list change: only the health
     // probes know) to a machine b ACKed being ACKed again on reboot, and to a new
@@ -377,7 +261,7 @@ fn members_killed_at_random_moments_never_cost_a_duplicate_or_an_address() {
     wait_until("b in step again", Duration::from_secs(15), || {
         (0..3).all(|i| in_step(&seg, i))
     });
-    let (by, lost) = machines.all_rebind("after the last round");
+    let (by, lost) = all_rebind(&mut machines, "after the last round");
     assert!(lost.is_empty(), "{lost:#?}");
     eprintln!(
         "{ROUNDS} rounds: {} leases ACKed, {} machines unanswered after 4 tries, rebinds \
@@ -438,22 +322,14 @@ fn a_member_joins_another_leaves_and_all_restart_in_turn_under_load() {
         .map(|i| Some(Server::start(&seg.servers, dirs[i].path(), &configs[i])))
         .collect();
     servers.push(None);
-    let mut machines = Machines {
-        client: seg.client(),
-        holder: HashMap::new(),
-        live: VecDeque::new(),
-        next: 100_001,
-        acked: 0,
-        unanswered: 0,
-        acked_by: HashMap::new(),
-    };
+    let mut machines = Machines::new(seg.client(), 100_001, TAKEOVER_SECS);
     machines.arrive(120, 0);
     let check = |machines: &mut Machines, when: &str| {
         eprintln!(
             "{when}: {} ACKed, {} unanswered so far",
             machines.acked, machines.unanswered
         );
-        let (_, lost) = machines.all_rebind(when);
+        let (_, lost) = all_rebind(machines, when);
         assert!(lost.is_empty(), "{lost:#?}");
     };
 
@@ -473,7 +349,7 @@ fn a_member_joins_another_leaves_and_all_restart_in_turn_under_load() {
     machines.arrive(40, 1);
     check(&mut machines, "after d joined");
     // Room in the 256 addresses for the next machines.
-    machines.release_oldest();
+    machines.release_oldest(LIVE);
 
     // c leaves gracefully (its conductor stops): out of the file, then stopped.
     std::thread::scope(|s| {
@@ -488,7 +364,7 @@ fn a_member_joins_another_leaves_and_all_restart_in_turn_under_load() {
         [0, 1, 3].iter().all(|&i| members_seen(&seg, i) == Some(3))
     });
     machines.arrive(40, 2);
-    machines.release_oldest();
+    machines.release_oldest(LIVE);
     check(&mut machines, "after c left");
 
     // A rolling restart of a, b and d, one at a time, while machines arrive; each
@@ -504,7 +380,7 @@ fn a_member_joins_another_leaves_and_all_restart_in_turn_under_load() {
         wait_until("every member back in step", Duration::from_secs(15), || {
             [0, 1, 3].iter().all(|&k| in_step(&seg, k))
         });
-        machines.release_oldest();
+        machines.release_oldest(LIVE);
         check(&mut machines, &format!("after {} restarted", NAMES[i]));
     }
     eprintln!(

@@ -9,136 +9,13 @@
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::Mutex;
+use std::process::Command;
 use std::time::Duration;
 
 mod common;
 
+use common::ironic_lab::{IronicLab, ONE_LAB_AT_A_TIME};
 use common::members::*;
-
-static ONE_LAB_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn lab_sh() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ironic/lab.sh")
-}
-
-/// A running Ironic lab, stopped on drop.
-struct IronicLab {
-    dir: tempfile::TempDir,
-    /// The network namespace it runs in (None: the test's own).
-    netns: Option<String>,
-}
-
-impl IronicLab {
-    fn start(extra: &[&str]) -> Self {
-        Self::start_in(None, extra)
-    }
-
-    fn start_in(netns: Option<&str>, extra: &[&str]) -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("sb-ironic-")
-            .tempdir_in("/tmp")
-            .unwrap();
-        // PostgreSQL runs as user postgres and must reach its socket directory.
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let lab = Self {
-            dir,
-            netns: netns.map(str::to_string),
-        };
-        // Set-up may download from PyPI: always from the test's own namespace.
-        let setup = Command::new("bash")
-            .arg(lab_sh())
-            .arg("setup")
-            .stderr(Stdio::inherit())
-            .status()
-            .expect("lab.sh setup");
-        assert!(setup.success(), "lab.sh setup failed");
-        lab.run(&["start"], extra);
-        lab
-    }
-
-    /// Runs `lab.sh CMD DIR ARGS…` (setup takes no DIR); returns stdout.
-    fn run(&self, cmd: &[&str], args: &[&str]) -> String {
-        let mut c = self.command();
-        c.args(cmd);
-        if cmd != ["setup"] {
-            c.arg(self.dir.path());
-        }
-        let out = c
-            .args(args)
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("lab.sh");
-        assert!(out.status.success(), "lab.sh {cmd:?} {args:?} failed");
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    fn api_url(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("api_url"))
-            .unwrap()
-            .trim()
-            .to_string()
-    }
-
-    /// MAC → conductor, as Ironic reports it now.
-    fn owners(&self) -> Vec<(String, Option<String>)> {
-        self.run(&["owners"], &[])
-            .lines()
-            .map(|l| {
-                let v: serde_json::Value = serde_json::from_str(l).unwrap();
-                (
-                    v["mac"].as_str().unwrap().to_string(),
-                    v["conductor"].as_str().map(str::to_string),
-                )
-            })
-            .collect()
-    }
-}
-
-impl IronicLab {
-    /// `bash lab.sh`, inside the lab's namespace when it has one.
-    fn command(&self) -> Command {
-        let mut c = match &self.netns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns, "bash"]);
-                c
-            }
-            None => Command::new("bash"),
-        };
-        c.arg(lab_sh());
-        c
-    }
-}
-
-impl IronicLab {
-    /// Sends `signal` (STOP, CONT) to the API's process group: a stopped API accepts
-    /// connections and never answers, as an Ironic that hangs does.
-    fn signal_api(&self, signal: &str) {
-        let pid = std::fs::read_to_string(self.dir.path().join("ironic-1.pid")).unwrap();
-        let status = Command::new("kill")
-            .arg(format!("-{signal}"))
-            .arg("--")
-            .arg(format!("-{}", pid.trim()))
-            .status()
-            .unwrap();
-        assert!(status.success(), "kill -{signal} the Ironic API");
-    }
-}
-
-impl Drop for IronicLab {
-    fn drop(&mut self) {
-        let _ = self
-            .command()
-            .arg("stop")
-            .arg(self.dir.path())
-            .stdout(Stdio::null())
-            .status();
-    }
-}
 
 fn hyphenated(mac: &str) -> String {
     mac.replace(':', "-")

@@ -6,6 +6,8 @@
 
 pub(crate) mod api_lab;
 pub(crate) mod clients;
+pub(crate) mod ironic_lab;
+pub(crate) mod machines;
 pub(crate) mod members;
 pub(crate) mod powercut;
 pub(crate) mod qemu;
@@ -372,9 +374,12 @@ impl Server {
         self.spawn();
     }
 
-    /// `shardboot leases --json` on the store (the server must be stopped).
+    /// `shardboot leases --json` from inside the server's namespace: it reads the store,
+    /// or asks the running server (over its own `http.listen`) while that holds it.
     pub(crate) fn leases_json(&self) -> serde_json::Value {
-        let out = Command::new(shardboot_bin())
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.ns])
+            .arg(shardboot_bin())
             .args(["leases", "--json"])
             .args(&self.source)
             .envs(self.vars.iter().cloned())

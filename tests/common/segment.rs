@@ -24,6 +24,7 @@ pub(crate) struct Segment {
 impl Segment {
     /// `addrs`: each member's address (CIDR) on its own interface.
     pub(crate) fn new(addrs: &[&str]) -> Self {
+        roomy_neighbour_table();
         let servers = Netns::new("sbm");
         let clients = Netns::new("sbk");
         let bridge = unique("br");
@@ -57,6 +58,25 @@ impl Segment {
     }
 }
 
+/// Room in the kernel's ARP table for every simulated machine: a reply unicast to a
+/// `ciaddr` needs a neighbour entry per member interface and machine, and every member
+/// holding a lease answers a rebind. The table is one for all namespaces, and beyond
+/// `gc_thresh3` (1,024 by default) the kernel drops such replies ("neighbor table
+/// overflow"). Only ever raised, never lowered: the same setting a server answering
+/// thousands of machines needs.
+fn roomy_neighbour_table() {
+    for (key, want) in [("gc_thresh2", 8192u32), ("gc_thresh3", 16384)] {
+        let path = format!("/proc/sys/net/ipv4/neigh/default/{key}");
+        let now: u32 = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        if now < want {
+            let _ = std::fs::write(&path, want.to_string());
+        }
+    }
+}
+
 impl Segment {
     /// A broadcast DHCP client on the clients' side of the segment.
     pub(crate) fn client(&self) -> BroadcastClient {
@@ -65,6 +85,23 @@ impl Segment {
             .run(move || BroadcastClient::new(&client_if))
             .join()
             .unwrap()
+    }
+
+    /// Makes the clients' side take unicast to any address of `cidr` (a `local` route:
+    /// the kernel there answers ARP for them and delivers to the broadcast client's
+    /// socket), so replies a server unicasts to `ciaddr` (RFC 2131 §4.1: RENEWING and
+    /// REBINDING clients) reach the simulated machines.
+    pub(crate) fn clients_take_unicast_to(&self, cidr: &str) {
+        self.clients.ip(&[
+            "route",
+            "add",
+            "local",
+            cidr,
+            "dev",
+            &self.client_if,
+            "table",
+            "local",
+        ]);
     }
 
     /// The `/metrics` text of the member whose HTTP listener is `host`:8080, read with

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A real OpenStack Ironic (PyPI `ironic`, 39.x) on loopback, for shardboot's integration
-# tests and .ci/run: two conductors sharing one database, fake-hardware nodes with ports,
-# and "who owns which MAC" as Ironic itself reports it.
+# tests and .ci/run: two or more conductors sharing one database, fake-hardware nodes with
+# ports, and "who owns which MAC" as Ironic itself reports it.
 #
 # Measured on the 2-core dev machine: setup 38-79 s (cold pip cache), then 0.1 s; start
 # 12.5 s (fresh DIR, PostgreSQL included, one hash ring rebuild); enroll 20: 8 s; rebalance after stop-conductor:
@@ -10,16 +10,21 @@
 # stop: 6 s.
 #
 #   lab.sh setup                                venv + `pip install ironic` (idempotent)
-#   lab.sh start DIR [--basic-auth USER:PASS]   configs, schema, both conductors, wait
+#   lab.sh start DIR [--basic-auth USER:PASS] [--conductors K]
+#                                               configs, schema, conductors 1..K (default
+#                                               2, at most 9), wait
 #   lab.sh enroll DIR N                         N nodes + 1 port each, print owners
 #   lab.sh owners DIR                           print {"mac","node","conductor"} lines
 #   lab.sh conductors DIR                       print GET /v1/conductors (JSON)
-#   lab.sh stop-conductor DIR 2 [--kill] [--no-wait]
-#                                               stop conductor 2 (SIGTERM: it deregisters;
-#                                               --kill: SIGKILL, a crash, noticed after
-#                                               heartbeat_timeout); waits until no node
-#                                               is reported on it and prints the seconds
-#   lab.sh start-conductor DIR 2                start conductor 2 again (same config)
+#   lab.sh stop-conductor DIR N [--kill] [--no-wait]
+#                                               stop conductor N >= 2 (SIGTERM: it
+#                                               deregisters; --kill: SIGKILL, a crash,
+#                                               noticed after heartbeat_timeout); waits
+#                                               until no node is reported on it and
+#                                               prints the seconds
+#   lab.sh start-conductor DIR N                start conductor N >= 2: again (same
+#                                               config), or for the first time (a new
+#                                               conductor joining, N at most 9)
 #   lab.sh stop DIR                             stop everything (TERM, then KILL)
 #   lab.sh curl DIR PATH [curl args...]         curl the API with header (+ auth)
 #
@@ -29,6 +34,8 @@
 #      -> Ironic reports this conductor as "127.0.0.1"
 #   2: `ironic-conductor`, [DEFAULT] host = 127.0.0.2, json-rpc 127.0.0.2:8090
 #      -> Ironic reports this conductor as "127.0.0.2:8090"
+#   N (3..9): `ironic-conductor`, host 127.0.0.N, json-rpc 127.0.0.N:(8088 + N)
+#      -> "127.0.0.N:(8088 + N)", e.g. "127.0.0.3:8091"
 #
 #   0: the database. Default PostgreSQL (SB_IRONIC_DB=postgresql): a private cluster in
 #      DIR/pg, unix socket only (DIR/pg-run, listen_addresses = ''), run as user postgres.
@@ -37,8 +44,8 @@
 #      base_manager._conductor_service_record_keepalive): nodes never move off a stopped
 #      conductor, so the rebalance tests need PostgreSQL.
 #
-# Files in DIR: ironic-{1,2}.conf, ironic-{1,2}.log, ironic-{1,2}.pid, postgres.{pid,log},
-# api_url, db (backend), htpasswd + basic_auth (USER:PASS) with --basic-auth.
+# Files in DIR: ironic-N.conf, ironic-N.log, ironic-N.pid, postgres.{pid,log},
+# api_url, auth_strategy, db (backend), htpasswd + basic_auth (USER:PASS) with --basic-auth.
 # stdout carries only data (JSON); progress and errors go to stderr.
 #
 # Environment:
@@ -47,7 +54,7 @@
 #   SB_IRONIC_DB              postgresql (default) or sqlite; setup apt-installs the
 #                             Debian package postgresql when it is missing (as root)
 #   SB_IRONIC_API_PORT        API port (default 6385 when free, else any free port)
-#   SB_IRONIC_START_TIMEOUT   seconds to wait for API + both conductors (default 120)
+#   SB_IRONIC_START_TIMEOUT   seconds to wait for the API and the conductors (default 120)
 #   SB_IRONIC_HEARTBEAT_INTERVAL / SB_IRONIC_HEARTBEAT_TIMEOUT / SB_IRONIC_HASH_RING_RESET
 #                             [conductor] heartbeat_interval / heartbeat_timeout and
 #                             [DEFAULT] hash_ring_reset_interval (defaults 2 / 10 / 2;
@@ -69,10 +76,23 @@ START_TIMEOUT=${SB_IRONIC_START_TIMEOUT:-120}
 DB_BACKEND=${SB_IRONIC_DB:-postgresql}
 case $DB_BACKEND in postgresql|sqlite) ;; *) echo "lab.sh: error: SB_IRONIC_DB must be postgresql or sqlite" >&2; exit 2 ;; esac
 PIP_EXTRA=(psycopg2-binary)
-# Both conductors' identities. Conductor 1's json-rpc port must stay 8089 (Ironic's
-# default) for it to be reported as plain "127.0.0.1".
-C1_HOST=127.0.0.1 C1_RPC_PORT=8089 C1_NAME=127.0.0.1
-C2_HOST=127.0.0.2 C2_RPC_PORT=8090 C2_NAME=127.0.0.2:8090
+# The conductors' identities. Conductor 1's json-rpc port must stay 8089 (Ironic's
+# default) for it to be reported as plain "127.0.0.1"; conductor N >= 2 listens on
+# 127.0.0.N:(8088 + N) and is reported as "127.0.0.N:(8088 + N)".
+MAX_CONDUCTORS=9
+c_host() { echo "127.0.0.$1"; }
+c_rpc_port() { if [ "$1" = 1 ]; then echo 8089; else echo $((8088 + $1)); fi; }
+c_name() { if [ "$1" = 1 ]; then echo 127.0.0.1; else echo "127.0.0.$1:$((8088 + $1))"; fi; }
+c_binary() { if [ "$1" = 1 ]; then echo ironic; else echo ironic-conductor; fi; }
+# The conductors with a config in DIR, in order.
+conductors_in() { # DIR
+  local f n
+  for f in "$1"/ironic-*.conf; do
+    [ -e "$f" ] || continue
+    n=${f##*/ironic-}; n=${n%.conf}
+    [[ $n =~ ^[0-9]+$ ]] && echo "$n"
+  done | sort -n
+}
 
 log() { printf 'lab.sh: %s\n' "$*" >&2; }
 die() { printf 'lab.sh: error: %s\n' "$*" >&2; exit 1; }
@@ -202,8 +222,8 @@ log_tail() { # DIR NAME
 fail_with_logs() { # DIR MESSAGE
   local dir=$1; shift
   printf 'lab.sh: error: %s\n' "$*" >&2
-  log_tail "$dir" ironic-1
-  log_tail "$dir" ironic-2
+  local n
+  for n in $(conductors_in "$dir"); do log_tail "$dir" "ironic-$n"; done
   [ "$(cat "$dir/db" 2>/dev/null)" = postgresql ] && log_tail "$dir" postgres
   exit 1
 }
@@ -392,7 +412,7 @@ wait_conductors() { # DIR DEADLINE_SECONDS WANT...
   local t0 alive ok w n
   t0=$(date +%s)
   while :; do
-    for n in 1 2; do
+    for n in $(conductors_in "$dir"); do
       [ -f "$dir/ironic-$n.pid" ] || continue
       if ! pid_of "$dir" "ironic-$n" >/dev/null; then
         fail_with_logs "$dir" "conductor $n (pid $(cat "$dir/ironic-$n.pid")) exited during start-up"
@@ -419,20 +439,26 @@ wait_conductors() { # DIR DEADLINE_SECONDS WANT...
 # -------------------------------------------------------------------------------- start
 cmd_start() {
   [ $# -ge 1 ] || usage
-  local dir basic="" api_port auth=noauth t0
+  local dir basic="" api_port auth=noauth t0 count=2 n names=()
   dir=$(absdir "$1"); shift
   while [ $# -gt 0 ]; do
     case $1 in
       --basic-auth) [ $# -ge 2 ] || die "--basic-auth needs USER:PASS"; basic=$2; shift 2 ;;
       --basic-auth=*) basic=${1#*=}; shift ;;
+      --conductors) [ $# -ge 2 ] || die "--conductors needs a count"; count=$2; shift 2 ;;
       *) die "start: unknown argument '$1'" ;;
     esac
   done
+  [[ $count =~ ^[0-9]+$ ]] && [ "$count" -ge 2 ] && [ "$count" -le "$MAX_CONDUCTORS" ] \
+    || die "start: --conductors must be 2..$MAX_CONDUCTORS"
   require_venv
   command -v curl >/dev/null || die "curl not found"
   command -v setsid >/dev/null || die "setsid (util-linux) not found"
-  for n in ironic-1 ironic-2 postgres; do
-    if pid=$(pid_of "$dir" "$n"); then die "$n already running in $dir (pid $pid); '$0 stop $dir' first"; fi
+  local f p
+  for f in "$dir"/ironic-*.pid "$dir"/postgres.pid; do
+    [ -e "$f" ] || continue
+    p=${f##*/}; p=${p%.pid}
+    if pid=$(pid_of "$dir" "$p"); then die "$p already running in $dir (pid $pid); '$0 stop $dir' first"; fi
   done
   t0=$(now)
   # Whatever fails from here on, leave nothing running.
@@ -447,8 +473,10 @@ cmd_start() {
   else
     api_port=$(free_port 127.0.0.1)
   fi
-  port_free "$C1_HOST" "$C1_RPC_PORT" || die "json-rpc port $C1_HOST:$C1_RPC_PORT is in use (another lab running?)"
-  port_free "$C2_HOST" "$C2_RPC_PORT" || die "json-rpc port $C2_HOST:$C2_RPC_PORT is in use (another lab running?)"
+  for ((n = 1; n <= count; n++)); do
+    port_free "$(c_host "$n")" "$(c_rpc_port "$n")" \
+      || die "json-rpc port $(c_host "$n"):$(c_rpc_port "$n") is in use (another lab running?)"
+  done
 
   rm -f "$dir/basic_auth" "$dir/htpasswd"
   if [ -n "$basic" ]; then
@@ -464,9 +492,14 @@ print(user + ":" + bcrypt.hashpw(pw.encode(), bcrypt.gensalt(rounds=4)).decode()
     chmod 600 "$dir/htpasswd" "$dir/basic_auth"
   fi
 
+  # A new start begins with conductors 1..count only (a conductor added to an earlier
+  # run of this DIR is not started again).
+  rm -f "$dir"/ironic-*.conf
   echo "$DB_BACKEND" >"$dir/db"
-  write_conf "$dir" 1 "$C1_HOST" "$C1_RPC_PORT" "$api_port" "$auth"
-  write_conf "$dir" 2 "$C2_HOST" "$C2_RPC_PORT" "$api_port" "$auth"
+  echo "$auth" >"$dir/auth_strategy"
+  for ((n = 1; n <= count; n++)); do
+    write_conf "$dir" "$n" "$(c_host "$n")" "$(c_rpc_port "$n")" "$api_port" "$auth"
+  done
   echo "http://127.0.0.1:$api_port" >"$dir/api_url"
 
   [ "$DB_BACKEND" = postgresql ] && pg_start "$dir"
@@ -479,10 +512,12 @@ print(user + ":" + bcrypt.hashpw(pw.encode(), bcrypt.gensalt(rounds=4)).decode()
     log "reusing the database in $dir"
   fi
 
-  launch "$dir" 1 ironic
-  launch "$dir" 2 ironic-conductor
-  wait_conductors "$dir" "$START_TIMEOUT" "$C1_NAME" "$C2_NAME"
-  # Both alive is not yet both in the API's hash ring: the API builds its ring once and
+  for ((n = 1; n <= count; n++)); do
+    launch "$dir" "$n" "$(c_binary "$n")"
+    names+=("$(c_name "$n")")
+  done
+  wait_conductors "$dir" "$START_TIMEOUT" "${names[@]}"
+  # All alive is not yet all in the API's hash ring: the API builds its ring once and
   # rebuilds it only every hash_ring_reset_interval, so nodes enrolled at once could all
   # go to the conductor that registered first (seen in CI: 8 of 8 on conductor 1). Wait
   # out one rebuild.
@@ -493,19 +528,31 @@ print(user + ":" + bcrypt.hashpw(pw.encode(), bcrypt.gensalt(rounds=4)).decode()
     [ "$code" = 401 ] || fail_with_logs "$dir" "basic auth configured but an unauthenticated request got HTTP $code"
   fi
   trap - EXIT
-  log "Ironic up at $(cat "$dir/api_url") ($auth), conductors $C1_NAME and $C2_NAME alive, in $(elapsed "$t0") s"
+  log "Ironic up at $(cat "$dir/api_url") ($auth), conductors ${names[*]} alive, in $(elapsed "$t0") s"
+}
+
+# Conductor numbers other than 1 (which serves the API and stays up).
+check_conductor_number() { # N
+  [[ $1 =~ ^[0-9]+$ ]] && [ "$1" -ge 2 ] && [ "$1" -le "$MAX_CONDUCTORS" ] \
+    || die "conductor number must be 2..$MAX_CONDUCTORS (1 serves the API), not '$1'"
 }
 
 cmd_start_conductor() {
-  [ $# -eq 2 ] && [ "$2" = 2 ] || die "usage: $0 start-conductor DIR 2"
-  local dir; dir=$(absdir "$1")
+  [ $# -eq 2 ] || die "usage: $0 start-conductor DIR N"
+  local dir n api_port; dir=$(absdir "$1"); n=$2
+  check_conductor_number "$n"
   require_venv
-  if pid=$(pid_of "$dir" ironic-2); then die "conductor 2 already running (pid $pid)"; fi
-  port_free "$C2_HOST" "$C2_RPC_PORT" || die "json-rpc port $C2_HOST:$C2_RPC_PORT is in use"
+  if pid=$(pid_of "$dir" "ironic-$n"); then die "conductor $n already running (pid $pid)"; fi
+  port_free "$(c_host "$n")" "$(c_rpc_port "$n")" || die "json-rpc port $(c_host "$n"):$(c_rpc_port "$n") is in use"
+  if [ ! -f "$dir/ironic-$n.conf" ]; then
+    # A conductor joining: the same API, database and auth as the others.
+    api_port=$(api_url "$dir"); api_port=${api_port##*:}
+    write_conf "$dir" "$n" "$(c_host "$n")" "$(c_rpc_port "$n")" "$api_port" "$(cat "$dir/auth_strategy")"
+  fi
   local t0; t0=$(now)
-  launch "$dir" 2 ironic-conductor
-  wait_conductors "$dir" "$START_TIMEOUT" "$C2_NAME"
-  log "conductor 2 ($C2_NAME) alive again in $(elapsed "$t0") s"
+  launch "$dir" "$n" ironic-conductor
+  wait_conductors "$dir" "$START_TIMEOUT" "$(c_name "$n")"
+  log "conductor $n ($(c_name "$n")) alive in $(elapsed "$t0") s"
 }
 
 # ------------------------------------------------------------------------------- owners
@@ -599,9 +646,10 @@ stop_group() {
 
 cmd_stop_conductor() {
   [ $# -ge 2 ] || usage
-  local dir n mode=TERM waitfor=1 t0 owners
+  local dir n mode=TERM waitfor=1 t0 owners name
   dir=$(absdir "$1"); n=$2; shift 2
-  [ "$n" = 2 ] || die "stop-conductor: only conductor 2 can be stopped alone (1 serves the API)"
+  check_conductor_number "$n"
+  name=$(c_name "$n")
   while [ $# -gt 0 ]; do
     case $1 in
       --kill) mode=KILL ;;
@@ -610,35 +658,36 @@ cmd_stop_conductor() {
     esac
     shift
   done
-  pid_of "$dir" ironic-2 >/dev/null || die "conductor 2 is not running"
+  pid_of "$dir" "ironic-$n" >/dev/null || die "conductor $n is not running"
   t0=$(now)
-  stop_group "$dir" ironic-2 "$mode" 30
-  log "conductor 2 stopped (SIG$mode) in $(elapsed "$t0") s"
+  stop_group "$dir" "ironic-$n" "$mode" 30
+  log "conductor $n stopped (SIG$mode) in $(elapsed "$t0") s"
   [ "$waitfor" = 1 ] || return 0
   # SIGTERM deregisters (the API's ring drops it on its next reset); SIGKILL leaves a stale
   # registration until heartbeat_timeout passes.
   local limit=$(( HB_TIMEOUT + RING_RESET + 60 ))
   while :; do
     owners=$(owners_json "$dir") || fail_with_logs "$dir" "could not read owners"
-    grep -qF "\"conductor\": \"$C2_NAME\"" <<<"$owners" || break
+    grep -qF "\"conductor\": \"$name\"" <<<"$owners" || break
     python3 -c 'import sys; sys.exit(float(sys.argv[1]) < float(sys.argv[2]))' "$(elapsed "$t0")" "$limit" \
-      && fail_with_logs "$dir" "nodes still on $C2_NAME ${limit}s after stopping it"
+      && fail_with_logs "$dir" "nodes still on $name ${limit}s after stopping it"
     sleep 0.25
   done
-  log "rebalanced: no node on $C2_NAME $(elapsed "$t0") s after SIG$mode"
+  log "rebalanced: no node on $name $(elapsed "$t0") s after SIG$mode"
 }
 
 cmd_stop() {
   [ $# -eq 1 ] || usage
   local dir t0; dir=$(absdir "$1")
   t0=$(now)
-  # TERM both at once (each waits hash_ring_reset_interval while the other is online),
-  # then wait for each with a bounded grace period, KILL as a fallback.
-  for n in ironic-2 ironic-1; do
-    if pid=$(pid_of "$dir" "$n"); then signal_group TERM "$pid"; fi
+  # TERM all at once (each waits hash_ring_reset_interval while another is online), then
+  # wait for each with a bounded grace period, KILL as a fallback; conductor 1 last.
+  local all n
+  all=$(conductors_in "$dir" | sort -rn)
+  for n in $all; do
+    if pid=$(pid_of "$dir" "ironic-$n"); then signal_group TERM "$pid"; fi
   done
-  stop_group "$dir" ironic-2 TERM 30
-  stop_group "$dir" ironic-1 TERM 30
+  for n in $all; do stop_group "$dir" "ironic-$n" TERM 30; done
   # SIGINT: PostgreSQL's fast shutdown. Its children each setsid() into their own process
   # group, so note them first and make sure they are gone too.
   local kids="" pid t

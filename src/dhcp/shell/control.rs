@@ -192,13 +192,23 @@ pub(super) fn apply(engine: &mut Engine, cmd: Control, committer: &Committer, no
                 return;
             };
             let until = engine.transition_until();
-            tracing::warn!(
-                members = ?names,
-                previous = ?record.previous,
-                until,
-                "member list changed: new shares now; fresh addresses only from what this \
-                 member also held before, until the longest lease has run out"
-            );
+            if until.is_some_and(|u| u > now) {
+                tracing::warn!(
+                    members = ?names,
+                    previous = ?record.previous,
+                    until,
+                    "member list changed: new shares now; fresh addresses only from what \
+                     this member also held before, until the longest lease has run out"
+                );
+            } else {
+                // Every peer in step (each knows every lease), or a join that only
+                // narrows this member's share: nothing to wait out.
+                tracing::info!(
+                    members = ?names,
+                    previous = ?record.previous,
+                    "member list changed: new shares now, with no transition"
+                );
+            }
             record.conductors = conductors;
             if let Err(e) = committer.commit_blocking(vec![Change::Membership(record)]) {
                 tracing::error!(error = %e, "membership record not stored");
