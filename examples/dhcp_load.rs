@@ -42,17 +42,10 @@ struct Args {
     timeout_ms: u64,
 }
 
-const OP: usize = 0;
-const XID: usize = 4;
-const YIADDR: usize = 16;
-const GIADDR: usize = 24;
-const CHADDR: usize = 28;
-const OPTIONS: usize = 240;
-const DISCOVER: u8 = 1;
-const OFFER: u8 = 2;
-const REQUEST: u8 = 3;
-const ACK: u8 = 5;
-const NAK: u8 = 6;
+#[path = "common/dhcp_wire.rs"]
+mod dhcp_wire;
+
+use dhcp_wire::{ACK, DISCOVER, NAK, OFFER, REQUEST};
 
 /// One exchange in flight, indexed by its slot (the low bits of the xid).
 #[derive(Clone, Copy)]
@@ -80,7 +73,7 @@ fn mac(client: u32) -> [u8; 6] {
     [0x02, 0x5c, b[0], b[1], b[2], b[3]]
 }
 
-/// A BOOTREQUEST of `kind` for `client`, with option 50/54 for a REQUEST.
+/// A relayed BOOTREQUEST of `kind` for `client`, with option 50/54 for a REQUEST.
 fn request(
     buf: &mut Vec<u8>,
     kind: u8,
@@ -90,53 +83,18 @@ fn request(
     ip: Ipv4Addr,
     server: Ipv4Addr,
 ) {
-    buf.clear();
-    buf.resize(OPTIONS, 0);
-    buf[OP] = 1;
-    buf[1] = 1; // Ethernet
-    buf[2] = 6;
-    buf[3] = 1; // hops: one relay
-    buf[XID..XID + 4].copy_from_slice(&xid.to_be_bytes());
-    buf[GIADDR..GIADDR + 4].copy_from_slice(&relay.octets());
-    buf[CHADDR..CHADDR + 6].copy_from_slice(&mac(client));
-    buf[236..240].copy_from_slice(&[99, 130, 83, 99]);
-    buf.extend_from_slice(&[53, 1, kind]);
-    if kind == REQUEST {
-        buf.extend_from_slice(&[50, 4]);
-        buf.extend_from_slice(&ip.octets());
-        buf.extend_from_slice(&[54, 4]);
-        buf.extend_from_slice(&server.octets());
-    }
-    buf.push(255);
-    buf.resize(300, 0);
-}
-
-/// (xid, message type, yiaddr, server identifier) of a BOOTREPLY.
-fn reply(b: &[u8]) -> Option<(u32, u8, Ipv4Addr, Option<Ipv4Addr>)> {
-    if b.len() < OPTIONS + 3 || b[OP] != 2 || b[236..240] != [99, 130, 83, 99] {
-        return None;
-    }
-    let xid = u32::from_be_bytes(b[XID..XID + 4].try_into().ok()?);
-    let yiaddr = Ipv4Addr::from(<[u8; 4]>::try_from(&b[YIADDR..YIADDR + 4]).ok()?);
-    let (mut kind, mut server_id) = (None, None);
-    let mut i = OPTIONS;
-    while i < b.len() {
-        match b[i] {
-            0 => i += 1,
-            255 => break,
-            code => {
-                let len = *b.get(i + 1)? as usize;
-                let v = b.get(i + 2..i + 2 + len)?;
-                match (code, len) {
-                    (53, 1) => kind = Some(v[0]),
-                    (54, 4) => server_id = Some(Ipv4Addr::new(v[0], v[1], v[2], v[3])),
-                    _ => {}
-                }
-                i += 2 + len;
-            }
-        }
-    }
-    Some((xid, kind?, yiaddr, server_id))
+    dhcp_wire::build(
+        buf,
+        &dhcp_wire::Request {
+            kind,
+            xid,
+            mac: mac(client),
+            relay,
+            ciaddr: Ipv4Addr::UNSPECIFIED,
+            selecting: (kind == REQUEST).then_some((ip, server)),
+            extra: &[],
+        },
+    );
 }
 
 fn main() -> anyhow::Result<()> {
@@ -207,7 +165,13 @@ fn main() -> anyhow::Result<()> {
                 Err(e) => return Err(e.into()),
             };
             got = true;
-            let Some((xid, kind, yiaddr, server_id)) = reply(&buf[..n]) else {
+            let Some(dhcp_wire::Reply {
+                xid,
+                kind,
+                yiaddr,
+                server_id,
+            }) = dhcp_wire::parse(&buf[..n])
+            else {
                 counts.malformed += 1;
                 continue;
             };

@@ -114,6 +114,13 @@ impl<const N: usize> LabeledCounters<N> {
         }
     }
 
+    /// Adds `n` to `label`.
+    pub fn add(&self, label: &str, n: u64) {
+        if let Some(i) = self.index(label) {
+            self.counters[i].add(n);
+        }
+    }
+
     /// The count for `label` (0 for an unknown label).
     pub fn get(&self, label: &str) -> u64 {
         self.index(label).map_or(0, |i| self.counters[i].get())

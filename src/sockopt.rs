@@ -37,6 +37,28 @@ fn enlarge(socket: &impl AsRawFd, bytes: usize, forced: libc::c_int, capped: lib
     }
 }
 
+/// How many datagrams the kernel has dropped on `socket` because its receive buffer was
+/// full (`SK_MEMINFO_DROPS` of `SO_MEMINFO`, Linux ≥ 4.6); `None` where the kernel does
+/// not say. The count only grows, for the socket's lifetime.
+pub fn receive_drops(socket: &impl AsRawFd) -> Option<u32> {
+    /// `SK_MEMINFO_VARS` and `SK_MEMINFO_DROPS` from <linux/sock_diag.h>.
+    const VARS: usize = 9;
+    const DROPS: usize = 8;
+    let mut info = [0u32; VARS];
+    let mut len = std::mem::size_of_val(&info) as libc::socklen_t;
+    // SAFETY: a valid fd, and a buffer of `len` bytes the kernel fills at most.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MEMINFO,
+            info.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    (rc == 0 && len as usize > DROPS * 4).then_some(info[DROPS])
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -50,5 +72,19 @@ mod tests {
         super::enlarge_send_buffer(&s, 4 << 20);
         let after = socket2::SockRef::from(&s).send_buffer_size().unwrap();
         assert!(after >= before, "{before} -> {after}");
+    }
+
+    #[test]
+    fn drops_on_a_full_receive_buffer_are_counted() {
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        // The smallest buffer the kernel allows: a few datagrams fill it.
+        socket2::SockRef::from(&rx).set_recv_buffer_size(1).unwrap();
+        assert_eq!(super::receive_drops(&rx), Some(0));
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        for _ in 0..200 {
+            tx.send_to(&[0u8; 1000], rx.local_addr().unwrap()).unwrap();
+        }
+        let dropped = super::receive_drops(&rx).unwrap();
+        assert!(dropped > 0 && dropped < 200, "{dropped}");
     }
 }

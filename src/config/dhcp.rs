@@ -30,6 +30,7 @@ pub(super) struct RawDhcp {
     leasefile: Option<String>,
     relays: Option<Vec<String>>,
     max_offers: Option<u32>,
+    receive_buffer_kib: Option<u32>,
     unknown_discovers_per_sec: Option<u32>,
     max_declined: Option<u32>,
     declines_per_mac: Option<u32>,
@@ -85,6 +86,10 @@ pub struct DhcpSettings {
     /// Offers outstanding at once; at the cap, unknown machines get no new offer (each
     /// holds an address for `offer_hold_secs`).
     pub max_offers: u32,
+    /// Each DHCP socket's receive buffer, in KiB: what a storm may queue while the engine
+    /// catches up (a DISCOVER takes about 650 bytes of it); beyond, the kernel drops
+    /// (counted as `receive_buffer_full`).
+    pub receive_buffer_kib: u32,
     /// DISCOVERs from unknown machines answered per second and per interface or relay;
     /// 0: no limit.
     pub unknown_discovers_per_sec: u32,
@@ -221,6 +226,12 @@ pub(super) fn validate(raw: RawDhcp, issues: &mut Issues) -> DhcpSettings {
             raw.max_offers.unwrap_or(16_384),
             1,
             1 << 24,
+        ),
+        receive_buffer_kib: issues.in_range(
+            "dhcp.receive_buffer_kib",
+            raw.receive_buffer_kib.unwrap_or(16_384),
+            256,
+            1 << 20,
         ),
         unknown_discovers_per_sec: issues.in_range(
             "dhcp.unknown_discovers_per_sec",

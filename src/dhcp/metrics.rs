@@ -99,6 +99,11 @@ impl DhcpMetrics {
         self.drops.inc(reason.as_str());
     }
 
+    /// Counts `n` dropped datagrams.
+    pub fn drop_many(&self, reason: DropReason, n: u64) {
+        self.drops.add(reason.as_str(), n);
+    }
+
     /// Number dropped for `reason`.
     pub fn dropped(&self, reason: DropReason) -> u64 {
         self.drops.get(reason.as_str())

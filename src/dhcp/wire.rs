@@ -54,6 +54,11 @@ pub enum DropReason {
     /// dhcproto rejected the packet after our checks passed.
     #[error("undecodable")]
     Undecodable,
+    /// The kernel dropped it: the socket's receive buffer was full (a storm faster than
+    /// the engine; `dhcp.receive_buffer_kib` sizes it). Counted from the socket's own
+    /// drop counter, never seen by this process.
+    #[error("receive_buffer_full")]
+    ReceiveBufferFull,
 }
 
 impl DropReason {
@@ -71,11 +76,12 @@ impl DropReason {
             Self::OptionsLost => "options_lost",
             Self::BadRelayAgentInfo => "bad_relay_agent_info",
             Self::Undecodable => "undecodable",
+            Self::ReceiveBufferFull => "receive_buffer_full",
         }
     }
 
     /// Every reason, for metric exposition.
-    pub const ALL: [DropReason; 11] = [
+    pub const ALL: [DropReason; 12] = [
         Self::Truncated,
         Self::Oversized,
         Self::NotRequest,
@@ -87,6 +93,7 @@ impl DropReason {
         Self::OptionsLost,
         Self::BadRelayAgentInfo,
         Self::Undecodable,
+        Self::ReceiveBufferFull,
     ];
 }
 

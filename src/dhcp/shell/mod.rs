@@ -198,6 +198,7 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
     // PUBLISH_EVERY under continuous load, so figures read side by side agree.
     let mut stats_dirty = false;
     let mut published = Instant::now();
+    let mut kernel_drops = KernelDrops(vec![0; sockets.len()]);
     let result = 'outer: loop {
         if shutdown.is_cancelled() {
             break Ok(());
@@ -205,6 +206,7 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
         if Instant::now() >= next_tick {
             next_tick = Instant::now() + reclaim_interval;
             reclaim(&mut engine, &metrics);
+            kernel_drops.count(&sockets, &metrics);
         }
         if let Some(r) = &replication {
             engine.set_replicated(r.in_step());
@@ -261,6 +263,7 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
         }
         if stats_dirty && (!busy || published.elapsed() >= PUBLISH_EVERY) {
             publish(&engine, &metrics);
+            kernel_drops.count(&sockets, &metrics);
             stats_dirty = false;
             published = Instant::now();
         }
@@ -365,6 +368,28 @@ fn publish(engine: &Engine, metrics: &DhcpMetrics) {
     metrics.leases.set(engine.leases().count() as u64);
     if let Ok(mut p) = metrics.pools.lock() {
         *p = engine.pool_usage();
+    }
+}
+
+/// What each socket's kernel drop counter said last (`SO_MEMINFO`): datagrams lost to a
+/// full receive buffer never reach this process, so they are counted from the kernel's
+/// side, after each burst and on every tick.
+struct KernelDrops(Vec<u32>);
+
+impl KernelDrops {
+    fn count(&mut self, sockets: &[UdpSocket], metrics: &DhcpMetrics) {
+        for (seen, socket) in self.0.iter_mut().zip(sockets) {
+            if let Some(now) = crate::sockopt::receive_drops(socket) {
+                let new = now.wrapping_sub(*seen);
+                if new > 0 {
+                    metrics.drop_many(
+                        crate::dhcp::wire::DropReason::ReceiveBufferFull,
+                        u64::from(new),
+                    );
+                    *seen = now;
+                }
+            }
+        }
     }
 }
 

@@ -117,7 +117,11 @@ pub fn resolve_interfaces(
 
 /// Binds 0.0.0.0:`port` on `interface` with broadcast enabled, non-blocking. A std socket:
 /// the DHCP server registers it with the runtime of its own thread.
-pub fn bind(interface: &str, port: u16) -> Result<std::net::UdpSocket, SocketError> {
+pub fn bind(
+    interface: &str,
+    port: u16,
+    receive_buffer_kib: u32,
+) -> Result<std::net::UdpSocket, SocketError> {
     let err = |source| SocketError::Bind {
         interface: interface.to_string(),
         port,
@@ -127,8 +131,9 @@ pub fn bind(interface: &str, port: u16) -> Result<std::net::UdpSocket, SocketErr
     s.set_reuse_address(true).map_err(err)?;
     s.set_broadcast(true).map_err(err)?;
     s.bind_device(Some(interface.as_bytes())).map_err(err)?;
-    // Room for bursts: a boot storm sends thousands of DISCOVERs at once.
-    crate::sockopt::enlarge_recv_buffer(&s, 4 << 20);
+    // Room for bursts: a boot storm sends thousands of DISCOVERs at once (20,000 machines
+    // powered on together queue about 13 MiB before the engine drains them).
+    crate::sockopt::enlarge_recv_buffer(&s, receive_buffer_kib as usize * 1024);
     crate::sockopt::enlarge_send_buffer(&s, 4 << 20);
     let _ = s.set_send_buffer_size(4 << 20);
     s.set_nonblocking(true).map_err(err)?;

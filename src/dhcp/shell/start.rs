@@ -241,7 +241,11 @@ pub async fn prepare(config: &Config, parts: Parts) -> Result<Server, StartError
     let interfaces = socket::resolve_interfaces(config, &host)?;
     let mut listeners = Vec::with_capacity(interfaces.len());
     for interface in interfaces {
-        let socket = socket::bind(&interface.name, config.dhcp.port)?;
+        let socket = socket::bind(
+            &interface.name,
+            config.dhcp.port,
+            config.dhcp.receive_buffer_kib,
+        )?;
         info!(interface = %interface.name, address = %interface.addr, port = config.dhcp.port, proxy = config.dhcp.proxy, "DHCP listening");
         if config.dhcp.proxy {
             // ProxyDHCP also answers on the PXE boot-server port (PXE spec §2.2.6).
@@ -250,7 +254,7 @@ pub async fn prepare(config: &Config, parts: Parts) -> Result<Server, StartError
                 boot_server: true,
                 ..interface.clone()
             };
-            let socket = socket::bind(&interface.name, port)?;
+            let socket = socket::bind(&interface.name, port, config.dhcp.receive_buffer_kib)?;
             info!(interface = %interface.name, port, "ProxyDHCP boot-server port listening");
             listeners.push(Listener {
                 interface: boot_server,
