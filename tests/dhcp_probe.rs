@@ -154,12 +154,11 @@ fn an_inherited_address_in_use_by_a_host_without_a_lease_is_never_offered() {
         assert_eq!(o[0].server, member_ip(0), "{m:02x?}: {s:?}");
         assert!(share_of(&NAMES, 0).contains(&o[0].yiaddr), "{o:?}");
     }
-    for k in 0..2 {
+    for (k, name) in NAMES.iter().enumerate() {
         assert_eq!(
             metric(&seg, k, "shardboot_dhcp_probes_total"),
             Some(0),
-            "{} probed on the ordinary path",
-            NAMES[k]
+            "{name} probed on the ordinary path"
         );
     }
 
