@@ -34,6 +34,7 @@ pub(super) struct RawDhcp {
     unknown_discovers_per_sec: Option<u32>,
     max_declined: Option<u32>,
     declines_per_mac: Option<u32>,
+    conflict_probe_ms: Option<u64>,
     #[serde(default)]
     options: Vec<String>,
 }
@@ -97,6 +98,10 @@ pub struct DhcpSettings {
     pub max_declined: u32,
     /// DECLINEs one MAC may make per `decline_hold_secs`.
     pub declines_per_mac: u32,
+    /// How long an ICMP echo probe of an address inherited from a departed member waits
+    /// for an answer before the address is offered (`conflict_probe_ms`); `None`: no
+    /// probes.
+    pub conflict_probe: Option<Duration>,
 }
 
 /// One trusted relay source: a network the relay's address is in, and optionally the
@@ -189,6 +194,14 @@ pub(super) fn validate(raw: RawDhcp, issues: &mut Issues) -> DhcpSettings {
         100,
         60_000,
     );
+    // Short by default: firmware retransmits its DISCOVER after about 4 s (RFC 2131
+    // §4.1), and a probe longer than that would only make it ask again.
+    let conflict_probe_ms = issues.in_range(
+        "dhcp.conflict_probe_ms",
+        raw.conflict_probe_ms.unwrap_or(200),
+        0,
+        3_000,
+    );
     let proxy = raw.proxy.unwrap_or(false);
     if proxy && interfaces.is_empty() {
         issues.add(
@@ -251,5 +264,6 @@ pub(super) fn validate(raw: RawDhcp, issues: &mut Issues) -> DhcpSettings {
             0,
             1_000,
         ),
+        conflict_probe: (conflict_probe_ms > 0).then(|| Duration::from_millis(conflict_probe_ms)),
     }
 }

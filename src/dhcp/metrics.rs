@@ -6,7 +6,7 @@ use super::engine::{IgnoreReason, Outcome, PoolUsage};
 use super::wire::DropReason;
 use crate::metrics::{header, sample, Counter, Gauge, LabeledCounters};
 
-const IGNORE_REASONS: [IgnoreReason; 11] = [
+const IGNORE_REASONS: [IgnoreReason; 12] = [
     IgnoreReason::NotResponsible,
     IgnoreReason::Denied,
     IgnoreReason::UnknownClient,
@@ -18,6 +18,7 @@ const IGNORE_REASONS: [IgnoreReason; 11] = [
     IgnoreReason::Unsupported,
     IgnoreReason::Limited,
     IgnoreReason::NotBootClient,
+    IgnoreReason::Probing,
 ];
 
 /// Counters for one DHCP server.
@@ -28,7 +29,7 @@ pub struct DhcpMetrics {
     /// Datagrams dropped before the engine, by reason.
     pub drops: LabeledCounters<{ DropReason::ALL.len() }>,
     /// Requests the engine ignored, by reason.
-    pub ignored: LabeledCounters<11>,
+    pub ignored: LabeledCounters<12>,
     /// Decisions by outcome: offer, ack, nak, inform, release, decline.
     pub outcomes: LabeledCounters<8>,
     /// Valid requests by message type.
@@ -48,6 +49,15 @@ pub struct DhcpMetrics {
     pub peer_refused: Counter,
     /// Relayed packets (giaddr set) from a source no `dhcp.relays` entry trusts.
     pub untrusted_relay: Counter,
+    /// ICMP echo probes sent before offering an inherited address.
+    pub probes: Counter,
+    /// Probed addresses that answered: quarantined, another offered.
+    pub probe_conflicts: Counter,
+    /// ICMP echo replies that matched no probe (identifier, sequence and source).
+    pub probe_unmatched: Counter,
+    /// Inherited addresses offered without a probe because a cap was reached (the
+    /// engine's count, published with the pool use).
+    pub probes_skipped: Gauge,
     /// Lease records held in memory.
     pub leases: Gauge,
     /// 1 while the DHCP sockets are bound and served.
@@ -85,6 +95,10 @@ impl Default for DhcpMetrics {
             store_failing: Counter::default(),
             peer_refused: Counter::default(),
             untrusted_relay: Counter::default(),
+            probes: Counter::default(),
+            probe_conflicts: Counter::default(),
+            probe_unmatched: Counter::default(),
+            probes_skipped: Gauge::default(),
             leases: Gauge::default(),
             listening: Gauge::default(),
             transition_until: Gauge::default(),
@@ -120,6 +134,9 @@ impl DhcpMetrics {
             Outcome::Decline(_) => "decline",
             Outcome::ProxyOffer => "proxy_offer",
             Outcome::ProxyAck => "proxy_ack",
+            // Counted when the echo is sent (`probes`); the DISCOVER's own outcome comes
+            // when it is decided again.
+            Outcome::Probe(_) => return,
             Outcome::Ignored(r) => return self.ignored.inc(r.as_str()),
         };
         self.outcomes.inc(label);
@@ -209,10 +226,35 @@ impl DhcpMetrics {
                 "Relayed packets from a source no dhcp.relays entry trusts, dropped",
                 &self.untrusted_relay,
             ),
+            (
+                "shardboot_dhcp_probes_total",
+                "ICMP echo probes sent before offering an address inherited from a departed member",
+                &self.probes,
+            ),
+            (
+                "shardboot_dhcp_probe_conflicts_total",
+                "Probed addresses that answered: quarantined like a DECLINE, another offered",
+                &self.probe_conflicts,
+            ),
+            (
+                "shardboot_dhcp_probe_unmatched_replies_total",
+                "ICMP echo replies matching no probe (identifier, sequence, source), ignored",
+                &self.probe_unmatched,
+            ),
         ] {
             header(out, name, "counter", help);
             out.push_str(&format!("{name} {}\n", c.get()));
         }
+        header(
+            out,
+            "shardboot_dhcp_probes_skipped_total",
+            "counter",
+            "Inherited addresses offered without a probe because the probe caps were reached",
+        );
+        out.push_str(&format!(
+            "shardboot_dhcp_probes_skipped_total {}\n",
+            self.probes_skipped.get()
+        ));
         header(out, "shardboot_leases", "gauge", "Lease records in memory");
         out.push_str(&format!("shardboot_leases {}\n", self.leases.get()));
         let pools = self.pools.lock().map(|p| p.clone()).unwrap_or_default();

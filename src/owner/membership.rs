@@ -126,6 +126,29 @@ pub fn settle(
     }
 }
 
+/// The last change of the member list the store records, for the probes of what this
+/// member's share gained then (`dhcp::engine::probe`): the list before it, how it was
+/// shared, and when. A list changed while this member was down changed now; an
+/// unchanged list's record names the change before it, if any. `None` without a record:
+/// a member on an empty store gained nothing it can name (see `Engine::inherit_from`).
+pub fn last_change(
+    stored: Option<&Membership>,
+    members: &MemberList,
+    now: u64,
+) -> Option<(Vec<String>, Split, u64)> {
+    let r = stored?;
+    let same_split = r.names.len() <= 1 || Split::recorded(r.split.as_deref()) == Split::CURRENT;
+    if r.names == members.names() && same_split {
+        let previous = r.previous.clone()?;
+        return Some((
+            previous,
+            Split::recorded(r.previous_split.as_deref()),
+            r.since,
+        ));
+    }
+    Some((r.names.clone(), Split::recorded(r.split.as_deref()), now))
+}
+
 /// The still-running transitions of `past`.
 fn earlier(past: &[PastMembership], now: u64) -> Vec<Transition> {
     past.iter()
@@ -199,6 +222,29 @@ mod tests {
                 transition: None,
                 earlier: Vec::new(),
             }
+        );
+    }
+
+    #[test]
+    fn the_last_change_is_the_records_or_the_one_made_while_down() {
+        let ab = MemberList::new(["a", "b"]);
+        let a = MemberList::new(["a"]);
+        assert_eq!(last_change(None, &ab, 50), None);
+        // Unchanged since the record, which names no change before it: nothing.
+        assert_eq!(
+            last_change(Some(&record(&["a", "b"], 10, None)), &ab, 50),
+            None
+        );
+        // Unchanged since a change at 10 from a, b, c (made while running).
+        let r = record(&["a", "b"], 10, Some(&["a", "b", "c"]));
+        assert_eq!(
+            last_change(Some(&r), &ab, 50),
+            Some((vec!["a".into(), "b".into(), "c".into()], Split::CURRENT, 10))
+        );
+        // Changed while down: from the record's list, now.
+        assert_eq!(
+            last_change(Some(&r), &a, 50),
+            Some((vec!["a".into(), "b".into()], Split::CURRENT, 50))
         );
     }
 

@@ -19,6 +19,8 @@ pub(crate) struct Segment {
     /// Member interface names, in the order given to `new`.
     pub member_ifs: Vec<String>,
     pub client_if: String,
+    /// The bridge in `servers`.
+    pub bridge: String,
 }
 
 impl Segment {
@@ -54,7 +56,24 @@ impl Segment {
             clients,
             member_ifs,
             client_if: c,
+            bridge,
         }
+    }
+
+    /// One more host on the segment, in a namespace of its own, with `addr` (CIDR) on
+    /// its interface: it answers ARP and ICMP echo like any machine there.
+    pub(crate) fn host(&self, addr: &str) -> Netns {
+        let ns = Netns::new("sbh");
+        let (h, p) = (unique("h"), unique("p"));
+        sh(&["ip", "link", "add", &h, "type", "veth", "peer", "name", &p]);
+        sh(&["ip", "link", "set", &h, "netns", &ns.name]);
+        sh(&["ip", "link", "set", &p, "netns", &self.servers.name]);
+        self.servers
+            .ip(&["link", "set", &p, "master", &self.bridge]);
+        self.servers.ip(&["link", "set", &p, "up"]);
+        ns.ip(&["addr", "add", addr, "dev", &h]);
+        ns.ip(&["link", "set", &h, "up"]);
+        ns
     }
 }
 

@@ -108,6 +108,9 @@ pub enum IgnoreReason {
     Limited,
     /// ProxyDHCP: not network-boot firmware (the address server answers it alone).
     NotBootClient,
+    /// A probe of the address chosen for the client is in flight; its DISCOVER is
+    /// answered when the probe ends.
+    Probing,
 }
 
 impl IgnoreReason {
@@ -125,6 +128,7 @@ impl IgnoreReason {
             Self::Unsupported => "unsupported",
             Self::Limited => "limited",
             Self::NotBootClient => "not_boot_client",
+            Self::Probing => "probing",
         }
     }
 }
@@ -148,6 +152,9 @@ pub enum Outcome {
     ProxyOffer,
     /// ProxyDHCP: boot information acknowledged on the boot-server port.
     ProxyAck,
+    /// No reply yet: probe this address (inherited from a departed member) first, then
+    /// report the result and decide the DISCOVER again (`Engine::handle_probe_result`).
+    Probe(Ipv4Addr),
     /// No reply.
     Ignored(IgnoreReason),
 }

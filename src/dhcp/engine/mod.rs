@@ -11,6 +11,7 @@ mod allocate;
 pub mod decision;
 mod limits;
 pub mod pool;
+pub mod probe;
 pub mod proxy;
 pub mod replica;
 pub mod reply;
@@ -34,6 +35,7 @@ pub use decision::{
 };
 use limits::Limits;
 use pool::Pool;
+pub use probe::ProbeResult;
 use reply::{ReplyParts, Timers};
 use table::LeaseTable;
 
@@ -108,6 +110,8 @@ pub struct Engine {
     limits: Limits,
     /// Every other member has every lease change (lease replication in step).
     replicated: bool,
+    /// Probes of inherited addresses in flight (`probe`).
+    probes: probe::Probes,
 }
 
 impl Engine {
@@ -149,6 +153,7 @@ impl Engine {
             runtime_reserved: std::collections::HashSet::new(),
             limits: Limits::default(),
             replicated: false,
+            probes: probe::Probes::new(config.dhcp.conflict_probe.is_some()),
         };
         let blocked: Vec<Ipv4Addr> = config
             .subnets
@@ -206,6 +211,7 @@ impl Engine {
             self.past.retain(|p| p.until > now);
             self.restrict_to_past_shares();
         }
+        self.end_probes(now);
         let expired = self.table.take_expired(now);
         let n = expired.len();
         for ip in expired {
@@ -321,6 +327,9 @@ impl Engine {
         if ctx.responsibility == Responsibility::NotMine {
             return Decision::ignore(IgnoreReason::NotResponsible);
         }
+        let Some(chain) = self.probe_chain(mac) else {
+            return Decision::ignore(IgnoreReason::Probing);
+        };
         let known = self.is_known(mac, ctx);
         let rate = self.settings.unknown_discovers_per_sec;
         if !known
@@ -339,6 +348,9 @@ impl Engine {
         let fresh = !self.pools_for(ip).any(|p| p.is_used(ip));
         if !known && fresh && !self.unknown_may_take(si) {
             return Decision::ignore(IgnoreReason::Limited);
+        }
+        if let Some(probe) = self.probe_first(msg, ip, mac, chain, ctx.now) {
+            return probe;
         }
         let already_bound = self
             .table
@@ -606,6 +618,24 @@ impl Engine {
         // old list changes nothing now or later (a later list narrows by this one,
         // which is smaller). Otherwise, a transition.
         let me = self.me.as_deref().unwrap_or_default();
+        // What this member's share gains is probed (`probe`) unless the transition rule
+        // already covers it: back after less than a span in a list without it, the
+        // others stayed narrowed to their shares under the list before (as
+        // `past_share_list` reasons), so its share under that list is no gain. In step
+        // there is no transition, so whatever was not its share a moment ago is.
+        let reference = match &self.members_before {
+            Some(before)
+                if !self.replicated
+                    && old.index_of(me).is_none()
+                    && before.index_of(me).is_some()
+                    && self
+                        .members_since
+                        .is_some_and(|s| now.saturating_sub(s) < self.transition_span) =>
+            {
+                before.clone()
+            }
+            _ => old.clone(),
+        };
         let pure_join = old.index_of(me).is_some()
             && old
                 .names()
@@ -623,6 +653,7 @@ impl Engine {
         self.members_since = Some(now);
         self.members_before = Some(old.clone());
         self.reshare();
+        self.inherit_relative_to(&reference, Split::CURRENT, now);
         self.restrict_to_past_shares();
         let split = Some(Split::CURRENT.as_str().to_string());
         Some(crate::store::Membership {

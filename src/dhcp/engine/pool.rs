@@ -26,6 +26,10 @@ pub struct Pool {
     in_use: u32,
     /// Of `in_use`, those inside `allowed` (other members' leases lie outside it).
     in_use_allowed: u32,
+    /// Addresses this member gained at a membership change and has not yet found clear
+    /// by a probe (bitmap over offsets; `engine::probe`), probed until `probe_until`.
+    probe: Vec<u64>,
+    probe_until: u64,
 }
 
 fn bit(words: &[u64], i: u32) -> bool {
@@ -79,6 +83,8 @@ impl Pool {
             blocked: vec![0; words],
             in_use: 0,
             in_use_allowed: 0,
+            probe: Vec::new(),
+            probe_until: 0,
         }
     }
 
@@ -113,6 +119,47 @@ impl Pool {
         assert_eq!(share.len(), self.share.len(), "a share covers its range");
         self.share = share;
         self.lift_restriction();
+    }
+
+    /// This member's share under the current member list (bitmap over offsets).
+    pub fn share(&self) -> &[u64] {
+        &self.share
+    }
+
+    /// Probes the addresses of `gained` (a bitmap over offsets) before their first
+    /// offer until `until`. Stacks with an earlier window: the later end holds for all.
+    pub fn inherit(&mut self, gained: &[u64], until: u64) {
+        if gained.iter().all(|w| *w == 0) {
+            return;
+        }
+        self.probe.resize(self.share.len(), 0);
+        for (p, g) in self.probe.iter_mut().zip(gained) {
+            *p |= g;
+        }
+        self.probe_until = self.probe_until.max(until);
+    }
+
+    /// Whether `ip` was gained at a membership change, its window still runs at `now`,
+    /// and no probe has found it clear yet. Excluded and reserved addresses never are.
+    pub fn needs_probe(&self, ip: Ipv4Addr, now: u64) -> bool {
+        now < self.probe_until
+            && self.index(ip).is_some_and(|i| {
+                !self.probe.is_empty() && bit(&self.probe, i) && !bit(&self.blocked, i)
+            })
+    }
+
+    /// A probe found `ip` clear: not probed again in this window.
+    pub fn probed_clear(&mut self, ip: Ipv4Addr) {
+        if let Some(i) = self.index(ip).filter(|_| !self.probe.is_empty()) {
+            set(&mut self.probe, i, false);
+        }
+    }
+
+    /// Forgets the probe window once it has ended at `now`.
+    pub fn end_probes(&mut self, now: u64) {
+        if !self.probe.is_empty() && now >= self.probe_until {
+            self.probe = Vec::new();
+        }
     }
 
     /// Ends `restrict`: the whole share again.
@@ -313,6 +360,24 @@ mod tests {
         assert_eq!(none.share_len(), 0);
         none.lift_restriction();
         assert_eq!(none.share_len(), 100);
+    }
+
+    #[test]
+    fn gained_addresses_are_probed_until_clear_or_the_window_ends() {
+        let mut p = Pool::new(ip(0), ip(99));
+        assert!(!p.needs_probe(ip(3), 0), "nothing gained: no probe");
+        p.block(ip(5));
+        p.inherit(&[0b111000, 0], 100);
+        assert!(p.needs_probe(ip(3), 10) && p.needs_probe(ip(4), 99));
+        assert!(!p.needs_probe(ip(2), 10), "not gained");
+        assert!(!p.needs_probe(ip(5), 10), "excluded or reserved");
+        assert!(!p.needs_probe(ip(3), 100), "window over");
+        p.probed_clear(ip(3));
+        assert!(!p.needs_probe(ip(3), 10) && p.needs_probe(ip(4), 10));
+        p.end_probes(99);
+        assert!(p.needs_probe(ip(4), 99));
+        p.end_probes(100);
+        assert!(!p.needs_probe(ip(4), 50));
     }
 
     #[test]

@@ -15,6 +15,9 @@ use crate::mac::MacAddr;
 use crate::owner::shares::Split;
 use crate::store::{LeaseEffect, LeaseState};
 
+#[path = "probe_tests.rs"]
+mod probe_tests;
+
 const SERVER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 const T0: u64 = 1_000_000;
 

@@ -1,6 +1,7 @@
 //! Adding a neighbour (ARP) entry so a reply can be unicast to a client that has no
-//! address yet (RFC 2131 §4.1), as dnsmasq and ISC dhcpd do. This is the one place the
-//! DHCP path needs `unsafe`: the SIOCSARP ioctl.
+//! address yet (RFC 2131 §4.1), as dnsmasq and ISC dhcpd do. The SIOCSARP ioctl needs
+//! `unsafe`, as the conflict probes' ICMP socket options do (`probe`); nothing else on
+//! the DHCP path does.
 
 use std::io;
 use std::net::Ipv4Addr;

@@ -11,6 +11,7 @@
 pub mod arp;
 mod control;
 mod follow;
+mod probe;
 pub mod socket;
 mod start;
 
@@ -37,6 +38,7 @@ use crate::mac::MacAddr;
 use crate::store::{Change, Committer, StoreMetrics, StoreStatus};
 pub use control::{ControlError, ControlReceiver, DhcpHandle};
 pub use follow::follow_members;
+pub use probe::ProbeError;
 pub use start::{prepare, Parts, StartError, Stored};
 
 /// Datagrams read from one socket before looking at the others, the clock and shutdown.
@@ -83,6 +85,9 @@ pub struct Server {
     pub control: Option<ControlReceiver>,
     /// Lease replication to the other members; `None`: a single instance.
     pub replication: Option<Arc<crate::replication::Replicator>>,
+    /// How long a conflict probe of an inherited address waits (`dhcp.conflict_probe_ms`);
+    /// `None`: no probes.
+    pub conflict_probe: Option<Duration>,
 }
 
 /// A lease of this member's that a peer refused, and the lease that holds its address.
@@ -157,7 +162,11 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
         timeline,
         control,
         replication,
+        conflict_probe,
     } = server;
+    let mut prober = probe::Prober::new(conflict_probe.unwrap_or_default());
+    // Probes that ended (answered or timed out) and whose DISCOVERs are decided again.
+    let mut ended: Vec<probe::Ended> = Vec::new();
     let mut control = control.map(|c| c.0);
     // Refused leases come back from the committer thread: withdrawn here, on the
     // engine's thread, like every change of its state.
@@ -188,6 +197,13 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
         port,
         out: Vec::with_capacity(600),
     };
+    let outputs = Outputs {
+        sockets: &sockets,
+        reply_sockets: &reply_sockets,
+        committer: &committer,
+        metrics: &metrics,
+        withdraw: &withdraw_tx,
+    };
     let mut buf = vec![0u8; MAX_REQUEST_LEN + 1];
     // Pool usage and lease count from the start, not only after the first tick.
     reclaim(&mut engine, &metrics);
@@ -215,6 +231,14 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
             withdraw(&mut engine, &ours, &holder, &committer);
             stats_dirty = true;
         }
+        // Probes that ended since the last look, also under load.
+        ended.extend(prober.poll(Instant::now(), &metrics));
+        if !ended.is_empty() {
+            stats_dirty = true;
+            outputs
+                .settle_probes(&mut ended, &mut engine, &mut ctx, &mut prober)
+                .await;
+        }
         // Operator changes are applied between bursts, also under load.
         if let Some(rx) = control.as_mut() {
             while let Ok(cmd) = rx.try_recv() {
@@ -237,16 +261,12 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
                 match socket.try_recv_from(&mut buf) {
                     Ok((n, from)) => {
                         metrics.received.inc();
-                        match ctx.handle(&mut engine, i, socket, &buf[..n], from, now) {
-                            Action::Nothing => {}
-                            Action::Send(listener, to) => {
-                                stats_dirty = true;
-                                send_now(&sockets[listener], &ctx.out, to, &metrics).await
-                            }
-                            Action::Commit(p) => {
-                                stats_dirty = true;
-                                submit(&committer, p, &reply_sockets, &metrics, &withdraw_tx);
-                            }
+                        let action = ctx.handle(&mut engine, i, socket, &buf[..n], from, now);
+                        stats_dirty |= outputs.act(action, &ctx.out, &mut prober, &mut ended).await;
+                        if !ended.is_empty() {
+                            outputs
+                                .settle_probes(&mut ended, &mut engine, &mut ctx, &mut prober)
+                                .await;
                         }
                     }
                     Err(e) if e.kind() == ErrorKind::WouldBlock => break,
@@ -284,10 +304,14 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
                 None => std::future::pending().await,
             }
         };
+        let wake = prober
+            .next_deadline()
+            .map_or(next_tick, |d| d.min(next_tick));
         tokio::select! {
             _ = shutdown.cancelled() => break Ok(()),
-            _ = tokio::time::sleep_until(next_tick.into()) => {}
+            _ = tokio::time::sleep_until(wake.into()) => {}
             _ = readable => {}
+            replies = prober.replies(&metrics) => ended.extend(replies),
             Some(cmd) = command => {
                 control::apply(&mut engine, cmd, &committer, unix_now());
                 publish(&engine, &metrics);
@@ -366,6 +390,7 @@ const PUBLISH_EVERY: Duration = Duration::from_millis(250);
 /// Publishes the lease count and pool use for the operator API and `/metrics`.
 fn publish(engine: &Engine, metrics: &DhcpMetrics) {
     metrics.leases.set(engine.leases().count() as u64);
+    metrics.probes_skipped.set(engine.probes_skipped());
     if let Ok(mut p) = metrics.pools.lock() {
         *p = engine.pool_usage();
     }
@@ -400,6 +425,92 @@ enum Action {
     Send(usize, SocketAddr),
     /// Lease changes to make durable, and the reply (if any) that waits for them.
     Commit(Pending),
+    /// Probe this address, keeping the DISCOVER until the probe ends.
+    Probe(Box<probe::Kept>, Ipv4Addr),
+    /// A DISCOVER from a client whose probe is in flight: kept in place of the last.
+    KeepNewest(Box<probe::Kept>),
+}
+
+/// Where decisions' results go.
+struct Outputs<'a> {
+    sockets: &'a [UdpSocket],
+    reply_sockets: &'a [Arc<std::net::UdpSocket>],
+    committer: &'a Committer,
+    metrics: &'a Arc<DhcpMetrics>,
+    withdraw: &'a tokio::sync::mpsc::UnboundedSender<Withdrawal>,
+}
+
+impl Outputs<'_> {
+    /// Carries out `action` (`out`: the encoded reply of a `Send`). A probe that cannot
+    /// be sent ends at once, into `ended`. Returns whether state the operator reads
+    /// changed.
+    async fn act(
+        &self,
+        action: Action,
+        out: &[u8],
+        prober: &mut probe::Prober,
+        ended: &mut Vec<probe::Ended>,
+    ) -> bool {
+        match action {
+            Action::Nothing => false,
+            Action::Send(listener, to) => {
+                send_now(&self.sockets[listener], out, to, self.metrics).await;
+                true
+            }
+            Action::Commit(p) => {
+                submit(
+                    self.committer,
+                    p,
+                    self.reply_sockets,
+                    self.metrics,
+                    self.withdraw,
+                );
+                true
+            }
+            Action::Probe(kept, ip) => {
+                if let Err(now) = prober.start(ip, kept, self.metrics) {
+                    ended.push(now);
+                }
+                true
+            }
+            Action::KeepNewest(kept) => {
+                if !prober.keep_newest(kept) {
+                    debug!("no probe in flight for a DISCOVER told to wait for one");
+                }
+                false
+            }
+        }
+    }
+
+    /// Tells the engine how each ended probe went, then decides its DISCOVER again
+    /// (which may probe another address: at most `engine::probe::PROBES_PER_CLIENT`).
+    async fn settle_probes(
+        &self,
+        ended: &mut Vec<probe::Ended>,
+        engine: &mut Engine,
+        ctx: &mut LoopState<'_>,
+        prober: &mut probe::Prober,
+    ) {
+        if prober.unavailable() {
+            engine.set_probing(false);
+        }
+        while let Some(e) = ended.pop() {
+            let now = unix_now();
+            let mac = e.kept.mac;
+            if e.result == super::engine::ProbeResult::Answered {
+                self.metrics.probe_conflicts.inc();
+                // The address is this server's own, not the packet's: nothing to escape.
+                warn!(ip = %e.ip, %mac, "an address inherited from a departed member answered a probe: in use by a host with no lease here; quarantined, another offered");
+            }
+            if let Some(effect) = engine.handle_probe_result(&mac, e.ip, e.result, now) {
+                // Durable and handed to the peers like a DECLINE; the offer of another
+                // address does not wait for it.
+                let _ = self.committer.submit(vec![Change::Lease(effect)], |_| {});
+            }
+            let action = ctx.redecide(engine, self.sockets, *e.kept, now);
+            self.act(action, &ctx.out, prober, ended).await;
+        }
+    }
 }
 
 struct LoopState<'a> {
@@ -602,11 +713,30 @@ impl LoopState<'_> {
         ctx: &PacketContext<'_>,
     ) -> Action {
         let decision = engine.handle_message(msg, ctx);
-        if let Some(mac) = MacAddr::from_chaddr(msg.chaddr()) {
+        let mac = MacAddr::from_chaddr(msg.chaddr());
+        if let Some(mac) = mac {
             self.timeline.record(mac, timeline_report(msg, &decision));
         }
         self.metrics.outcome(&decision.outcome);
         debug!(kind = ?msg.opts().msg_type(), outcome = ?decision.outcome, "decided");
+        let keep = |mac| {
+            Box::new(probe::Kept {
+                msg: msg.clone(),
+                data: data.to_vec(),
+                listener,
+                from,
+                mac,
+                responsibility: ctx.responsibility,
+                known: ctx.known,
+            })
+        };
+        match (decision.outcome, mac) {
+            (Outcome::Probe(ip), Some(mac)) => return Action::Probe(keep(mac), ip),
+            (Outcome::Ignored(super::engine::IgnoreReason::Probing), Some(mac)) => {
+                return Action::KeepNewest(keep(mac))
+            }
+            _ => {}
+        }
         let to = decision.reply.and_then(|mut r| {
             echo_relay_information(data, &mut r);
             self.encode(r, listener, socket, from)
@@ -619,6 +749,55 @@ impl LoopState<'_> {
             listener,
             reply: to.map(|to| (self.out.clone(), to)),
         })
+    }
+
+    /// Decides a kept DISCOVER again once its probe ended, as it was first decided
+    /// (responsibility and whether the owner knows the machine, from then; the
+    /// operator's policy and the dnsmasq directories, from now).
+    fn redecide(
+        &mut self,
+        engine: &mut Engine,
+        sockets: &[UdpSocket],
+        kept: probe::Kept,
+        now: u64,
+    ) -> Action {
+        let probe::Kept {
+            msg,
+            data,
+            listener,
+            from,
+            mac,
+            responsibility,
+            known,
+        } = kept;
+        let span = tracing::debug_span!(
+            "dhcp",
+            iface = %self.interfaces[listener].name,
+            xid = msg.xid(),
+            %mac,
+        );
+        let _entered = span.enter();
+        let (tags, node_options) = self.policies.dnsmasq_for(&mac);
+        let ctx = PacketContext {
+            interface: &self.interfaces[listener],
+            responsibility,
+            policy: self.policies.lookup(&mac),
+            known,
+            now,
+            dnsmasq: DnsmasqDirs {
+                tags: &tags,
+                options: &node_options,
+            },
+        };
+        self.decide(
+            engine,
+            listener,
+            &sockets[listener],
+            &data,
+            from,
+            &msg,
+            &ctx,
+        )
     }
 
     /// Encodes `reply` into `self.out`; returns where it goes.
@@ -688,6 +867,7 @@ fn timeline_report(
         O::Decline(ip) => ("declined", None, Some(ip)),
         O::ProxyOffer => ("proxy offer", None, None),
         O::ProxyAck => ("proxy ack", None, None),
+        O::Probe(ip) => ("probe", Some("inherited address"), Some(ip)),
         O::Ignored(r) => ("silent", Some(r.as_str()), None),
     };
     // The boot file told, if any: this server's own choice, shown as sent.

@@ -180,6 +180,14 @@ pub async fn prepare(config: &Config, parts: Parts) -> Result<Server, StartError
     }
     let mut engine = Engine::new(config, leases, now);
     engine.adopt_members(view.list.clone());
+    // What this member's share gained at the last change of the list (while running
+    // before this start, or while it was down) is probed before its first offer, for
+    // the rest of that change's window.
+    if let Some((previous, split, since)) =
+        crate::owner::membership::last_change(stored.membership.as_ref(), &view.list, now)
+    {
+        engine.inherit_from(&previous, split, since, now);
+    }
     for r in &stored.reservations {
         if let Err(e) = engine.reserve(r, now) {
             warn!(mac = %r.mac, ip = %r.ip, error = %e, "stored reservation not applied");
@@ -278,5 +286,6 @@ pub async fn prepare(config: &Config, parts: Parts) -> Result<Server, StartError
         timeline,
         control,
         replication,
+        conflict_probe: config.dhcp.conflict_probe,
     })
 }
