@@ -457,4 +457,15 @@ fn members_follow_ironic_through_join_leave_crash_replacement_and_rolling_restar
         machines.acked
     );
     assert_eq!(cluster.enrolled.len(), ENROLLED);
+    // Conflict probes ran on inherited addresses; nothing on the segment holds an
+    // address without a lease, so none may find one in use.
+    for i in cluster.running() {
+        let probes = cluster.metric(i, "shardboot_dhcp_probes_total");
+        let conflicts = cluster.metric(i, "shardboot_dhcp_probe_conflicts_total");
+        eprintln!(
+            "{}: {probes:?} conflict probes since its last start",
+            conductor_of(i)
+        );
+        assert_eq!(conflicts, Some(0), "{}", conductor_of(i));
+    }
 }

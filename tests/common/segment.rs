@@ -109,8 +109,19 @@ impl Segment {
     /// Makes the clients' side take unicast to any address of `cidr` (a `local` route:
     /// the kernel there answers ARP for them and delivers to the broadcast client's
     /// socket), so replies a server unicasts to `ciaddr` (RFC 2131 §4.1: RENEWING and
-    /// REBINDING clients) reach the simulated machines.
+    /// REBINDING clients) reach the simulated machines. Those addresses would also answer
+    /// a member's conflict probe (an ICMP echo) for an address nobody holds, so the
+    /// clients' side answers no echo at all, as a machine still in its firmware does not.
     pub(crate) fn clients_take_unicast_to(&self, cidr: &str) {
+        sh(&[
+            "ip",
+            "netns",
+            "exec",
+            &self.clients.name,
+            "sysctl",
+            "-qw",
+            "net.ipv4.icmp_echo_ignore_all=1",
+        ]);
         self.clients.ip(&[
             "route",
             "add",
