@@ -390,7 +390,8 @@ fn main() -> anyhow::Result<()> {
 }
 
 /// Binds each of `machines` (the renewing ones) with a plain four-way exchange, 256 in
-/// flight at a time, and records its address.
+/// flight at a time, sending again what is unanswered after a second (and starting over
+/// on a NAK), and records its address.
 fn bind_renewers(
     storm: &mut Storm,
     machines: &mut [Machine],
@@ -398,23 +399,34 @@ fn bind_renewers(
     buf: &mut [u8],
 ) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
+    let discover = |m: &Machine| Machine {
+        stage: Stage::Firmware { requesting: false },
+        kind: DISCOVER,
+        offered: None,
+        holds: None,
+        sent: Instant::now(),
+        ..*m
+    };
     for chunk_start in (0..machines.len()).step_by(256) {
         let chunk = chunk_start..(chunk_start + 256).min(machines.len());
-        let mut left = chunk.len();
         for n in chunk.clone() {
-            let m = Machine {
-                stage: Stage::Firmware { requesting: false },
-                kind: DISCOVER,
-                ..machines[n]
-            };
-            storm.send(n as u32, &Machine { holds: None, ..m })?;
-            machines[n] = m;
+            machines[n] = discover(&machines[n]);
+            let copy = machines[n];
+            storm.send(n as u32, &copy)?;
         }
-        while left > 0 {
+        while chunk.clone().any(|n| machines[n].holds.is_none()) {
             anyhow::ensure!(
                 Instant::now() < deadline,
                 "the server did not bind the renewing machines within 60 s"
             );
+            let now = Instant::now();
+            for n in chunk.clone() {
+                let m = machines[n];
+                if m.holds.is_none() && now.duration_since(m.sent) > Duration::from_secs(1) {
+                    machines[n].sent = now;
+                    storm.send(n as u32, &m)?;
+                }
+            }
             let len = match storm.socket.recv_from(buf) {
                 Ok((len, _)) => len,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
@@ -428,7 +440,7 @@ fn bind_renewers(
                 continue;
             };
             let n = (r.xid >> 1) as usize;
-            if !chunk.contains(&n) {
+            if !chunk.contains(&n) || machines[n].holds.is_some() {
                 continue;
             }
             let m = &mut machines[n];
@@ -436,13 +448,18 @@ fn bind_renewers(
                 (DISCOVER, OFFER) => {
                     m.kind = REQUEST;
                     m.offered = Some((r.yiaddr, r.server_id.unwrap_or(*storm.server.ip())));
+                    m.sent = Instant::now();
                     let copy = *m;
                     storm.send(n as u32, &copy)?;
                 }
-                (REQUEST, ACK) if m.holds.is_none() => {
+                (REQUEST, ACK) => {
                     m.holds = Some(r.yiaddr);
                     holder.insert(r.yiaddr, n as u32);
-                    left -= 1;
+                }
+                (REQUEST, NAK) => {
+                    *m = discover(m);
+                    let copy = *m;
+                    storm.send(n as u32, &copy)?;
                 }
                 _ => {}
             }

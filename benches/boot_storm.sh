@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# A rack powering on, side by side in one run: how long until the last machine is bound,
+# and how many packets had to be sent again, for shardboot, Kea and dnsmasq, each serving
+# the same /16 through one relay on a veth pair between two namespaces. Run as root.
+#
+#   benches/boot_storm.sh [limit-seconds-per-run]     (SERVERS="shardboot kea" for fewer)
+#
+# Two generators, each at 5,000 and 20,000 machines, every run on a fresh server:
+# - perfdhcp --scenario avalanche: every client DISCOVERs at once, then perfdhcp's own
+#   back-off (1 s, 2 s, 4 s … each randomised by ±1 s, so a reply slower than the random
+#   draw is sent again even from a server that keeps up);
+# - examples/boot_storm: PXE firmware then iPXE per machine (two leases' work), 20 % of
+#   the machines renewing into the storm, RFC 2131 §4.1 back-off (4 s ±1 s, doubling).
+# Kernel drops at each server's socket are read from /proc/net/udp after each run.
+#
+# perfdhcp's socket takes net.core.rmem_default (208 KiB here), which drops most of a
+# storm's replies before perfdhcp reads them: the script raises it to 32 MiB for the run
+# (for every server alike) and puts the old value back on exit.
+# Traffic stays inside the two namespaces made here; every run is bounded in time.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"
+limit=${1:-60}
+
+tests/install-deps.sh
+cargo build --release --locked -q
+cargo build --release --locked -q --example boot_storm
+bin="$PWD/target/release/shardboot"
+storm="$PWD/target/release/examples/boot_storm"
+
+tag="sbst$$"
+srv="$tag-s"; cli="$tag-c"; sif="${tag}s"; cif="${tag}c"
+work=$(mktemp -d)
+# Each run's own output (perfdhcp's report, boot_storm's line), kept for a closer look.
+raw="$PWD/target/boot_storm"
+rm -rf "$raw"; mkdir -p "$raw"
+server_pid=
+old_rmem=$(sysctl -n net.core.rmem_default)
+cleanup() {
+  [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null || true
+  sysctl -qw net.core.rmem_default="$old_rmem" || true
+  ip netns del "$srv" 2>/dev/null || true
+  ip netns del "$cli" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+sysctl -qw net.core.rmem_default=33554432
+ip netns add "$srv"; ip netns add "$cli"
+ip link add "$sif" type veth peer name "$cif"
+ip link set "$sif" netns "$srv"; ip link set "$cif" netns "$cli"
+ip -n "$srv" addr add 198.18.0.1/16 dev "$sif"; ip -n "$cli" addr add 198.18.0.2/16 dev "$cif"
+for ns in "$srv" "$cli"; do ip -n "$ns" link set lo up; done
+ip -n "$srv" link set "$sif" up; ip -n "$cli" link set "$cif" up
+
+cat > "$work/shardboot.toml" <<TOML
+[dhcp]
+interfaces = ["$sif"]
+relays = ["198.18.0.0/16"]
+[tftp]
+enabled = false
+[[subnet]]
+network = "198.18.0.0/16"
+ranges = ["198.18.1.0 - 198.18.255.254"]
+lease_time = 3600
+router = "198.18.0.1"
+TOML
+
+cat > "$work/kea.json" <<JSON
+{ "Dhcp4": {
+  "interfaces-config": { "interfaces": ["$sif"], "dhcp-socket-type": "udp" },
+  "multi-threading": { "enable-multi-threading": true, "thread-pool-size": 2, "packet-queue-size": 256 },
+  "lease-database": { "type": "memfile", "persist": true, "name": "$work/kea-leases.csv", "lfc-interval": 0 },
+  "valid-lifetime": 3600,
+  "subnet4": [ { "id": 1, "subnet": "198.18.0.0/16", "pools": [ { "pool": "198.18.1.0 - 198.18.255.254" } ],
+                 "option-data": [ { "name": "routers", "data": "198.18.0.1" } ] } ],
+  "loggers": [ { "name": "kea-dhcp4", "severity": "WARN", "output_options": [ { "output": "$work/kea.log" } ] } ]
+} }
+JSON
+
+# start NAME: a fresh server (empty lease store) in the server namespace.
+start() {
+  local name=$1
+  rm -rf "$work/shardboot-state" "$work/kea-leases.csv"* "$work/dnsmasq.leases"
+  case $name in
+    shardboot) set -- "$bin" serve --config "$work/shardboot.toml" --state-dir "$work/shardboot-state" ;;
+    dnsmasq) set -- dnsmasq --no-daemon --port=0 --no-ping --bind-interfaces --interface="$sif" \
+               --dhcp-range=198.18.1.0,198.18.255.254,255.255.0.0,1h --dhcp-lease-max=200000 \
+               --dhcp-authoritative --dhcp-leasefile="$work/dnsmasq.leases" --pid-file="$work/dnsmasq.pid" --quiet-dhcp ;;
+    kea) set -- env KEA_PIDFILE_DIR="$work" KEA_LOCKFILE_DIR=none kea-dhcp4 -c "$work/kea.json" ;;
+  esac
+  ip netns exec "$srv" "$@" > "$work/$name.log" 2>&1 &
+  server_pid=$!
+  sleep 1.5
+  kill -0 "$server_pid" 2>/dev/null || { echo "$name failed to start:"; cat "$work/$name.log"; exit 1; }
+}
+stop() {
+  kill "$server_pid" 2>/dev/null || true
+  wait "$server_pid" 2>/dev/null || true
+  server_pid=
+}
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# Datagrams the kernel dropped at the server's port-67 socket (0x0043).
+server_drops() { ip netns exec "$srv" awk '$2 ~ /:0043$/ {d += $NF} END {print d + 0}' /proc/net/udp; }
+cpu_ms() { awk -v t="$1" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.0f", t / hz * 1000 }'; }
+
+# run_avalanche N → "<seconds or -> <resent> <server drops> <server CPU ms>"
+run_avalanche() {
+  local n=$1 out before after took resent
+  before=$(cpu_ticks "$server_pid")
+  out=$(cd "$work" && timeout "$limit" ip netns exec "$cli" perfdhcp -4 --scenario avalanche -R "$n" \
+        -l 198.18.0.2 198.18.0.1 2>&1 || true)
+  after=$(cpu_ticks "$server_pid")
+  echo "$out" > "$raw/avalanche-$n-$2.txt"
+  # "It took 00:00:02.407032 to provision 20000 clients."
+  took=$(echo "$out" | awk '/^It took/ { split($3, t, ":"); printf "%.2f", t[1] * 3600 + t[2] * 60 + t[3] }')
+  resent=$(echo "$out" | awk '/^Requests resent:/ {print $3}')
+  echo "${took:--} ${resent:--} $(server_drops) $(cpu_ms $((after - before)))"
+}
+
+# run_storm N → "<seconds or -> <retransmissions> <server drops> <server CPU ms> <bound> <duplicates>"
+run_storm() {
+  local n=$1 out before after
+  before=$(cpu_ticks "$server_pid")
+  out=$(timeout $((limit + 70)) ip netns exec "$cli" "$storm" --relay 198.18.0.2 --server 198.18.0.1 \
+        --machines "$n" --limit-secs "$limit" 2>&1 || true)
+  after=$(cpu_ticks "$server_pid")
+  echo "$out" > "$raw/storm-$n-$2.txt"
+  # "machines N renewing R bound B last Xs p50 … retransmissions T naks K duplicates D …"
+  echo "$out" | awk -v drops="$(server_drops)" -v cpu="$(cpu_ms $((after - before)))" '/^machines/ {
+    last = $8; sub(/s$/, "", last); if ($6 != $2) last = "-";
+    printf "%s %s %s %s %s %s\n", last, $16, drops, cpu, $6, $20; found = 1 }
+    END { if (!found) print "- - - - 0 -" }'
+}
+
+declare -A result
+for server in ${SERVERS:-shardboot kea dnsmasq}; do
+  for n in 5000 20000; do
+    start "$server"; result[$server,avalanche,$n]=$(run_avalanche "$n" "$server"); stop
+    start "$server"; result[$server,storm,$n]=$(run_storm "$n" "$server"); stop
+  done
+done
+
+field() { echo "${result[$1]:-- - - - 0 -}" | awk -v i="$2" '{print $i}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "-" && b != "-" && a > 0) printf "%.1f×", b / a; else print "n/a" }'; }
+cell() { # KEY → "1.23 s, 45 resent, 0 dropped, 310 ms CPU"
+  local s; s=$(field "$1" 1)
+  if [ -z "${result[$1]:-}" ]; then
+    echo "not run"
+  elif [ "$s" = - ]; then
+    case $1 in *storm*) echo "not done in ${limit} s ($(field "$1" 5) bound)" ;; *) echo "not done in ${limit} s" ;; esac
+  else
+    echo "$s s, $(field "$1" 2) resent, $(field "$1" 3) dropped, $(field "$1" 4) ms CPU"
+  fi
+}
+echo
+echo "Boot storm, relayed over veth, $(nproc) cores, each run on a fresh server (limit ${limit} s)"
+echo
+echo "| time until the last machine is bound | shardboot | Kea 2.2 MT, memfile | dnsmasq | Kea / shardboot |"
+echo "|---|---|---|---|---|"
+for n in 5000 20000; do
+  for kind in avalanche storm; do
+    case $kind in
+      avalanche) label="perfdhcp avalanche, $n clients" ;;
+      storm) label="boot_storm, $n machines (PXE + iPXE, 20 % renewing)" ;;
+    esac
+    echo "| $label | $(cell "shardboot,$kind,$n") | $(cell "kea,$kind,$n") | $(cell "dnsmasq,$kind,$n") | $(ratio "$(field "shardboot,$kind,$n" 1)" "$(field "kea,$kind,$n" 1)") |"
+  done
+done
+dups=$(for k in "${!result[@]}"; do case $k in *storm*) field "$k" 6 ;; esac; done | awk '$1 != "-" {s += $1} END {print s + 0}')
+echo
+echo "addresses ACKed to two machines in the boot_storm runs (all servers): $dups"
+echo "each run's output: $raw"
