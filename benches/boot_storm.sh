@@ -19,6 +19,7 @@
 # Traffic stays inside the two namespaces made here; every run is bounded in time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. benches/rows.sh
 [ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"
 limit=${1:-60}
 
@@ -165,6 +166,10 @@ for n in 5000 20000; do
     esac
     echo "| $label | $(cell "shardboot,$kind,$n") | $(cell "kea,$kind,$n") | $(cell "dnsmasq,$kind,$n") | $(ratio "$(field "shardboot,$kind,$n" 1)" "$(field "kea,$kind,$n" 1)") |"
   done
+done
+for n in 5000 20000; do
+  row "boot storm, $n machines (boot_storm), s until the last is bound" "$(field "shardboot,storm,$n" 1)" "$(field "kea,storm,$n" 1)" "Kea" lower " s"
+  row "boot storm, $n clients (perfdhcp avalanche), s until the last is bound" "$(field "shardboot,avalanche,$n" 1)" "$(field "kea,avalanche,$n" 1)" "Kea" lower " s"
 done
 dups=$(for k in "${!result[@]}"; do case $k in *storm*) field "$k" 6 ;; esac; done | awk '$1 != "-" {s += $1} END {print s + 0}')
 echo

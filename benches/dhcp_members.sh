@@ -12,6 +12,7 @@
 # Traffic stays inside the namespaces made here; every run is bounded by perfdhcp -p.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. benches/rows.sh
 [ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"
 secs=${1:-10}
 rate=${2:-4000}
@@ -130,3 +131,4 @@ echo "perfdhcp -r $rate -R $clients -p $secs, broadcast on one bridge, $(nproc) 
 printf '%-26s %10s %26s %12s %22s %24s\n' setup "4-way/s" "members' CPU us/exchange" duplicates "REQ-ACK avg/max ms" "replication p50/p99"
 printf '%-26s %10s %26s %12s %22s %24s\n' "1 member" "$r1" "$c1" "$d1" "$a1" "$q1" "3 members (replicated)" "$r3" "$c3" "$d3" "$a3" "$q3"
 awk -v a="$r3" -v b="$r1" 'BEGIN { if (b > 0) printf "3 members / 1 member: %.2fx\n", a / b }'
+row "three replicated members, summed CPU per exchange" "$c3" "$c1" "one member" lower " µs"

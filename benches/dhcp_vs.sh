@@ -11,6 +11,7 @@
 # Traffic stays inside the two namespaces made here; every run is bounded by perfdhcp -p.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. benches/rows.sh
 [ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"
 secs=${1:-10}
 rate=${2:-40000}
@@ -134,3 +135,7 @@ printf '%-10s %12s %22s %8s %11s\n' server "4-way/s" "server CPU us/exchange" lo
 printf '%-10s %12s %22s %8s %11s\n' shardboot "$l_sb" "$lc_sb" "$lost_sb" "$dup_sb" \
   dnsmasq "$l_dm" "$lc_dm" "$lost_dm" "$dup_dm" kea "$l_kea" "$lc_kea" "$lost_kea" "$dup_kea"
 echo "rate      shardboot / Kea: $(ratio "$l_sb" "$l_kea")x   shardboot / dnsmasq: $(ratio "$l_sb" "$l_dm")x"
+row "DHCP closed loop ($window in flight), 4-way exchanges/s" "$l_sb" "$l_kea" "Kea" higher
+row "DHCP closed loop, server CPU per exchange" "$lc_sb" "$lc_kea" "Kea" lower " µs"
+row "DHCP closed loop, 4-way exchanges/s" "$l_sb" "$l_dm" "dnsmasq" higher
+row "DHCP perfdhcp -r $rate, server CPU per exchange" "$c_sb" "$c_kea" "Kea" lower " µs"

@@ -14,6 +14,7 @@
 # Everything listens on 127.0.0.1; each run is bounded by wrk -d.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. benches/rows.sh
 [ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"
 secs=${1:-10}
 conns=${2:-64}
@@ -155,4 +156,6 @@ for _ in $(seq 40); do
   sleep 0.5
 done
 run "shardboot /v1/boot/{mac} (Ironic down)" "http://127.0.0.1:$sb_port" "$work/macs.lua"
+rate_of() { local r; for r in "${results[@]}"; do [ "${r%%=*}" = "$1" ] && echo "${r#*=}"; done; }
+row "HTTP /v1/boot/{mac} (owner from Ironic), requests/s" "$(rate_of "shardboot /v1/boot/{mac} (Ironic up)")" "$(rate_of "nginx static boot.ipxe")" "nginx, a static file" higher
 curl -s "http://127.0.0.1:$sb_port/metrics" | grep -E '^shardboot_owner_ironic_(up|cache_total)'

@@ -20,6 +20,7 @@
 # All traffic stays in the namespace made here (qemu/lab.sh); every wait is bounded.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. benches/rows.sh
 [ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"
 runs=${1:-1}
 [[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "usage: benches/qemu_boot.sh [runs]" >&2; exit 2; }
@@ -257,4 +258,7 @@ for path in "${paths[@]}"; do
   sb=$(median <<< "${secs[$path:shardboot]}")
   ra=$(median <<< "${secs[$path:shardboot-ra]}")
   printf '%-15s %10s %12s %15s %18s %21s\n' "$path" "$dm" "$sb" "$ra" "$(ratio "$dm" "$sb")" "$(ratio "$dm" "$ra")"
+done
+for path in "${paths[@]}"; do
+  row "QEMU $path, s from VM start to the per-node config" "$(median <<< "${secs[$path:shardboot]}")" "$(median <<< "${secs[$path:dnsmasq]}")" "dnsmasq" lower " s"
 done

@@ -20,6 +20,7 @@ P=${P:-50}
 FILE=${FILE:-/usr/lib/ipxe/ipxe.efi}
 WINDOWS=${WINDOWS:-"1 8"}
 here=$(cd "$(dirname "$0")/.." && pwd)
+. "$here/benches/rows.sh"
 [ "$(id -u)" = 0 ] || { echo "tftp_bench: needs root (network namespaces)" >&2; exit 1; }
 for t in atftp dnsmasq in.tftpd ip bc; do
     command -v "$t" >/dev/null || { echo "tftp_bench: missing $t" >&2; exit 1; }
@@ -145,6 +146,7 @@ for ws in $WINDOWS; do
         printf "%-11s %4s %4d/%-4d %8.1f %12.1f %10sx %16s\n" \
             "$name" "$ws" "$ok" "$N" "$mbs" "$tps" "$vs" "$cpu"
     done
+    row "TFTP ipxe.efi, windowsize $ws, transfers/s" "$(printf %.0f "${rate[shardboot]}")" "$(printf %.0f "${rate[dnsmasq]}")" "dnsmasq" higher
     printf "windowsize %s: shardboot / dnsmasq %sx, / tftpd-hpa %sx, / tftpd crate %sx\n" "$ws" \
         "$(ratio "${rate[shardboot]}" "${rate[dnsmasq]}")" \
         "$(ratio "${rate[shardboot]}" "${rate[tftpd-hpa]}")" \
