@@ -27,6 +27,8 @@ pub const PER_MAC: usize = 48;
 pub const TOTAL: usize = 100_000;
 /// Longest detail kept, in octets.
 pub const MAX_DETAIL: usize = 160;
+/// Addresses remembered per MAC for finding it by address (a machine has one or two).
+const IPS_PER_MAC: usize = 8;
 
 /// Which listener saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -88,7 +90,40 @@ struct Inner {
     order: VecDeque<(MacAddr, u64)>,
     /// The MAC each address was last given to.
     by_ip: HashMap<Ipv4Addr, MacAddr>,
+    /// The addresses each MAC was given, newest last (at most [`IPS_PER_MAC`]), so a
+    /// MAC's entries in `by_ip` go with it without a pass over every address: with tens
+    /// of thousands of machines that pass cost more than everything else per packet.
+    ips_of: HashMap<MacAddr, VecDeque<Ipv4Addr>>,
     seq: u64,
+}
+
+impl Inner {
+    /// `ip` was given to `mac`.
+    fn remember_ip(&mut self, ip: Ipv4Addr, mac: MacAddr) {
+        self.by_ip.insert(ip, mac);
+        let ips = self.ips_of.entry(mac).or_default();
+        if ips.contains(&ip) {
+            return;
+        }
+        ips.push_back(ip);
+        if ips.len() > IPS_PER_MAC {
+            if let Some(old) = ips.pop_front() {
+                if self.by_ip.get(&old) == Some(&mac) {
+                    self.by_ip.remove(&old);
+                }
+            }
+        }
+    }
+
+    /// `mac` has no event left: its addresses no longer find it (unless given to
+    /// another MAC since).
+    fn forget_ips(&mut self, mac: &MacAddr) {
+        for ip in self.ips_of.remove(mac).unwrap_or_default() {
+            if self.by_ip.get(&ip) == Some(mac) {
+                self.by_ip.remove(&ip);
+            }
+        }
+    }
 }
 
 /// The timeline of every machine; shared by the listeners and the operator API.
@@ -139,7 +174,7 @@ impl Timeline {
                 .ip
                 .filter(|_| matches!(report.outcome, "offer" | "ack"))
             {
-                g.by_ip.insert(ip, mac);
+                g.remember_ip(ip, mac);
             }
         }
         let ring = g.macs.entry(mac).or_default();
@@ -172,7 +207,7 @@ impl Timeline {
             };
             if empty {
                 g.macs.remove(&old);
-                g.by_ip.retain(|_, m| *m != old);
+                g.forget_ips(&old);
             }
         }
     }
@@ -293,5 +328,46 @@ mod tests {
             t.events(&A, 0)[0].detail.as_ref().unwrap().len(),
             MAX_DETAIL
         );
+    }
+
+    #[test]
+    fn an_address_finds_its_machine_until_the_machine_is_forgotten() {
+        let t = Timeline::default();
+        let ip = |n: usize| Ipv4Addr::from(0x0a00_0000 + n as u32);
+        let mac = |n: usize| MacAddr([2, 0, 0, (n >> 16) as u8, (n >> 8) as u8, n as u8]);
+        let rrq = || Report {
+            source: Source::Tftp,
+            ..dhcp("RRQ", "complete", None)
+        };
+        // More machines than the timeline keeps: each one offered an address.
+        let machines = TOTAL + 1000;
+        for n in 0..machines {
+            t.record_at(mac(n), dhcp("DISCOVER", "offer", Some(ip(n))), 0);
+        }
+        assert!(t.record_for_ip(ip(machines - 1), rrq()));
+        assert!(
+            !t.record_for_ip(ip(0), rrq()),
+            "a forgotten machine's address finds nothing"
+        );
+        // An address given to another machine since finds the new one, also after the
+        // first is forgotten.
+        t.record_at(mac(1), dhcp("DISCOVER", "offer", Some(ip(1001))), 0);
+        for n in 0..TOTAL {
+            t.record_at(mac(machines + n), dhcp("DISCOVER", "silent", None), 0);
+        }
+        assert!(!t.record_for_ip(ip(1001), rrq()));
+        assert_eq!(
+            t.inner.lock().unwrap().by_ip.len(),
+            0,
+            "nothing left behind"
+        );
+        // One machine given many addresses keeps only its newest few.
+        let m = mac(7_000_000);
+        for n in 0..(IPS_PER_MAC + 5) {
+            t.record_at(m, dhcp("DISCOVER", "offer", Some(ip(2_000_000 + n))), 0);
+        }
+        assert!(t.record_for_ip(ip(2_000_000 + IPS_PER_MAC + 4), rrq()));
+        assert!(!t.record_for_ip(ip(2_000_000), rrq()));
+        assert_eq!(t.inner.lock().unwrap().by_ip.len(), IPS_PER_MAC);
     }
 }
