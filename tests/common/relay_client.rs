@@ -39,6 +39,8 @@ impl RelayClient {
     /// Binds `relay:67` (call from inside the client namespace).
     pub(crate) fn new(relay: Ipv4Addr, server: Ipv4Addr) -> Self {
         let socket = UdpSocket::bind(SocketAddrV4::new(relay, 67)).expect("bind relay port");
+        // Room for a burst's replies (the default buffer holds about 150).
+        shardboot::sockopt::enlarge_recv_buffer(&socket, 8 << 20);
         socket
             .set_read_timeout(Some(Duration::from_millis(20)))
             .unwrap();

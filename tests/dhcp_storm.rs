@@ -1,0 +1,131 @@
+//! A storm larger than the DHCP socket's receive buffer (`dhcp.receive_buffer_kib`): what
+//! the kernel drops never reaches the server, so the server counts it from the socket's
+//! own drop counter (`shardboot_dhcp_dropped_total{reason="receive_buffer_full"}`),
+//! answers everything the buffer held, and serves the machines that send again.
+//!
+//! The server is stopped (SIGSTOP) while the burst arrives, so exactly what the buffer
+//! holds is queued, whatever the machine's speed: the figure is the kernel's own, and
+//! the test compares the two.
+
+mod common;
+
+use std::collections::HashSet;
+use std::net::Ipv4Addr;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::qemu::{curl, metric};
+use common::relay_client::{mac, RelayClient};
+use common::{Lab, Server, RELAYS};
+
+const RELAY: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+const SERVER: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+const BURST: u32 = 3000;
+
+/// Datagrams the kernel dropped at port 67 in `lab`'s server namespace (/proc/net/udp's
+/// last column).
+fn kernel_drops(lab: &Lab) -> u64 {
+    let out = lab
+        .server
+        .command("cat")
+        .arg("/proc/net/udp")
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .is_some_and(|a| a.ends_with(":0043"))
+        })
+        .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
+        .sum()
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig} {pid}");
+}
+
+#[test]
+fn a_storm_beyond_the_receive_buffer_is_counted_and_the_rest_served() {
+    require_root!();
+    let lab = Lab::new(&["198.18.0.1/16"], &["198.18.0.2/16"]);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = common::config(
+        &lab.server_if,
+        "198.18.0.0/16",
+        "198.18.1.0 - 198.18.255.254",
+        &format!("{RELAYS}receive_buffer_kib = 256\n"),
+    );
+    let server = Server::start(&lab.server, dir.path(), &cfg);
+    let pid = server.pid().unwrap();
+    let metrics = || curl(&lab.server, "http://127.0.0.1:8080/metrics", None);
+    let counted = || {
+        metric(
+            &metrics(),
+            "shardboot_dhcp_dropped_total{reason=\"receive_buffer_full\"}",
+        )
+    };
+    assert_eq!(counted(), 0);
+
+    // The burst arrives while the server cannot read: the buffer fills, the kernel drops
+    // the rest.
+    signal(pid, "-STOP");
+    let offers = lab
+        .client
+        .run(move || {
+            let mut client = RelayClient::new(RELAY, SERVER);
+            for n in 0..BURST {
+                let d = client.discover_raw(&mac(n), &[]);
+                client.send_raw(&d);
+            }
+            client
+        })
+        .join()
+        .unwrap();
+    let dropped = kernel_drops(&lab);
+    signal(pid, "-CONT");
+    assert!(
+        dropped > 0 && dropped < u64::from(BURST),
+        "a 256 KiB buffer holds some of {BURST} DISCOVERs, not all: the kernel dropped {dropped}"
+    );
+
+    // Every DISCOVER the buffer held is answered.
+    let mut client = offers;
+    let mut answered = HashSet::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline && answered.len() as u64 + dropped < u64::from(BURST) {
+        if let Some(reply) = client.recv_raw(Duration::from_millis(200)) {
+            answered.insert(reply[4..8].to_vec());
+        }
+    }
+    assert_eq!(answered.len() as u64, u64::from(BURST) - dropped);
+    // And the server says how many it never saw, as the kernel does.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while counted() != dropped && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(counted(), dropped, "{}", metrics());
+
+    // Machines whose DISCOVER was dropped send again, and are served.
+    let answers = lab
+        .client
+        .run(move || {
+            let macs: Vec<[u8; 6]> = (0..BURST).step_by(97).map(mac).collect();
+            client.obtain(&macs, Duration::from_secs(5))
+        })
+        .join()
+        .unwrap();
+    for (i, a) in answers.iter().enumerate() {
+        assert!(
+            matches!(a, common::relay_client::Answer::Ack(_)),
+            "machine {i}: {a:?}"
+        );
+    }
+    drop(server);
+}
