@@ -6,6 +6,7 @@ pub mod cli;
 pub mod config;
 pub mod confine;
 pub mod dhcp;
+pub mod dhcp6;
 pub mod handles;
 pub mod http;
 pub mod ipxe;

@@ -1,0 +1,140 @@
+//! What a DHCPv6 client's firmware asks to boot (RFC 5970), in the same terms as v4
+//! ([`crate::dhcp::boot::ClientClass`]), so one selection serves both families.
+//!
+//! - **Architecture**: option 61 (client architecture type, RFC 5970 §3.3; the first
+//!   listed). Some firmware sends none; Metal3's IPv6 failures with dnsmasq come from
+//!   exactly that (ironic-image issues 916 and 924). Then it is read from the vendor
+//!   class, option 16 with IANA enterprise 343 (Intel, as PXE and UEFI use it), whose
+//!   data reads `PXEClient:Arch:00007:…` or `HTTPClient:Arch:00016:…`: the five digits
+//!   after `Arch:` are the same architecture number (RFC 4578 §2.1 registry).
+//! - **Firmware family**: the vendor class data starting with `PXEClient` (PXE over
+//!   IPv6) or `HTTPClient` (UEFI HTTP Boot, which must see `HTTPClient` echoed).
+//! - **iPXE**: option 15, user class, with an item `iPXE` (RFC 8415 §21.15: a list of
+//!   length-prefixed items; iPXE sends one).
+
+use dhcproto::v6::{DhcpOption, DhcpOptions, OptionCode};
+
+use crate::dhcp::boot::{ClientClass, Firmware};
+
+/// The enterprise number PXE and UEFI put in option 16.
+pub const PXE_ENTERPRISE: u32 = 343;
+
+/// Classifies a DHCPv6 client from its options.
+pub fn classify(opts: &DhcpOptions) -> ClientClass {
+    let vendor: Option<&[u8]> = match opts.get(OptionCode::VendorClass) {
+        Some(DhcpOption::VendorClass(v)) if v.num == PXE_ENTERPRISE => {
+            v.data.first().map(Vec::as_slice)
+        }
+        _ => None,
+    };
+    let firmware = match vendor {
+        Some(v) if v.starts_with(b"PXEClient") => Firmware::Pxe,
+        Some(v) if v.starts_with(b"HTTPClient") => Firmware::Http,
+        _ => Firmware::None,
+    };
+    let ipxe = matches!(
+        opts.get(OptionCode::UserClass),
+        Some(DhcpOption::UserClass(u)) if u.data.iter().any(|item| item.as_slice() == b"iPXE")
+    );
+    let arch = match opts.get(OptionCode::ClientArchType) {
+        Some(DhcpOption::ClientArchType(types)) => types.first().map(|a| u16::from(*a)),
+        _ => None,
+    }
+    .or_else(|| vendor.and_then(arch_from_vendor_class));
+    ClientClass {
+        firmware,
+        ipxe,
+        arch,
+    }
+}
+
+/// The architecture in a `PXEClient:Arch:NNNNN:…` / `HTTPClient:Arch:NNNNN:…` vendor
+/// class (five decimal digits, as the PXE and UEFI specifications write it).
+pub fn arch_from_vendor_class(data: &[u8]) -> Option<u16> {
+    let at = data.windows(5).position(|w| w == b"Arch:")? + 5;
+    let digits = data.get(at..at + 5)?;
+    if !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dhcproto::v6::{UserClass, VendorClass};
+
+    fn vendor(text: &str) -> DhcpOption {
+        DhcpOption::VendorClass(VendorClass {
+            num: PXE_ENTERPRISE,
+            data: vec![text.as_bytes().to_vec()],
+        })
+    }
+
+    fn opts(list: Vec<DhcpOption>) -> DhcpOptions {
+        let mut o = DhcpOptions::new();
+        for x in list {
+            o.insert(x);
+        }
+        o
+    }
+
+    #[test]
+    fn option_61_gives_the_architecture() {
+        let o = opts(vec![
+            DhcpOption::ClientArchType(vec![7.into()]),
+            vendor("PXEClient:Arch:00007:UNDI:003016"),
+        ]);
+        let c = classify(&o);
+        assert_eq!(c.arch, Some(7));
+        assert_eq!(c.firmware, Firmware::Pxe);
+        assert!(!c.ipxe);
+    }
+
+    #[test]
+    fn without_option_61_the_vendor_class_gives_it() {
+        // OVMF's UEFI HTTP Boot over IPv6 as Metal3 sees it: no option 61.
+        let c = classify(&opts(vec![vendor("HTTPClient:Arch:00016:UNDI:003001")]));
+        assert_eq!(c.arch, Some(16));
+        assert_eq!(c.firmware, Firmware::Http);
+        let c = classify(&opts(vec![vendor("PXEClient:Arch:00011:UNDI:003016")]));
+        assert_eq!(c.arch, Some(11));
+        assert_eq!(c.firmware, Firmware::Pxe);
+    }
+
+    #[test]
+    fn ipxe_by_its_user_class() {
+        let o = opts(vec![
+            DhcpOption::UserClass(UserClass {
+                data: vec![b"iPXE".to_vec()],
+            }),
+            DhcpOption::ClientArchType(vec![0.into()]),
+        ]);
+        let c = classify(&o);
+        assert!(c.ipxe);
+        assert_eq!(c.arch, Some(0));
+        assert_eq!(c.firmware, Firmware::None);
+    }
+
+    #[test]
+    fn another_enterprise_or_no_class_is_no_firmware() {
+        let o = opts(vec![DhcpOption::VendorClass(VendorClass {
+            num: 9,
+            data: vec![b"PXEClient:Arch:00007".to_vec()],
+        })]);
+        let c = classify(&o);
+        assert_eq!((c.firmware, c.arch, c.ipxe), (Firmware::None, None, false));
+        let c = classify(&DhcpOptions::new());
+        assert_eq!((c.firmware, c.arch, c.ipxe), (Firmware::None, None, false));
+    }
+
+    #[test]
+    fn only_five_digits_after_arch_count() {
+        assert_eq!(arch_from_vendor_class(b"PXEClient:Arch:00007"), Some(7));
+        assert_eq!(arch_from_vendor_class(b"PXEClient:Arch:0007"), None);
+        assert_eq!(arch_from_vendor_class(b"PXEClient:Arch:0x007:UNDI"), None);
+        assert_eq!(arch_from_vendor_class(b"PXEClient:Arch:99999"), None);
+        assert_eq!(arch_from_vendor_class(b"PXEClient"), None);
+        assert_eq!(arch_from_vendor_class(b""), None);
+    }
+}
