@@ -2,8 +2,10 @@
 //! provisioning). So far the pure parts that everything else keys on: which MAC a v6
 //! client is ([`client_mac`]: owner routing, host policies and reservations are by MAC),
 //! and what its firmware asks to boot ([`boot`]: RFC 5970, with the vendor-class
-//! fallback firmware without option 61 needs). The server loop, leases and replies come
+//! fallback firmware without option 61 needs), and the relay layers around a client's
+//! message ([`relay`]: unwrapped by hand, depth-capped, echoed back). The server loop, leases and replies come
 //! next, on the same store, engine shape and listeners as v4.
 
 pub mod boot;
 pub mod client_mac;
+pub mod relay;
