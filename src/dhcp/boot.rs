@@ -86,6 +86,27 @@ pub fn http_base(settings: &BootSettings, server: Ipv4Addr) -> String {
     }
 }
 
+/// The file a PXE ROM of architecture `arch` loads (RFC 4578 §2.1 types; a ROM that
+/// names none is legacy BIOS); `None` for an architecture with no file.
+pub(crate) fn pxe_file(settings: &BootSettings, arch: Option<u16>) -> Option<&String> {
+    match arch.unwrap_or(0) {
+        0 => Some(&settings.bios),
+        6 => Some(&settings.uefi_ia32),
+        7 | 9 => Some(&settings.uefi_x64),
+        11 => Some(&settings.uefi_arm64),
+        _ => None,
+    }
+}
+
+/// The file UEFI HTTP Boot of architecture `arch` loads (16: x64, 19: ARM64).
+pub(crate) fn http_file(settings: &BootSettings, arch: Option<u16>) -> Option<&String> {
+    match arch? {
+        16 => Some(&settings.http_x64),
+        19 => Some(&settings.http_arm64),
+        _ => None,
+    }
+}
+
 /// Picks the boot directive. `server` is the answering address (the default next-server
 /// and HTTP host); `host_file` is a per-host override, applied to firmware (not to iPXE,
 /// which must always get the script, or it would chain itself forever).
@@ -107,17 +128,9 @@ pub fn select(
     match class.firmware {
         Firmware::None => None,
         Firmware::Pxe => {
-            // RFC 4578 §2.1 architecture types; a PXE ROM without option 93 is legacy BIOS.
-            let file = host_file.map(str::to_string).or_else(|| {
-                match class.arch.unwrap_or(0) {
-                    0 => Some(&settings.bios),
-                    6 => Some(&settings.uefi_ia32),
-                    7 | 9 => Some(&settings.uefi_x64),
-                    11 => Some(&settings.uefi_arm64),
-                    _ => None,
-                }
-                .cloned()
-            })?;
+            let file = host_file
+                .map(str::to_string)
+                .or_else(|| pxe_file(settings, class.arch).cloned())?;
             Some(BootDirective {
                 next_server,
                 file,
@@ -126,14 +139,9 @@ pub fn select(
             })
         }
         Firmware::Http => {
-            let file = host_file.map(str::to_string).or_else(|| {
-                match class.arch? {
-                    16 => Some(&settings.http_x64),
-                    19 => Some(&settings.http_arm64),
-                    _ => None,
-                }
-                .cloned()
-            })?;
+            let file = host_file
+                .map(str::to_string)
+                .or_else(|| http_file(settings, class.arch).cloned())?;
             let url = if file.contains("://") {
                 file
             } else {

@@ -12,9 +12,12 @@
 //! - **iPXE**: option 15, user class, with an item `iPXE` (RFC 8415 §21.15: a list of
 //!   length-prefixed items; iPXE sends one).
 
+use std::net::Ipv6Addr;
+
 use dhcproto::v6::{DhcpOption, DhcpOptions, OptionCode};
 
-use crate::dhcp::boot::{ClientClass, Firmware};
+use crate::config::BootSettings;
+use crate::dhcp::boot::{http_file, pxe_file, ClientClass, Firmware};
 
 /// The enterprise number PXE and UEFI put in option 16.
 pub const PXE_ENTERPRISE: u32 = 343;
@@ -45,6 +48,74 @@ pub fn classify(opts: &DhcpOptions) -> ClientClass {
         firmware,
         ipxe,
         arch,
+    }
+}
+
+/// What to tell a v6 client to load: option 59's URL (RFC 5970 §3.1), and the vendor
+/// class to echo in option 16 (UEFI HTTP Boot ignores an Advertise without
+/// `HTTPClient`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BootUrl {
+    /// Option 59.
+    pub url: String,
+    /// Option 16's data to echo (enterprise 343).
+    pub vendor_class: Option<&'static str>,
+}
+
+/// The HTTP base for v6 clients: `boot.http_url` when set, else this member's address
+/// in brackets (RFC 3986 §3.2.2) on port 8080.
+pub fn http_base(settings: &BootSettings, server: Ipv6Addr) -> String {
+    match &settings.http_url {
+        Some(u) => u.clone(),
+        None => format!("http://[{server}]:8080"),
+    }
+}
+
+/// Picks option 59 for `class`, as [`crate::dhcp::boot::select`] does for v4 (the same
+/// files by architecture, and iPXE always to the script): PXE over IPv6 loads its file by
+/// TFTP, `tftp://[server]/file`, UEFI HTTP Boot by HTTP. `host_file` is a per-host
+/// override for firmware.
+pub fn select(
+    class: ClientClass,
+    settings: &BootSettings,
+    server: Ipv6Addr,
+    host_file: Option<&str>,
+) -> Option<BootUrl> {
+    if class.ipxe {
+        return Some(BootUrl {
+            url: format!("{}/{}", http_base(settings, server), settings.ipxe_script),
+            vendor_class: None,
+        });
+    }
+    let absolute = |file: String, otherwise: String| {
+        if file.contains("://") {
+            file
+        } else {
+            otherwise
+        }
+    };
+    match class.firmware {
+        Firmware::None => None,
+        Firmware::Pxe => {
+            let file = host_file
+                .map(str::to_string)
+                .or_else(|| pxe_file(settings, class.arch).cloned())?;
+            let tftp = format!("tftp://[{server}]/{}", file.trim_start_matches('/'));
+            Some(BootUrl {
+                url: absolute(file, tftp),
+                vendor_class: Some("PXEClient"),
+            })
+        }
+        Firmware::Http => {
+            let file = host_file
+                .map(str::to_string)
+                .or_else(|| http_file(settings, class.arch).cloned())?;
+            let http = format!("{}/ipxe/{}", http_base(settings, server), file);
+            Some(BootUrl {
+                url: absolute(file, http),
+                vendor_class: Some("HTTPClient"),
+            })
+        }
     }
 }
 
@@ -126,6 +197,69 @@ mod tests {
         assert_eq!((c.firmware, c.arch, c.ipxe), (Firmware::None, None, false));
         let c = classify(&DhcpOptions::new());
         assert_eq!((c.firmware, c.arch, c.ipxe), (Firmware::None, None, false));
+    }
+
+    fn settings() -> BootSettings {
+        crate::config::Config::from_toml_with_overrides(crate::config::DEFAULT_CONFIG_TOML, &[])
+            .unwrap()
+            .boot
+    }
+
+    const SERVER: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2);
+
+    #[test]
+    fn each_client_gets_its_url_with_the_address_in_brackets() {
+        let s = settings();
+        let class = |firmware, arch, ipxe| ClientClass {
+            firmware,
+            ipxe,
+            arch,
+        };
+        let pxe = select(class(Firmware::Pxe, Some(7), false), &s, SERVER, None).unwrap();
+        assert_eq!(pxe.url, format!("tftp://[2001:db8::2]/{}", s.uefi_x64));
+        assert_eq!(pxe.vendor_class, Some("PXEClient"));
+        let http = select(class(Firmware::Http, Some(16), false), &s, SERVER, None).unwrap();
+        assert_eq!(
+            http.url,
+            format!("http://[2001:db8::2]:8080/ipxe/{}", s.http_x64)
+        );
+        assert_eq!(http.vendor_class, Some("HTTPClient"));
+        let ipxe = select(class(Firmware::Pxe, Some(7), true), &s, SERVER, None).unwrap();
+        assert_eq!(
+            ipxe.url,
+            format!("http://[2001:db8::2]:8080/{}", s.ipxe_script)
+        );
+        assert_eq!(ipxe.vendor_class, None);
+        // An OS client, an architecture with no file, and HTTP Boot that names none.
+        assert_eq!(
+            select(class(Firmware::None, None, false), &s, SERVER, None),
+            None
+        );
+        assert_eq!(
+            select(class(Firmware::Pxe, Some(2), false), &s, SERVER, None),
+            None
+        );
+        assert_eq!(
+            select(class(Firmware::Http, None, false), &s, SERVER, None),
+            None
+        );
+        // A per-host file, relative or a URL of its own.
+        let own = select(
+            class(Firmware::Pxe, Some(7), false),
+            &s,
+            SERVER,
+            Some("custom.efi"),
+        )
+        .unwrap();
+        assert_eq!(own.url, "tftp://[2001:db8::2]/custom.efi");
+        let url = select(
+            class(Firmware::Http, Some(16), false),
+            &s,
+            SERVER,
+            Some("http://[2001:db8::9]/x.efi"),
+        )
+        .unwrap();
+        assert_eq!(url.url, "http://[2001:db8::9]/x.efi");
     }
 
     #[test]
