@@ -1,5 +1,6 @@
-//! DHCPv6 relay layers (`dhcp6::relay`) and client-MAC clues (`dhcp6::client_mac`) on
-//! arbitrary bytes: unwrapping never panics and never reads past the depth cap; what
+//! DHCPv6 datagrams (`dhcp6::wire`), relay layers (`dhcp6::relay`) and client-MAC clues
+//! (`dhcp6::client_mac`) on arbitrary bytes: checking and decoding never panics,
+//! unwrapping never panics and never reads past the depth cap; what
 //! unwraps wraps back into Relay-reply layers that unwrap (as a relay reads them) to the
 //! same hops and message; a MAC found is the one the clues hold.
 #![no_main]
@@ -9,6 +10,9 @@ use shardboot::dhcp6::client_mac::{client_mac, Clues};
 use shardboot::dhcp6::relay::{unwrap, wrap, HOP_COUNT_LIMIT, RELAY_FORW, RELAY_REPL};
 
 fuzz_target!(|data: &[u8]| {
+    if let Ok(r) = shardboot::dhcp6::wire::decode(data) {
+        let _ = shardboot::dhcp6::boot::classify(r.message.opts());
+    }
     let Ok(u) = unwrap(data) else {
         return;
     };
