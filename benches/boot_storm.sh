@@ -30,76 +30,14 @@ bin="$PWD/target/release/shardboot"
 storm="$PWD/target/release/examples/boot_storm"
 
 tag="sbst$$"
-srv="$tag-s"; cli="$tag-c"; sif="${tag}s"; cif="${tag}c"
-work=$(mktemp -d)
-# Each run's own output (perfdhcp's report, boot_storm's line), kept for a closer look.
+. benches/veth_pair.sh
+# Raw outputs kept for a closer look (perfdhcp's report, boot_storm's line).
 raw="$PWD/target/boot_storm"
 rm -rf "$raw"; mkdir -p "$raw"
-server_pid=
 old_rmem=$(sysctl -n net.core.rmem_default)
-cleanup() {
-  [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null || true
-  sysctl -qw net.core.rmem_default="$old_rmem" || true
-  ip netns del "$srv" 2>/dev/null || true
-  ip netns del "$cli" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+on_exit sysctl -qw net.core.rmem_default="$old_rmem"
 sysctl -qw net.core.rmem_default=33554432
-ip netns add "$srv"; ip netns add "$cli"
-ip link add "$sif" type veth peer name "$cif"
-ip link set "$sif" netns "$srv"; ip link set "$cif" netns "$cli"
-ip -n "$srv" addr add 198.18.0.1/16 dev "$sif"; ip -n "$cli" addr add 198.18.0.2/16 dev "$cif"
-for ns in "$srv" "$cli"; do ip -n "$ns" link set lo up; done
-ip -n "$srv" link set "$sif" up; ip -n "$cli" link set "$cif" up
 
-cat > "$work/shardboot.toml" <<TOML
-[dhcp]
-interfaces = ["$sif"]
-relays = ["198.18.0.0/16"]
-[tftp]
-enabled = false
-[[subnet]]
-network = "198.18.0.0/16"
-ranges = ["198.18.1.0 - 198.18.255.254"]
-lease_time = 3600
-router = "198.18.0.1"
-TOML
-
-cat > "$work/kea.json" <<JSON
-{ "Dhcp4": {
-  "interfaces-config": { "interfaces": ["$sif"], "dhcp-socket-type": "udp" },
-  "multi-threading": { "enable-multi-threading": true, "thread-pool-size": 2, "packet-queue-size": 256 },
-  "lease-database": { "type": "memfile", "persist": true, "name": "$work/kea-leases.csv", "lfc-interval": 0 },
-  "valid-lifetime": 3600,
-  "subnet4": [ { "id": 1, "subnet": "198.18.0.0/16", "pools": [ { "pool": "198.18.1.0 - 198.18.255.254" } ],
-                 "option-data": [ { "name": "routers", "data": "198.18.0.1" } ] } ],
-  "loggers": [ { "name": "kea-dhcp4", "severity": "WARN", "output_options": [ { "output": "$work/kea.log" } ] } ]
-} }
-JSON
-
-# start NAME: a fresh server (empty lease store) in the server namespace.
-start() {
-  local name=$1
-  rm -rf "$work/shardboot-state" "$work/kea-leases.csv"* "$work/dnsmasq.leases"
-  case $name in
-    shardboot) set -- "$bin" serve --config "$work/shardboot.toml" --state-dir "$work/shardboot-state" ;;
-    dnsmasq) set -- dnsmasq --no-daemon --port=0 --no-ping --bind-interfaces --interface="$sif" \
-               --dhcp-range=198.18.1.0,198.18.255.254,255.255.0.0,1h --dhcp-lease-max=200000 \
-               --dhcp-authoritative --dhcp-leasefile="$work/dnsmasq.leases" --pid-file="$work/dnsmasq.pid" --quiet-dhcp ;;
-    kea) set -- env KEA_PIDFILE_DIR="$work" KEA_LOCKFILE_DIR=none kea-dhcp4 -c "$work/kea.json" ;;
-  esac
-  ip netns exec "$srv" "$@" > "$work/$name.log" 2>&1 &
-  server_pid=$!
-  sleep 1.5
-  kill -0 "$server_pid" 2>/dev/null || { echo "$name failed to start:"; cat "$work/$name.log"; exit 1; }
-}
-stop() {
-  kill "$server_pid" 2>/dev/null || true
-  wait "$server_pid" 2>/dev/null || true
-  server_pid=
-}
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 # Datagrams the kernel dropped at the server's port-67 socket (0x0043).
 server_drops() { ip netns exec "$srv" awk '$2 ~ /:0043$/ {d += $NF} END {print d + 0}' /proc/net/udp; }
 cpu_ms() { awk -v t="$1" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.0f", t / hz * 1000 }'; }

@@ -28,36 +28,7 @@ window=${WINDOW:-256}
 load_clients=${LOAD_CLIENTS:-10000}
 
 tag="sbvs$$"
-srv="$tag-s"; cli="$tag-c"; sif="${tag}s"; cif="${tag}c"
-work=$(mktemp -d)
-server_pid=
-cleanup() {
-  [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null || true
-  ip netns del "$srv" 2>/dev/null || true
-  ip netns del "$cli" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-ip netns add "$srv"; ip netns add "$cli"
-ip link add "$sif" type veth peer name "$cif"
-ip link set "$sif" netns "$srv"; ip link set "$cif" netns "$cli"
-ip -n "$srv" addr add 198.18.0.1/16 dev "$sif"; ip -n "$cli" addr add 198.18.0.2/16 dev "$cif"
-for ns in "$srv" "$cli"; do ip -n "$ns" link set lo up; done
-ip -n "$srv" link set "$sif" up; ip -n "$cli" link set "$cif" up
-
-start() { # name, command...
-  local name=$1; shift
-  ip netns exec "$srv" "$@" > "$work/$name.log" 2>&1 &
-  server_pid=$!
-  sleep 1.5
-  kill -0 "$server_pid" 2>/dev/null || { echo "$name failed to start:"; cat "$work/$name.log"; exit 1; }
-}
-stop() {
-  kill "$server_pid" 2>/dev/null || true
-  wait "$server_pid" 2>/dev/null || true
-  server_pid=
-}
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+. benches/veth_pair.sh
 measure() { # name → prints "<4-way/s> <server CPU µs per exchange>"
   local out before after acks
   before=$(cpu_ticks "$server_pid")
@@ -85,38 +56,15 @@ measure_closed() {
        "$lost" "$dups"
 }
 
-cat > "$work/shardboot.toml" <<TOML
-[dhcp]
-interfaces = ["$sif"]
-relays = ["198.18.0.0/16"]
-[[subnet]]
-network = "198.18.0.0/16"
-ranges = ["198.18.1.0 - 198.18.255.254"]
-lease_time = 3600
-router = "198.18.0.1"
-TOML
-start shardboot "$bin" serve --config "$work/shardboot.toml" --state-dir "$work/shardboot-state"
+start shardboot
 read -r r_sb c_sb <<< "$(measure shardboot)"
 read -r l_sb lc_sb lost_sb dup_sb <<< "$(measure_closed shardboot)"; stop
 
-start dnsmasq dnsmasq --no-daemon --port=0 --no-ping --bind-interfaces --interface="$sif" \
-  --dhcp-range=198.18.1.0,198.18.255.254,255.255.0.0,1h --dhcp-lease-max=200000 \
-  --dhcp-authoritative --dhcp-leasefile="$work/dnsmasq.leases" --pid-file="$work/dnsmasq.pid" --quiet-dhcp
+start dnsmasq
 read -r r_dm c_dm <<< "$(measure dnsmasq)"
 read -r l_dm lc_dm lost_dm dup_dm <<< "$(measure_closed dnsmasq)"; stop
 
-cat > "$work/kea.json" <<JSON
-{ "Dhcp4": {
-  "interfaces-config": { "interfaces": ["$sif"], "dhcp-socket-type": "udp" },
-  "multi-threading": { "enable-multi-threading": true, "thread-pool-size": 2, "packet-queue-size": 256 },
-  "lease-database": { "type": "memfile", "persist": true, "name": "$work/kea-leases.csv", "lfc-interval": 0 },
-  "valid-lifetime": 3600,
-  "subnet4": [ { "id": 1, "subnet": "198.18.0.0/16", "pools": [ { "pool": "198.18.1.0 - 198.18.255.254" } ],
-                 "option-data": [ { "name": "routers", "data": "198.18.0.1" } ] } ],
-  "loggers": [ { "name": "kea-dhcp4", "severity": "WARN", "output_options": [ { "output": "$work/kea.log" } ] } ]
-} }
-JSON
-start kea env KEA_PIDFILE_DIR="$work" KEA_LOCKFILE_DIR=none kea-dhcp4 -c "$work/kea.json"
+start kea
 read -r r_kea c_kea <<< "$(measure kea)"
 read -r l_kea lc_kea lost_kea dup_kea <<< "$(measure_closed kea)"; stop
 

@@ -93,8 +93,7 @@ struct Counts {
 }
 
 fn mac(n: u32) -> [u8; 6] {
-    let b = n.to_be_bytes();
-    [0x02, 0x5b, b[0], b[1], b[2], b[3]]
+    dhcp_wire::mac(0x5b, n)
 }
 
 /// One xid per machine and exchange (§4.1: a retransmission keeps it): the machine's

@@ -69,8 +69,7 @@ struct Counts {
 }
 
 fn mac(client: u32) -> [u8; 6] {
-    let b = client.to_be_bytes();
-    [0x02, 0x5c, b[0], b[1], b[2], b[3]]
+    dhcp_wire::mac(0x5c, client)
 }
 
 /// A relayed BOOTREQUEST of `kind` for `client`, with option 50/54 for a REQUEST.

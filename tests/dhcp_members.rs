@@ -10,6 +10,7 @@ use std::collections::{HashMap, HashSet};
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
+use common::members::wait_until;
 use common::segment::{Seen, Segment};
 use common::Server;
 use dhcproto::v4::MessageType;
@@ -106,14 +107,6 @@ fn metric(seg: &Segment, member: usize, prefix: &str) -> Option<u64> {
         .lines()
         .find_map(|l| l.strip_prefix(prefix).map(|v| v.trim().parse().ok()))
         .flatten()
-}
-
-fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting: {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 #[test]

@@ -11,8 +11,9 @@ mod common;
 use std::collections::HashSet;
 use std::net::Ipv4Addr;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::members::wait_until;
 use common::segment::{Seen, Segment};
 use common::Server;
 use dhcproto::v4::MessageType;
@@ -38,21 +39,12 @@ fn share_of(names: &[&str], k: usize) -> Vec<Ipv4Addr> {
         .collect()
 }
 
-/// Writes the members file whole, by rename.
 fn write_members(path: &Path, members: &[usize]) {
-    let text: String = members
+    let list: Vec<(&str, String)> = members
         .iter()
-        .map(|&k| {
-            format!(
-                "[[member]]\nname = \"{}\"\nhttp_url = \"http://{}:8080\"\n",
-                NAMES[k],
-                member_ip(k)
-            )
-        })
+        .map(|&k| (NAMES[k], format!("http://{}:8080", member_ip(k))))
         .collect();
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).unwrap();
-    std::fs::rename(&tmp, path).unwrap();
+    common::members::write_members_file(path, &list);
 }
 
 fn config(interface: &str, i: usize, members_file: &Path) -> String {
@@ -92,27 +84,15 @@ fn mac(n: u32) -> [u8; 6] {
     [0x02, 0x70, b[0], b[1], b[2], b[3]]
 }
 
+fn seg_metric(seg: &Segment, member: usize, name: &str) -> Option<u64> {
+    seg.metric(member_ip(member), name)
+}
+
 fn offers(seen: &[Seen]) -> Vec<Seen> {
     seen.iter()
         .filter(|s| s.kind == MessageType::Offer)
         .copied()
         .collect()
-}
-
-fn metric(seg: &Segment, member: usize, name: &str) -> Option<u64> {
-    let prefix = format!("{name} ");
-    seg.metrics(member_ip(member))
-        .lines()
-        .find_map(|l| l.strip_prefix(&prefix).map(|v| v.trim().parse().ok()))
-        .flatten()
-}
-
-fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting: {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 #[test]
@@ -156,7 +136,7 @@ fn an_inherited_address_in_use_by_a_host_without_a_lease_is_never_offered() {
     }
     for (k, name) in NAMES.iter().enumerate() {
         assert_eq!(
-            metric(&seg, k, "shardboot_dhcp_probes_total"),
+            seg_metric(&seg, k, "shardboot_dhcp_probes_total"),
             Some(0),
             "{name} probed on the ordinary path"
         );
@@ -203,14 +183,14 @@ fn an_inherited_address_in_use_by_a_host_without_a_lease_is_never_offered() {
         "b's share, the squatter's left out"
     );
     assert_eq!(
-        metric(&seg, 0, "shardboot_dhcp_probe_conflicts_total"),
+        seg_metric(&seg, 0, "shardboot_dhcp_probe_conflicts_total"),
         Some(1),
         "{}",
         a.log_text()
     );
     // One probe per address of b's share before its first offer.
     assert_eq!(
-        metric(&seg, 0, "shardboot_dhcp_probes_total"),
+        seg_metric(&seg, 0, "shardboot_dhcp_probes_total"),
         Some(b_share.len() as u64)
     );
     assert!(

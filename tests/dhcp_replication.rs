@@ -15,12 +15,12 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::time::Duration;
 
-use common::machines::{machine_mac as mac, Lost, Machines, Reconfirm};
+use common::machines::{bound_leases, machine_mac as mac, Lost, Machines, Reconfirm};
+use common::members::wait_until;
 use common::segment::Segment;
 use common::Server;
 use dhcproto::v4::MessageType;
@@ -39,18 +39,11 @@ fn member_ip(i: usize) -> Ipv4Addr {
 }
 
 fn write_members(path: &Path, members: &[usize]) {
-    let mut text = String::new();
-    for &i in members {
-        text.push_str(&format!(
-            "[[member]]\nname = \"{}\"\nhttp_url = \"http://{}:8080\"\n",
-            NAMES[i],
-            member_ip(i)
-        ));
-    }
-    // Written whole and renamed in place, as an operator should: never half a list.
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).unwrap();
-    std::fs::rename(&tmp, path).unwrap();
+    let list: Vec<(&str, String)> = members
+        .iter()
+        .map(|&k| (NAMES[k], format!("http://{}:8080", member_ip(k))))
+        .collect();
+    common::members::write_members_file(path, &list);
 }
 
 fn config(interface: &str, i: usize, members_file: &Path) -> String {
@@ -116,17 +109,6 @@ fn members_seen(seg: &Segment, i: usize) -> Option<u64> {
                 .map(|v| v.trim().parse().ok())
         })
         .flatten()
-}
-
-fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + limit;
-    while !f() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting: {what}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 #[test]
@@ -271,19 +253,7 @@ fn members_killed_at_random_moments_never_cost_a_duplicate_or_an_address() {
     // The stores agree: every live machine's lease is in each, on its address.
     for (i, s) in servers.iter_mut().enumerate() {
         s.stop();
-        let stored = s.leases_json();
-        let held: HashMap<Ipv4Addr, String> = stored
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|l| l["state"] == "bound")
-            .map(|l| {
-                (
-                    l["ip"].as_str().unwrap().parse().unwrap(),
-                    l["mac"].as_str().unwrap().to_string(),
-                )
-            })
-            .collect();
+        let held = bound_leases(&s.leases_json());
         for (m, ip) in &machines.live {
             let want = MacAddr(*m).to_string();
             assert_eq!(held.get(ip), Some(&want), "{ip} in {}'s store", NAMES[i]);

@@ -21,7 +21,7 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use common::ironic_lab::{conductor_name, IronicLab, ONE_LAB_AT_A_TIME};
-use common::machines::{Lost, Machines, Reconfirm};
+use common::machines::{bound_leases, Lost, Machines, Reconfirm};
 use common::members::wait_until;
 use common::segment::Segment;
 use common::Server;
@@ -236,19 +236,7 @@ impl Cluster {
     fn check_stores(&self, machines: &Machines, when: &str) {
         let mut everywhere: HashMap<Ipv4Addr, (String, usize)> = HashMap::new();
         for i in self.running() {
-            let stored = self.servers[i].as_ref().unwrap().leases_json();
-            let held: HashMap<Ipv4Addr, String> = stored
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|l| l["state"] == "bound")
-                .map(|l| {
-                    (
-                        l["ip"].as_str().unwrap().parse().unwrap(),
-                        l["mac"].as_str().unwrap().to_string(),
-                    )
-                })
-                .collect();
+            let held = bound_leases(&self.servers[i].as_ref().unwrap().leases_json());
             for (ip, mac) in &held {
                 let (first, by) = everywhere.entry(*ip).or_insert((mac.clone(), i));
                 assert_eq!(

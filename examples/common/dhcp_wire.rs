@@ -17,6 +17,13 @@ pub(crate) const REQUEST: u8 = 3;
 pub(crate) const ACK: u8 = 5;
 pub(crate) const NAK: u8 = 6;
 
+/// A generator's MAC for machine `n`: locally administered, `prefix` telling the
+/// generators apart, never a real NIC's.
+pub(crate) fn mac(prefix: u8, n: u32) -> [u8; 6] {
+    let b = n.to_be_bytes();
+    [0x02, prefix, b[0], b[1], b[2], b[3]]
+}
+
 /// What goes into one BOOTREQUEST.
 pub(crate) struct Request<'a> {
     pub(crate) kind: u8,

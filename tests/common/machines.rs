@@ -17,6 +17,22 @@ pub(crate) fn machine_mac(n: u32) -> [u8; 6] {
     [0x02, 0x7e, b[0], b[1], b[2], b[3]]
 }
 
+/// The bound leases in `shardboot leases --json` output: address → MAC (as text).
+pub(crate) fn bound_leases(stored: &serde_json::Value) -> HashMap<Ipv4Addr, String> {
+    stored
+        .as_array()
+        .expect("a JSON array of leases")
+        .iter()
+        .filter(|l| l["state"] == "bound")
+        .map(|l| {
+            (
+                l["ip"].as_str().unwrap().parse().unwrap(),
+                l["mac"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
 /// Machines that lost their address, each with a description for the failure.
 pub(crate) type Lost = Vec<([u8; 6], String)>;
 

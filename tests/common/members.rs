@@ -166,3 +166,15 @@ pub(crate) fn chained_url(script: &str) -> Option<&str> {
         .find_map(|l| l.strip_prefix("chain --timeout "))
         .and_then(|rest| rest.split_whitespace().nth(1))
 }
+
+/// Writes an `owner.members = "file"` list of `(name, http_url)`, whole and renamed into
+/// place, as an operator should: a member never reads half a list.
+pub(crate) fn write_members_file(path: &std::path::Path, members: &[(&str, String)]) {
+    let text: String = members
+        .iter()
+        .map(|(name, url)| format!("[[member]]\nname = \"{name}\"\nhttp_url = \"{url}\"\n"))
+        .collect();
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}

@@ -134,6 +134,19 @@ impl Segment {
         ]);
     }
 
+    /// The value of the sample `sample` (a metric name, with its labels if it has
+    /// any) in the `/metrics` of the member at `host`:8080; `None` when it does not
+    /// answer or has no such sample.
+    pub(crate) fn metric(&self, host: impl std::fmt::Display, sample: &str) -> Option<u64> {
+        self.metrics(host).lines().find_map(|l| {
+            l.strip_prefix(sample)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+    }
+
     /// The `/metrics` text of the member whose HTTP listener is `host`:8080, read with
     /// curl inside the servers' namespace ("" when it does not answer).
     pub(crate) fn metrics(&self, host: impl std::fmt::Display) -> String {
