@@ -36,12 +36,24 @@ fn nine_members_through_a_day_of_churn_never_duplicate_or_lose_an_address() {
     assert!(r.takeover_offers > 0);
     assert!(r.fell_behind > 0);
     let kinds = r.churn_by_kind();
-    for kind in ["crash-restart", "join", "crash-lost-store", "leave", "replace"] {
-        assert!(kinds.get(kind).is_some_and(|k| k.0 >= 2), "{kind}: {kinds:?}");
+    for kind in [
+        "crash-restart",
+        "join",
+        "crash-lost-store",
+        "leave",
+        "replace",
+    ] {
+        assert!(
+            kinds.get(kind).is_some_and(|k| k.0 >= 2),
+            "{kind}: {kinds:?}"
+        );
     }
     // A join or a leave moves about one share, far below the contiguous split.
     let (n, _, blocks, contiguous, ideal) = kinds["join"];
-    assert!(blocks <= ideal * 5 / 4 * n && blocks < contiguous, "{kinds:?}");
+    assert!(
+        blocks <= ideal * 5 / 4 * n && blocks < contiguous,
+        "{kinds:?}"
+    );
 }
 
 #[test]

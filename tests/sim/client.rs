@@ -130,7 +130,11 @@ impl Sim {
         let live = self.clients[c as usize]
             .held
             .is_some_and(|h| h.expires > self.now + delay);
-        let state = if live { State::Rebooting } else { State::Selecting };
+        let state = if live {
+            State::Rebooting
+        } else {
+            State::Selecting
+        };
         self.change_course(c, state);
         let cl = &mut self.clients[c as usize];
         cl.began = self.now + delay;
@@ -193,7 +197,9 @@ impl Sim {
 
     /// INIT-REBOOT: option 50, no ciaddr, no server identifier, broadcast (§4.3.2).
     fn send_init_reboot(&mut self, c: u32) {
-        let h = self.clients[c as usize].held.expect("a lease to reboot with");
+        let h = self.clients[c as usize]
+            .held
+            .expect("a lease to reboot with");
         let mut m = self.message(c, MessageType::Request, Ipv4Addr::UNSPECIFIED);
         m.opts_mut().insert(DhcpOption::RequestedIpAddress(h.ip));
         let cl = &mut self.clients[c as usize];
@@ -212,7 +218,7 @@ impl Sim {
         let m = Rc::new(m);
         for slot in 0..self.members.len() {
             if self.members[slot].running() {
-                self.to_member(slot, c, m.clone());
+                self.send_to_member(slot, c, m.clone());
             }
         }
     }
@@ -222,7 +228,7 @@ impl Sim {
         // The granting member gone (crashed, left, replaced): nobody has its address.
         if let Some(&slot) = self.by_addr.get(&server) {
             if self.members[slot].running() {
-                self.to_member(slot, c, Rc::new(m));
+                self.send_to_member(slot, c, Rc::new(m));
             }
         }
     }
@@ -294,7 +300,9 @@ impl Sim {
         }
         match (cl.state, a.kind) {
             (State::Selecting, MessageType::Offer) => {
-                let secs = self.message(c, MessageType::Discover, Ipv4Addr::UNSPECIFIED).secs();
+                let secs = self
+                    .message(c, MessageType::Discover, Ipv4Addr::UNSPECIFIED)
+                    .secs();
                 let cl = &mut self.clients[c as usize];
                 cl.offer = Some((a.ip, a.server));
                 cl.selecting_secs = secs;
@@ -354,9 +362,8 @@ impl Sim {
             }
         }
         let previous = self.clients[c as usize].held;
-        if let Some(p) = previous.filter(|p| p.ip != a.ip && p.expires > self.now) {
+        if previous.is_some_and(|p| p.ip != a.ip && p.expires > self.now) {
             // A machine that had a live lease came back with another address.
-            let _ = p;
             self.stats.lost.count(Lost::Moved);
             self.drop_lease(c);
         }

@@ -76,7 +76,13 @@ impl Member {
 
     /// Starts the process: an engine on `stored` (its old store, or nothing for an
     /// empty one) serving `list`.
-    pub(crate) fn start(&mut self, config: &Config, stored: Vec<Lease>, list: MemberList, now: u64) {
+    pub(crate) fn start(
+        &mut self,
+        config: &Config,
+        stored: Vec<Lease>,
+        list: MemberList,
+        now: u64,
+    ) {
         let mut engine = Engine::new(config, stored, now);
         engine.adopt_members(list.clone());
         self.engine = Some(engine);

@@ -221,26 +221,36 @@ enum Event {
     Stop,
 }
 
-struct Scheduled {
-    at: u64,
+/// The queue holds only (time, sequence, slot): events wait in a slab, so the heap
+/// moves 24 bytes per step, not a whole event.
+#[derive(Default)]
+struct Queue {
+    heap: BinaryHeap<Reverse<(u64, u64, u32)>>,
+    slab: Vec<Option<Event>>,
+    free: Vec<u32>,
     seq: u64,
-    event: Event,
 }
 
-impl PartialEq for Scheduled {
-    fn eq(&self, o: &Self) -> bool {
-        (self.at, self.seq) == (o.at, o.seq)
+impl Queue {
+    fn push(&mut self, at: u64, event: Event) {
+        let slot = match self.free.pop() {
+            Some(k) => {
+                self.slab[k as usize] = Some(event);
+                k
+            }
+            None => {
+                self.slab.push(Some(event));
+                (self.slab.len() - 1) as u32
+            }
+        };
+        self.seq += 1;
+        self.heap.push(Reverse((at, self.seq, slot)));
     }
-}
-impl Eq for Scheduled {}
-impl PartialOrd for Scheduled {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Scheduled {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        (self.at, self.seq).cmp(&(o.at, o.seq))
+
+    fn pop(&mut self) -> Option<(u64, Event)> {
+        let Reverse((at, _, slot)) = self.heap.pop()?;
+        self.free.push(slot);
+        Some((at, self.slab[slot as usize].take()?))
     }
 }
 
@@ -301,8 +311,7 @@ pub(crate) struct Sim {
     p: Params,
     now: u64,
     rng: Rng,
-    queue: BinaryHeap<Reverse<Scheduled>>,
-    seq: u64,
+    queue: Queue,
     clients: Vec<Client>,
     members: Vec<Member>,
     by_name: HashMap<String, usize>,
@@ -334,8 +343,7 @@ impl Sim {
         let mut sim = Self {
             rng: Rng(p.seed | 1),
             now: 0,
-            queue: BinaryHeap::new(),
-            seq: 0,
+            queue: Queue::default(),
             clients: (0..p.machines).map(Client::new).collect(),
             members: Vec::new(),
             by_name: HashMap::new(),
@@ -374,12 +382,7 @@ impl Sim {
     }
 
     fn at(&mut self, at: u64, event: Event) {
-        self.seq += 1;
-        self.queue.push(Reverse(Scheduled {
-            at,
-            seq: self.seq,
-            event,
-        }));
+        self.queue.push(at, event);
     }
 
     fn secs(&self) -> u64 {
@@ -403,9 +406,9 @@ impl Sim {
         self.at(10 * SEC, Event::Tick);
         self.at(self.p.churn_every, Event::Churn { n: 0 });
         self.at(self.end, Event::Stop);
-        while let Some(Reverse(s)) = self.queue.pop() {
-            self.now = s.at;
-            match s.event {
+        while let Some((at, event)) = self.queue.pop() {
+            self.now = at;
+            match event {
                 Event::Stop => break,
                 e => self.handle(e)?,
             }
@@ -423,7 +426,10 @@ impl Sim {
     fn schedule_reboot(&mut self, c: u32) {
         if self.p.reboots_per_day > 0.0 {
             let wait = self.rng.exp(86_400.0 * SEC as f64 / self.p.reboots_per_day);
-            self.at(self.now.max(self.p.power_on_spread) + wait, Event::Reboot { c });
+            self.at(
+                self.now.max(self.p.power_on_spread) + wait,
+                Event::Reboot { c },
+            );
         }
     }
 
@@ -495,7 +501,7 @@ impl Sim {
         Ok(())
     }
 
-    fn to_member(&mut self, slot: usize, c: u32, m: Rc<Message>) {
+    fn send_to_member(&mut self, slot: usize, c: u32, m: Rc<Message>) {
         if self.rng.chance(self.p.loss) {
             return;
         }
@@ -512,7 +518,7 @@ impl Sim {
         );
     }
 
-    fn to_client(&mut self, c: u32, a: Answer) {
+    fn send_to_client(&mut self, c: u32, a: Answer) {
         if self.rng.chance(self.p.loss) {
             return;
         }
@@ -582,7 +588,7 @@ impl Sim {
         let reply = reply.and_then(|r| Answer::of(&r.message)).map(|a| (c, a));
         if effects.is_empty() {
             if let Some((c, a)) = reply {
-                self.to_client(c, a);
+                self.send_to_client(c, a);
             }
         } else {
             self.commit(slot, effects, reply);
@@ -693,7 +699,7 @@ impl Sim {
         };
         if k.refused.is_empty() {
             if let Some((c, a)) = k.reply {
-                self.to_client(c, a);
+                self.send_to_client(c, a);
             }
             return;
         }
@@ -798,7 +804,7 @@ impl Sim {
                     }
                 }
             }
-            snapshot.sort_by(|a, b| (a.ip, a.starts).cmp(&(b.ip, b.starts)));
+            snapshot.sort_by_key(|l| (l.ip, l.starts));
             let engine = self.members[slot].engine.as_mut().expect("just started");
             for l in snapshot {
                 engine.apply_peer_change(&LeaseEffect::Put(l), now, true);
@@ -915,7 +921,13 @@ impl Sim {
     /// the list).
     fn churn_event(&mut self, n: u32) -> Result<(), ConfigError> {
         let t = self.now;
-        let kinds = ["crash-restart", "join", "crash-lost-store", "leave", "replace"];
+        let kinds = [
+            "crash-restart",
+            "join",
+            "crash-lost-store",
+            "leave",
+            "replace",
+        ];
         let kind = kinds[n as usize % kinds.len()];
         self.churn.push(Churn::new(kind, t));
         match kind {

@@ -94,7 +94,12 @@ impl Churn {
 
     /// Counts the addresses moved by a change from `before` to `after` (sorted names),
     /// as `cargo test --lib shares` does for the README's figure.
-    pub(super) fn list_change(&mut self, range: (Ipv4Addr, Ipv4Addr), before: &[String], after: &[String]) {
+    pub(super) fn list_change(
+        &mut self,
+        range: (Ipv4Addr, Ipv4Addr),
+        before: &[String],
+        after: &[String],
+    ) {
         let first = u32::from(range.0);
         let len = u32::from(range.1) - first + 1;
         let moved = |split| {
