@@ -44,8 +44,10 @@ pub(super) struct Client {
     pub(crate) generation: u32,
     /// When this acquisition or renewal began (for `secs`).
     pub(crate) began: u64,
-    /// When the REQUEST now awaiting an answer was first sent: the lease runs from
-    /// there (RFC 2131 §4.4.1).
+    /// When the last REQUEST was sent: the lease runs from there (RFC 2131 §4.4.1).
+    /// Retransmissions are seconds apart and answers take milliseconds, so an ACK
+    /// answers the last one, and the lease never ends later for the client than for
+    /// the server.
     pub(crate) request_sent: u64,
     pub(crate) tries: u32,
     pub(crate) held: Option<Held>,
@@ -57,6 +59,10 @@ pub(super) struct Client {
     pub(crate) wanted: Option<Ipv4Addr>,
     /// When the client was first bound, for the power-on figure.
     pub(crate) first_bound: Option<u64>,
+    /// Enrolled after the power-on: not part of its figure.
+    pub(crate) late: bool,
+    /// When it was first powered on.
+    pub(crate) powered_on: u64,
 }
 
 /// RFC 2131 §4.1: 4 s before the first retransmission, doubling up to 64 s, each
@@ -82,6 +88,8 @@ impl Client {
             selecting_secs: 0,
             wanted: None,
             first_bound: None,
+            late: false,
+            powered_on: 0,
         }
     }
 }
@@ -161,9 +169,7 @@ impl Sim {
         m.opts_mut().insert(DhcpOption::ServerIdentifier(server));
         m.opts_mut().insert(DhcpOption::RequestedIpAddress(ip));
         let cl = &mut self.clients[c as usize];
-        if cl.tries == 0 {
-            cl.request_sent = self.now;
-        }
+        cl.request_sent = self.now;
         cl.tries += 1;
         let tries = cl.tries;
         self.broadcast(c, m);
@@ -178,9 +184,7 @@ impl Sim {
         let h = self.clients[c as usize].held.expect("a lease to renew");
         let m = self.message(c, MessageType::Request, h.ip);
         let cl = &mut self.clients[c as usize];
-        if cl.tries == 0 {
-            cl.request_sent = self.now;
-        }
+        cl.request_sent = self.now;
         cl.tries += 1;
         let (until, unicast) = match cl.state {
             State::Renewing => (h.t2, true),
@@ -203,9 +207,7 @@ impl Sim {
         let mut m = self.message(c, MessageType::Request, Ipv4Addr::UNSPECIFIED);
         m.opts_mut().insert(DhcpOption::RequestedIpAddress(h.ip));
         let cl = &mut self.clients[c as usize];
-        if cl.tries == 0 {
-            cl.request_sent = self.now;
-        }
+        cl.request_sent = self.now;
         cl.tries += 1;
         let tries = cl.tries;
         self.broadcast(c, m);
@@ -265,6 +267,15 @@ impl Sim {
         if cl.generation != generation {
             return;
         }
+        if self.p.trace == Some(c) {
+            eprintln!(
+                "{:.6} machine {c} timer in {:?}, tries {}, held {:?}",
+                self.now as f64 / SEC as f64,
+                cl.state,
+                cl.tries,
+                cl.held
+            );
+        }
         if cl.held.is_some_and(|h| self.now >= h.expires) {
             return self.lose(c, Lost::Expired);
         }
@@ -295,6 +306,20 @@ impl Sim {
 
     pub(super) fn client_answer(&mut self, c: u32, a: Answer) {
         let cl = &self.clients[c as usize];
+        if self.p.trace == Some(c) {
+            eprintln!(
+                "{:.6} machine {c} in {:?} gets {:?} {} from {} lease {} t1 {} t2 {}{}",
+                self.now as f64 / SEC as f64,
+                cl.state,
+                a.kind,
+                a.ip,
+                a.server,
+                a.lease,
+                a.t1,
+                a.t2,
+                if a.xid == cl.xid { "" } else { " (stale xid)" }
+            );
+        }
         if a.xid != cl.xid {
             return; // an answer to an earlier transaction, or a second one
         }

@@ -87,6 +87,9 @@ pub(crate) struct Params {
     /// A churn event (crash and restart, join, crash on a lost store, leave,
     /// replacement, in turn) every this long, the first one after the first.
     pub(crate) churn_every: u64,
+    /// Machines that are enrolled later (powered on for the first time at a random
+    /// moment of the run): fresh addresses handed out while members churn.
+    pub(crate) enrolled_later: f64,
     /// Reboots per machine per simulated day.
     pub(crate) reboots_per_day: f64,
     /// Probability that one packet (either direction) is lost.
@@ -98,6 +101,9 @@ pub(crate) struct Params {
     pub(crate) list_spread: u64,
     /// How long after a crash the others' health probes count the member dead.
     pub(crate) detect: u64,
+    /// Print every packet of this machine and every answer it gets (debugging a
+    /// reported loss or duplicate).
+    pub(crate) trace: Option<u32>,
 }
 
 impl Params {
@@ -112,11 +118,13 @@ impl Params {
             takeover_secs: 5,
             power_on_spread: 5 * SEC,
             churn_every: 3 * 3600 * SEC,
+            enrolled_later: 0.05,
             reboots_per_day: 0.5,
             loss: 0.01,
             replication: true,
             list_spread: 2 * SEC,
             detect: 600 * MS,
+            trace: None,
         }
     }
 }
@@ -254,6 +262,15 @@ impl Queue {
     }
 }
 
+/// Spreads a seed over the whole word (xorshift's state must not be 0, and seeds 2 and
+/// 3 must not give the same run).
+fn splitmix(seed: u64) -> u64 {
+    let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (z ^ (z >> 31)) | 1
+}
+
 /// xorshift64* (Vigna): small, fast, and the same sequence everywhere.
 struct Rng(u64);
 
@@ -293,6 +310,8 @@ struct Stats {
     client_packets: u64,
     decisions: u64,
     acks: report::Acks,
+    /// ACK decisions of the members (a broadcast REQUEST may be ACKed by several).
+    member_acks: u64,
     takeover_offers: u64,
     naks_selecting: u64,
     refused: u64,
@@ -341,7 +360,7 @@ impl Sim {
         let first = u32::from(Ipv4Addr::new(10, 0, 64, 0));
         let range = (Ipv4Addr::from(first), Ipv4Addr::from(first + len - 1));
         let mut sim = Self {
-            rng: Rng(p.seed | 1),
+            rng: Rng(splitmix(p.seed)),
             now: 0,
             queue: Queue::default(),
             clients: (0..p.machines).map(Client::new).collect(),
@@ -398,7 +417,12 @@ impl Sim {
     pub(crate) fn run(mut self) -> Result<Report, ConfigError> {
         self.end = self.p.power_on_spread + (self.p.days * 86_400.0 * SEC as f64) as u64;
         for c in 0..self.p.machines {
-            let at = self.rng.below(self.p.power_on_spread);
+            let at = if self.rng.chance(self.p.enrolled_later) {
+                self.clients[c as usize].late = true;
+                self.p.power_on_spread + self.rng.below(self.end - self.p.power_on_spread)
+            } else {
+                self.rng.below(self.p.power_on_spread)
+            };
             self.boot_at(c, at);
             self.schedule_reboot(c);
         }
@@ -419,6 +443,7 @@ impl Sim {
     fn boot_at(&mut self, c: u32, at: u64) {
         let now = self.now;
         self.now = at;
+        self.clients[c as usize].powered_on = at;
         self.boot(c, 0);
         self.now = now;
     }
@@ -582,6 +607,21 @@ impl Sim {
             outcome,
         } = engine.handle_message(msg, &ctx);
         self.stats.decisions += 1;
+        if self.p.trace == Some(c) {
+            eprintln!(
+                "{:.6} {} got {:?} secs {} ({:?}): {:?}, {} effects",
+                self.now as f64 / SEC as f64,
+                self.members[slot].name,
+                msg.opts().msg_type(),
+                msg.secs(),
+                responsibility,
+                outcome,
+                effects.len()
+            );
+        }
+        if matches!(outcome, Outcome::Ack(_)) {
+            self.stats.member_acks += 1;
+        }
         if why == Why::Takeover && matches!(outcome, Outcome::Offer(_)) {
             self.stats.takeover_offers += 1;
         }
@@ -828,6 +868,13 @@ impl Sim {
     }
 
     fn crash(&mut self, slot: usize) {
+        if self.p.trace.is_some() {
+            eprintln!(
+                "{:.6} {} killed",
+                self.now as f64 / SEC as f64,
+                self.members[slot].name
+            );
+        }
         self.kept[slot] = self.members[slot].kill();
         let name = self.members[slot].name.clone();
         let at = self.now + self.p.detect;
@@ -930,6 +977,9 @@ impl Sim {
         ];
         let kind = kinds[n as usize % kinds.len()];
         self.churn.push(Churn::new(kind, t));
+        if self.p.trace.is_some() {
+            eprintln!("{:.6} churn: {kind}", t as f64 / SEC as f64);
+        }
         match kind {
             "crash-restart" => {
                 let slot = self.pick();

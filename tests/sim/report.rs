@@ -130,6 +130,9 @@ pub(crate) struct Report {
     pub(crate) client_packets: u64,
     pub(crate) decisions: u64,
     pub(crate) acks: Acks,
+    /// ACK decisions of the members: a broadcast REQUEST (rebinding, INIT-REBOOT) is
+    /// ACKed by every member that holds the lease.
+    pub(crate) member_acks: u64,
     pub(crate) takeover_offers: u64,
     /// Leases a peer refused (withdrawn, never ACKed).
     pub(crate) refused: u64,
@@ -145,14 +148,20 @@ pub(crate) struct Report {
     /// Simulated seconds from the power-on until the last machine was first bound;
     /// `None` if some never were.
     pub(crate) all_bound_after: Option<f64>,
-    /// Machines without a live lease when the run ended.
+    /// Machines without a live lease when the run ended (of those powered on five
+    /// minutes before).
     pub(crate) unbound_at_end: u32,
     pub(crate) churn: Vec<Churn>,
 }
 
 impl Sim {
     pub(super) fn report(&self) -> Report {
-        let firsts: Vec<Option<u64>> = self.clients.iter().map(|c| c.first_bound).collect();
+        let firsts: Vec<Option<u64>> = self
+            .clients
+            .iter()
+            .filter(|c| !c.late)
+            .map(|c| c.first_bound)
+            .collect();
         let all_bound_after = firsts
             .iter()
             .copied()
@@ -168,6 +177,7 @@ impl Sim {
             client_packets: s.client_packets,
             decisions: s.decisions,
             acks: s.acks,
+            member_acks: s.member_acks,
             takeover_offers: s.takeover_offers,
             refused: s.refused,
             late_refusals: s.late_refusals,
@@ -182,6 +192,7 @@ impl Sim {
             unbound_at_end: self
                 .clients
                 .iter()
+                .filter(|c| c.powered_on + 300 * SEC < self.now)
                 .filter(|c| c.held.is_none_or(|h| h.expires <= self.now))
                 .count() as u32,
             churn: self.churn.clone(),
@@ -230,13 +241,14 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "\nACKs: {} fresh, {} renewals, {} rebindings, {} INIT-REBOOT; {} reboots ({} INIT-REBOOT unanswered); \
+            "\nACKs: {} fresh, {} renewals, {} rebindings, {} INIT-REBOOT ({} ACK decisions by the members); {} reboots ({} INIT-REBOOT unanswered); \
              {} offers by takeover; {} leases refused by a peer, {} late refusals; a peer fell behind {} times; \
              {} machines unbound at the end; lost {:?}",
             self.acks.fresh,
             self.acks.renew,
             self.acks.rebind,
             self.acks.reboot,
+            self.member_acks,
             self.reboots,
             self.reboots_unanswered,
             self.takeover_offers,
