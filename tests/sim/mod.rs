@@ -32,7 +32,8 @@
 //! - no owner resolver: every machine's responsible member is its RFC 3074 bucket (as
 //!   with `owner.source = "hash"`); every machine is "known" (Ironic's nodes), so the
 //!   limits on unknown machines never apply;
-//! - no conflict probes (nothing on the simulated segment would answer them);
+//! - no conflict probes (nothing on the simulated segment would answer them); every
+//!   packet goes to `handle_message`, never to the raw-packet shortcut `handle_peeked`;
 //! - a decision's effects count as durable when it is made (no fsync delay, no lost
 //!   write on a crash); replication batches are per decision, not per group commit;
 //! - every member sees a crash at the same moment (`detect`) and a member's return
