@@ -214,7 +214,7 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
     // PUBLISH_EVERY under continuous load, so figures read side by side agree.
     let mut stats_dirty = false;
     let mut published = Instant::now();
-    let mut kernel_drops = KernelDrops(vec![0; sockets.len()]);
+    let mut kernel_drops = KernelDrops::new(sockets.len());
     let result = 'outer: loop {
         if shutdown.is_cancelled() {
             break Ok(());
@@ -222,6 +222,9 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
         if Instant::now() >= next_tick {
             next_tick = Instant::now() + reclaim_interval;
             reclaim(&mut engine, &metrics);
+            kernel_drops.count(&sockets, &metrics);
+        }
+        if kernel_drops.due.is_some_and(|d| Instant::now() >= d) {
             kernel_drops.count(&sockets, &metrics);
         }
         if let Some(r) = &replication {
@@ -283,7 +286,7 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
         }
         if stats_dirty && (!busy || published.elapsed() >= PUBLISH_EVERY) {
             publish(&engine, &metrics);
-            kernel_drops.count(&sockets, &metrics);
+            kernel_drops.count_every(PUBLISH_EVERY, &sockets, &metrics);
             stats_dirty = false;
             published = Instant::now();
         }
@@ -307,6 +310,7 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
         let wake = prober
             .next_deadline()
             .map_or(next_tick, |d| d.min(next_tick));
+        let wake = kernel_drops.due.map_or(wake, |d| d.min(wake));
         tokio::select! {
             _ = shutdown.cancelled() => break Ok(()),
             _ = tokio::time::sleep_until(wake.into()) => {}
@@ -398,12 +402,37 @@ fn publish(engine: &Engine, metrics: &DhcpMetrics) {
 
 /// What each socket's kernel drop counter said last (`SO_MEMINFO`): datagrams lost to a
 /// full receive buffer never reach this process, so they are counted from the kernel's
-/// side, after each burst and on every tick.
-struct KernelDrops(Vec<u32>);
+/// side: on every tick, and after a burst at most every [`PUBLISH_EVERY`] (a system call
+/// per socket on every wake-up cost about 1 µs per exchange in the closed loop).
+struct KernelDrops {
+    seen: Vec<u32>,
+    counted: Instant,
+    /// A burst ended too soon after the last count: count again then, traffic or not.
+    due: Option<Instant>,
+}
 
 impl KernelDrops {
+    fn new(sockets: usize) -> Self {
+        Self {
+            seen: vec![0; sockets],
+            counted: Instant::now(),
+            due: None,
+        }
+    }
+
+    /// [`Self::count`], unless that was done less than `every` ago.
+    fn count_every(&mut self, every: Duration, sockets: &[UdpSocket], metrics: &DhcpMetrics) {
+        if self.counted.elapsed() >= every {
+            self.count(sockets, metrics);
+        } else {
+            self.due = Some(self.counted + every);
+        }
+    }
+
     fn count(&mut self, sockets: &[UdpSocket], metrics: &DhcpMetrics) {
-        for (seen, socket) in self.0.iter_mut().zip(sockets) {
+        self.counted = Instant::now();
+        self.due = None;
+        for (seen, socket) in self.seen.iter_mut().zip(sockets) {
             if let Some(now) = crate::sockopt::receive_drops(socket) {
                 let new = now.wrapping_sub(*seen);
                 if new > 0 {
