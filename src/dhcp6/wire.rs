@@ -62,6 +62,51 @@ const CLIENT_TYPES: [u8; 8] = [1, 3, 4, 5, 6, 8, 9, 11];
 /// The Relay Message option (RFC 8415 §21.10).
 const OPTION_RELAY_MSG: u16 = 9;
 
+/// Options that carry options of their own after a fixed part (RFC 8415 §21.4, §21.5,
+/// §21.6, §21.17, §21.21, §21.22): code and the fixed part's length. dhcproto decodes
+/// their insides by recursion.
+const CONTAINERS: [(u16, usize); 6] = [(3, 12), (4, 4), (5, 24), (17, 4), (25, 12), (26, 25)];
+/// The shortest value dhcproto reads without subtracting past zero (RFC 8415 §21.11
+/// Authentication, §21.13 Status Code, §21.16 Vendor Class): a shorter one panics there
+/// with overflow checks on, and reads nonsense without.
+const MINIMUM: [(u16, usize); 3] = [(11, 11), (13, 2), (16, 4)];
+/// How deep options may nest inside containers (an IA_NA holding an IA Address holding a
+/// Status Code is two levels).
+const MAX_NESTING: usize = 3;
+
+/// Options must tile `opts` exactly, at every level of nesting; no Relay Message may
+/// appear anywhere inside a client's message; each option at least as long as its fixed
+/// part; nesting at most [`MAX_NESTING`] deep.
+fn check_options(mut opts: &[u8], depth: usize) -> Result<(), Drop6Reason> {
+    if depth > MAX_NESTING {
+        return Err(Drop6Reason::BadOptionLength);
+    }
+    while !opts.is_empty() {
+        if opts.len() < 4 {
+            return Err(Drop6Reason::BadOptionLength);
+        }
+        let code = u16::from_be_bytes([opts[0], opts[1]]);
+        let len = usize::from(u16::from_be_bytes([opts[2], opts[3]]));
+        let value = opts.get(4..4 + len).ok_or(Drop6Reason::BadOptionLength)?;
+        if code == OPTION_RELAY_MSG {
+            return Err(Drop6Reason::RelayMessageInClientMessage);
+        }
+        let fixed = CONTAINERS
+            .iter()
+            .chain(&MINIMUM)
+            .find(|(c, _)| *c == code)
+            .map(|(_, f)| *f);
+        if fixed.is_some_and(|f| len < f) {
+            return Err(Drop6Reason::BadOptionLength);
+        }
+        if let Some((_, fixed)) = CONTAINERS.iter().find(|(c, _)| *c == code) {
+            check_options(&value[*fixed..], depth + 1)?;
+        }
+        opts = &opts[4 + len..];
+    }
+    Ok(())
+}
+
 /// A client's message and the relays it came through (outermost first).
 #[derive(Debug, Clone)]
 pub struct Request6 {
@@ -84,21 +129,7 @@ pub fn decode(datagram: &[u8]) -> Result<Request6, Drop6Reason> {
     if !CLIENT_TYPES.contains(&m[0]) {
         return Err(Drop6Reason::NotClientMessage);
     }
-    let mut opts = &m[4..];
-    while !opts.is_empty() {
-        if opts.len() < 4 {
-            return Err(Drop6Reason::BadOptionLength);
-        }
-        let code = u16::from_be_bytes([opts[0], opts[1]]);
-        let len = usize::from(u16::from_be_bytes([opts[2], opts[3]]));
-        if opts.len() < 4 + len {
-            return Err(Drop6Reason::BadOptionLength);
-        }
-        if code == OPTION_RELAY_MSG {
-            return Err(Drop6Reason::RelayMessageInClientMessage);
-        }
-        opts = &opts[4 + len..];
-    }
+    check_options(&m[4..], 0)?;
     let message = Message::decode(&mut Decoder::new(m)).map_err(|_| Drop6Reason::Undecodable)?;
     Ok(Request6 {
         hops: unwrapped.hops,
@@ -195,6 +226,48 @@ mod tests {
             decode(&[relay::RELAY_FORW, 0, 1]).unwrap_err(),
             Drop6Reason::Relay(RelayError::Truncated)
         ));
+    }
+
+    #[test]
+    fn options_dhcproto_would_misread_are_refused_first() {
+        let header = [1u8, 0xab, 0xcd, 0xef];
+        // Found by fuzzing: a Vendor Class shorter than its enterprise number made
+        // dhcproto subtract past zero.
+        for (code, short) in [(16u16, 3usize), (11, 10), (13, 1), (3, 11), (17, 2)] {
+            let m = [&header[..], &opt(code, &vec![0; short])].concat();
+            assert_eq!(
+                decode(&m).unwrap_err(),
+                Drop6Reason::BadOptionLength,
+                "option {code}"
+            );
+        }
+        // A Relay Message hidden inside an IA_NA, or inside Vendor Options.
+        let hidden = opt(9, &solicit());
+        let ia_na = [&[0u8; 12][..], &hidden].concat();
+        let vendor_opts = [&343u32.to_be_bytes()[..], &hidden].concat();
+        for (code, value) in [(3u16, ia_na), (17, vendor_opts)] {
+            let m = [&header[..], &opt(code, &value)].concat();
+            assert_eq!(
+                decode(&m).unwrap_err(),
+                Drop6Reason::RelayMessageInClientMessage,
+                "inside option {code}"
+            );
+        }
+        // IA_NA inside IA_NA inside …: refused past the nesting cap.
+        let mut nested = opt(5, &[0u8; 24]);
+        for _ in 0..5 {
+            nested = opt(3, &[&[0u8; 12][..], &nested].concat());
+        }
+        let m = [&header[..], &nested].concat();
+        assert_eq!(decode(&m).unwrap_err(), Drop6Reason::BadOptionLength);
+        // The fuzzer's own input, as it came.
+        let found: &[u8] = &[
+            0x01, 0xab, 0xcd, 0xef, 0x09, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x40, 0x00, 0x00, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00,
+        ];
+        let _ = decode(found);
     }
 
     #[test]
