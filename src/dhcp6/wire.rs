@@ -70,6 +70,13 @@ const CONTAINERS: [(u16, usize); 6] = [(3, 12), (4, 4), (5, 24), (17, 4), (25, 1
 /// Authentication, §21.13 Status Code, §21.16 Vendor Class): a shorter one panics there
 /// with overflow checks on, and reads nonsense without.
 const MINIMUM: [(u16, usize); 3] = [(11, 11), (13, 2), (16, 4)];
+/// Options dhcproto reads at their fixed size whatever length they declare, so any
+/// other length would shift every option after them (RFC 8415 §21.8 Preference, §21.9
+/// Elapsed Time, §21.12 Server Unicast, §21.14 Rapid Commit, §21.19 Reconfigure
+/// Message, §21.20 Reconfigure Accept).
+const EXACT: [(u16, usize); 6] = [(7, 1), (8, 2), (12, 16), (14, 0), (19, 1), (20, 0)];
+/// DNS Recursive Name Server (RFC 3646 §3): whole addresses only, for the same reason.
+const OPTION_DNS_SERVERS: u16 = 23;
 /// How deep options may nest inside containers (an IA_NA holding an IA Address holding a
 /// Status Code is two levels).
 const MAX_NESTING: usize = 3;
@@ -96,7 +103,11 @@ fn check_options(mut opts: &[u8], depth: usize) -> Result<(), Drop6Reason> {
             .chain(&MINIMUM)
             .find(|(c, _)| *c == code)
             .map(|(_, f)| *f);
-        if fixed.is_some_and(|f| len < f) {
+        let exact = EXACT.iter().find(|(c, _)| *c == code).map(|(_, n)| *n);
+        if fixed.is_some_and(|f| len < f)
+            || exact.is_some_and(|n| len != n)
+            || (code == OPTION_DNS_SERVERS && len % 16 != 0)
+        {
             return Err(Drop6Reason::BadOptionLength);
         }
         if let Some((_, fixed)) = CONTAINERS.iter().find(|(c, _)| *c == code) {
@@ -260,6 +271,25 @@ mod tests {
         }
         let m = [&header[..], &nested].concat();
         assert_eq!(decode(&m).unwrap_err(), Drop6Reason::BadOptionLength);
+        // Fixed-size options of another length (dhcproto reads the fixed size and would
+        // read the rest as the next option): the fuzzer's second find, an Elapsed Time
+        // of length 0 followed by what then read as a short Vendor Class.
+        for (code, len) in [(8u16, 0usize), (8, 3), (7, 2), (12, 15), (14, 1), (23, 17)] {
+            let m = [&header[..], &opt(code, &vec![0; len])].concat();
+            assert_eq!(
+                decode(&m).unwrap_err(),
+                Drop6Reason::BadOptionLength,
+                "option {code}"
+            );
+        }
+        let second: &[u8] = &[
+            0x01, 0x00, 0x40, 0x20, 0x00, 0x00, 0x00, 0x00, 0x48, 0x00, 0x00, 0x00, 0x00, 0x08,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x08,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        ];
+        assert!(decode(second).is_err());
         // The fuzzer's own input, as it came.
         let found: &[u8] = &[
             0x01, 0xab, 0xcd, 0xef, 0x09, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
