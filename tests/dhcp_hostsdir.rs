@@ -294,10 +294,15 @@ fn shardboot_follows_the_options_ironics_dnsmasq_provider_writes() {
     assert_eq!(var(&env, "opt150"), None, "{env:?}");
     // Ironic cleans up after the deploy: the node's NIC is ignored from then on.
     ironic_dhcp_provider("clean", &hostsdir, &optsdir, node_mac, "[]");
+    // Both directories change, and each is followed on its own: wait for both (the
+    // ignore line is in the hosts directory).
     wait_until(
-        "the options directory emptied",
+        "the options directory emptied and the hosts directory ignores the NIC",
         Duration::from_secs(10),
-        || server.log_text().contains("entries=0"),
+        || {
+            let log = server.log_text();
+            log.contains("entries=0") && log.contains("denied=1")
+        },
     );
     lab.client
         .ip(&["link", "set", &lab.client_if, "address", node_mac]);
