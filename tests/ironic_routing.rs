@@ -652,7 +652,7 @@ ranges = ["198.18.1.0 - 198.18.4.255"]
     wait_until(
         "the member loaded Ironic's ports",
         Duration::from_secs(30),
-        || metrics().contains("shardboot_owner_ironic_snapshot_macs 2\n"),
+        || metrics().contains("shardboot_owner_ironic_snapshot_macs 8\n"),
     );
     let mut vm = Vm::with_nics_before(
         &ns,
