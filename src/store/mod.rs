@@ -7,6 +7,7 @@
 mod codec;
 mod committer;
 mod lease;
+mod lease6;
 mod memory;
 mod query;
 mod records;
@@ -25,6 +26,7 @@ pub use committer::{
     CommitFailed, Committer, Finish, Flushed, Replicate, StoreMetrics, StoreStatus,
 };
 pub use lease::{Lease, LeaseEffect, LeaseState, Verdict};
+pub use lease6::{Lease6, Lease6Effect};
 pub use memory::MemoryStore;
 pub use query::LeaseQuery;
 pub use records::{HostPolicy, Membership, PastMembership, Reservation};
