@@ -23,6 +23,7 @@ mod owner;
 mod ra;
 mod structure;
 mod subnet;
+mod subnet6;
 mod tftp;
 
 use std::collections::BTreeMap;
@@ -48,6 +49,7 @@ pub use owner::{
 };
 pub use ra::RaSettings;
 pub use subnet::Subnet;
+pub use subnet6::{range6_len, Subnet6, MAX_RANGE6};
 pub use tftp::{RawTftp, TftpListener, TftpSettings, BLKSIZE_RANGE, WINDOWSIZE_RANGE};
 
 use issues::Issues;
@@ -117,6 +119,8 @@ pub struct RawConfig {
     members: Vec<member::RawMember>,
     #[serde(default, rename = "subnet")]
     subnets: Vec<subnet::RawSubnet>,
+    #[serde(default, rename = "subnet6")]
+    subnets6: Vec<subnet6::RawSubnet6>,
     #[serde(default, rename = "host")]
     hosts: Vec<host::RawHost>,
 }
@@ -147,6 +151,8 @@ pub struct Config {
     pub members: Vec<Member>,
     /// Served subnets.
     pub subnets: Vec<Subnet>,
+    /// Served IPv6 subnets (DHCPv6).
+    pub subnets6: Vec<Subnet6>,
     /// Per-MAC reservations and overrides.
     pub hosts: Vec<Host>,
 }
@@ -266,6 +272,7 @@ impl TryFrom<RawConfig> for Config {
         let health = health::validate(raw.health, &mut issues);
         let ra = ra::validate(raw.ra, &mut issues);
         let subnets = subnet::validate_all(raw.subnets, &mut issues);
+        let subnets6 = subnet6::validate_all(raw.subnets6, &mut issues);
         let hosts = host::validate_all(raw.hosts, &subnets, &mut issues);
         issues.finish()?;
         Ok(Config {
@@ -280,6 +287,7 @@ impl TryFrom<RawConfig> for Config {
             ra,
             members,
             subnets,
+            subnets6,
             hosts,
         })
     }

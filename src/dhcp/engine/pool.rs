@@ -6,12 +6,41 @@
 //! ARCHITECTURE.md, "DHCP decisions" 3); a member hands out fresh addresses only from
 //! its own share, so two members never offer the same address.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+/// An address a [`Pool`] hands out: v4 for DHCP, v6 for DHCPv6. A range is at most
+/// `u32::MAX` addresses, counted as offsets from its first.
+pub trait PoolAddr: Copy + std::fmt::Debug {
+    /// How far `self` lies past `start`, if it is not before it and fits 32 bits.
+    fn offset_from(self, start: Self) -> Option<u32>;
+    /// The address `offset` past `start`.
+    fn at_offset(start: Self, offset: u32) -> Self;
+}
+
+impl PoolAddr for Ipv4Addr {
+    fn offset_from(self, start: Self) -> Option<u32> {
+        u32::from(self).checked_sub(u32::from(start))
+    }
+    fn at_offset(start: Self, offset: u32) -> Self {
+        Ipv4Addr::from(u32::from(start) + offset)
+    }
+}
+
+impl PoolAddr for Ipv6Addr {
+    fn offset_from(self, start: Self) -> Option<u32> {
+        u128::from(self)
+            .checked_sub(u128::from(start))
+            .and_then(|d| u32::try_from(d).ok())
+    }
+    fn at_offset(start: Self, offset: u32) -> Self {
+        Ipv6Addr::from(u128::from(start) + u128::from(offset))
+    }
+}
 
 /// A dynamic address range.
 #[derive(Debug, Clone)]
-pub struct Pool {
-    start: u32,
+pub struct Pool<A: PoolAddr = Ipv4Addr> {
+    start: A,
     len: u32,
     /// The part of the range this member may hand out fresh addresses from now: its
     /// share, narrowed for a while after a membership change (bitmap over offsets).
@@ -52,10 +81,10 @@ fn ones(words: &[u64]) -> u32 {
     words.iter().map(|w| w.count_ones()).sum()
 }
 
-impl Pool {
+impl<A: PoolAddr> Pool<A> {
     /// The range `first`..=`last`, all of it this member's.
-    pub fn new(first: Ipv4Addr, last: Ipv4Addr) -> Self {
-        let len = u32::from(last) - u32::from(first) + 1;
+    pub fn new(first: A, last: A) -> Self {
+        let len = Self::range_len(first, last);
         let share = (0..len.div_ceil(64))
             .map(|w| match len - w * 64 {
                 n if n >= 64 => u64::MAX,
@@ -67,9 +96,9 @@ impl Pool {
 
     /// The range `first`..=`last`, of which this member allocates only from `share`
     /// (a bitmap over the range's offsets, `owner::MemberList::share_of`).
-    pub fn shared(first: Ipv4Addr, last: Ipv4Addr, share: Vec<u64>) -> Self {
-        let start = u32::from(first);
-        let len = u32::from(last) - start + 1;
+    pub fn shared(first: A, last: A, share: Vec<u64>) -> Self {
+        let start = first;
+        let len = Self::range_len(first, last);
         let words = len.div_ceil(64) as usize;
         assert_eq!(share.len(), words, "a share covers its range");
         Self {
@@ -88,8 +117,16 @@ impl Pool {
         }
     }
 
-    fn index(&self, ip: Ipv4Addr) -> Option<u32> {
-        let i = u32::from(ip).checked_sub(self.start)?;
+    fn range_len(first: A, last: A) -> u32 {
+        let span = last
+            .offset_from(first)
+            .expect("a range's last address is after its first");
+        span.checked_add(1)
+            .expect("a range holds at most u32::MAX addresses")
+    }
+
+    fn index(&self, ip: A) -> Option<u32> {
+        let i = ip.offset_from(self.start)?;
         (i < self.len).then_some(i)
     }
 
@@ -141,7 +178,7 @@ impl Pool {
 
     /// Whether `ip` was gained at a membership change, its window still runs at `now`,
     /// and no probe has found it clear yet. Excluded and reserved addresses never are.
-    pub fn needs_probe(&self, ip: Ipv4Addr, now: u64) -> bool {
+    pub fn needs_probe(&self, ip: A, now: u64) -> bool {
         now < self.probe_until
             && self.index(ip).is_some_and(|i| {
                 !self.probe.is_empty() && bit(&self.probe, i) && !bit(&self.blocked, i)
@@ -149,7 +186,7 @@ impl Pool {
     }
 
     /// A probe found `ip` clear: not probed again in this window.
-    pub fn probed_clear(&mut self, ip: Ipv4Addr) {
+    pub fn probed_clear(&mut self, ip: A) {
         if let Some(i) = self.index(ip).filter(|_| !self.probe.is_empty()) {
             set(&mut self.probe, i, false);
         }
@@ -169,11 +206,8 @@ impl Pool {
     }
 
     /// The range's first and last address.
-    pub fn bounds(&self) -> (Ipv4Addr, Ipv4Addr) {
-        (
-            Ipv4Addr::from(self.start),
-            Ipv4Addr::from(self.start + self.len - 1),
-        )
+    pub fn bounds(&self) -> (A, A) {
+        (self.start, A::at_offset(self.start, self.len - 1))
     }
 
     /// The range's length.
@@ -187,36 +221,36 @@ impl Pool {
     }
 
     /// Whether `ip` is in the range (any member's slice).
-    pub fn contains(&self, ip: Ipv4Addr) -> bool {
+    pub fn contains(&self, ip: A) -> bool {
         self.index(ip).is_some()
     }
 
     /// Whether `ip` is in the part of this member's share it may hand out now.
-    pub fn in_share(&self, ip: Ipv4Addr) -> bool {
+    pub fn in_share(&self, ip: A) -> bool {
         self.index(ip).is_some_and(|i| bit(&self.allowed, i))
     }
 
     /// Never hand `ip` out dynamically (exclusion or reservation).
-    pub fn block(&mut self, ip: Ipv4Addr) {
+    pub fn block(&mut self, ip: A) {
         if let Some(i) = self.index(ip) {
             set(&mut self.blocked, i, true);
         }
     }
 
     /// Lets `ip` be handed out again (a reservation was removed).
-    pub fn unblock(&mut self, ip: Ipv4Addr) {
+    pub fn unblock(&mut self, ip: A) {
         if let Some(i) = self.index(ip) {
             set(&mut self.blocked, i, false);
         }
     }
 
     /// Whether `ip` is excluded or reserved.
-    pub fn is_blocked(&self, ip: Ipv4Addr) -> bool {
+    pub fn is_blocked(&self, ip: A) -> bool {
         self.index(ip).is_some_and(|i| bit(&self.blocked, i))
     }
 
     /// Marks `ip` as held by a lease or offer, or free.
-    pub fn set_used(&mut self, ip: Ipv4Addr, used: bool) {
+    pub fn set_used(&mut self, ip: A, used: bool) {
         if let Some(i) = self.index(ip) {
             let was = set(&mut self.used, i, used);
             let allowed = u32::from(bit(&self.allowed, i));
@@ -240,7 +274,7 @@ impl Pool {
     }
 
     /// Whether `ip` is held.
-    pub fn is_used(&self, ip: Ipv4Addr) -> bool {
+    pub fn is_used(&self, ip: A) -> bool {
         self.index(ip).is_some_and(|i| bit(&self.used, i))
     }
 
@@ -264,7 +298,7 @@ impl Pool {
 
     /// The next address of this member's share that is neither used nor blocked,
     /// searching from the cursor and wrapping once.
-    pub fn next_free(&mut self) -> Option<Ipv4Addr> {
+    pub fn next_free(&mut self) -> Option<A> {
         if self.allowed_len == 0 {
             return None;
         }
@@ -280,7 +314,7 @@ impl Pool {
             if taken != u64::MAX {
                 let i = w as u32 * 64 + (!taken).trailing_zeros();
                 self.cursor = if i + 1 >= self.len { 0 } else { i + 1 };
-                return Some(Ipv4Addr::from(self.start + i));
+                return Some(A::at_offset(self.start, i));
             }
         }
         None
@@ -388,5 +422,32 @@ mod tests {
         p.set_used(ip(3), true);
         assert_eq!(p.free(), 8);
         assert!(p.contains(ip(9)) && !p.contains(ip(10)));
+    }
+
+    #[test]
+    fn a_v6_range_allocates_every_address_once_then_none() {
+        let first: Ipv6Addr = "fd00:1::fffe".parse().unwrap();
+        let last: Ipv6Addr = "fd00:1::1:3".parse().unwrap();
+        let mut pool = Pool::new(first, last);
+        assert_eq!(pool.len(), 6);
+        assert_eq!(pool.bounds(), (first, last));
+        let mut got = Vec::new();
+        while let Some(ip) = pool.next_free() {
+            pool.set_used(ip, true);
+            got.push(ip.to_string());
+        }
+        assert_eq!(
+            got,
+            [
+                "fd00:1::fffe",
+                "fd00:1::ffff",
+                "fd00:1::1:0",
+                "fd00:1::1:1",
+                "fd00:1::1:2",
+                "fd00:1::1:3"
+            ]
+        );
+        assert!(!pool.contains("fd00:1::1:4".parse().unwrap()));
+        assert!(!pool.contains("fd00:1::fffd".parse().unwrap()));
     }
 }
