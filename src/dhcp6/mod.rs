@@ -9,5 +9,6 @@
 
 pub mod boot;
 pub mod client_mac;
+pub mod engine;
 pub mod relay;
 pub mod wire;

@@ -76,11 +76,18 @@ impl MemberList {
         me: Option<&str>,
     ) -> Vec<u64> {
         let len = u32::from(last) - u32::from(first) + 1;
+        self.share_of_offsets(split, u32::from(first), len, me)
+    }
+
+    /// Member `me`'s share of a range of `len` addresses whose key (what makes two
+    /// ranges' shares independent) is `key`, as [`Self::share_of`] computes it; for
+    /// ranges that are not IPv4 (DHCPv6).
+    pub fn share_of_offsets(&self, split: Split, key: u32, len: u32, me: Option<&str>) -> Vec<u64> {
         let words = len.div_ceil(64) as usize;
         match me {
             Some(me) if !self.is_empty() => match self.index_of(me) {
                 Some(_) if self.len() == 1 => (0..words).map(|w| full_word(len, w)).collect(),
-                Some(k) => self.shares(split, first, last).bitmap_of(k),
+                Some(k) => Shares::assign(split, key, len, &self.names).bitmap_of(k),
                 None => vec![0; words],
             },
             _ => (0..words).map(|w| full_word(len, w)).collect(),

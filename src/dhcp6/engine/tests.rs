@@ -1,0 +1,602 @@
+use std::net::Ipv6Addr;
+
+use dhcproto::v6::{
+    DhcpOption, DhcpOptions, IAAddr, Message, MessageType, OptionCode, Status, UserClass,
+    VendorClass, IANA,
+};
+
+use super::*;
+use crate::config::Config;
+
+const SERVER_DUID: &[u8] = &[0, 4, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16];
+
+fn config(extra: &str) -> Config {
+    let text = format!(
+        "state_dir = \"/tmp/unused\"\n{extra}\n[[subnet6]]\nnetwork = \"fd00:1::/64\"\nranges = [\"fd00:1::10 - fd00:1::13\"]\nlease_time = 1000\ndns = [\"fd00:1::1\"]\n"
+    );
+    Config::from_toml_with_overrides(&text, &[]).expect("config")
+}
+
+fn engine(extra: &str) -> Engine6 {
+    Engine6::new(&config(extra), SERVER_DUID.to_vec(), Vec::new(), 1_000)
+}
+
+const ADDRS: &[Ipv6Addr] = &[Ipv6Addr::new(0xfd00, 1, 0, 0, 0, 0, 0, 1)];
+
+fn ctx(now: u64) -> Context6<'static> {
+    Context6 {
+        arrival: Arrival {
+            interface: "prov0",
+            addresses: ADDRS,
+            destination: "ff02::1:2".parse().unwrap(),
+        },
+        mac: Some(MacAddr([0x52, 0x54, 0, 0, 0, 1])),
+        responsibility: Responsibility::Mine,
+        now,
+    }
+}
+
+fn duid(n: u8) -> Vec<u8> {
+    vec![0, 3, 0, 1, 0x52, 0x54, 0, 0, 0, n]
+}
+
+fn message(
+    kind: MessageType,
+    client: &[u8],
+    server: Option<&[u8]>,
+    ia: Option<(u32, Option<Ipv6Addr>)>,
+) -> Message {
+    let mut m = Message::new_with_id(kind, [1, 2, 3]);
+    let o = m.opts_mut();
+    o.insert(DhcpOption::ClientId(client.to_vec()));
+    if let Some(s) = server {
+        o.insert(DhcpOption::ServerId(s.to_vec()));
+    }
+    if let Some((id, addr)) = ia {
+        let mut opts = DhcpOptions::new();
+        if let Some(addr) = addr {
+            opts.insert(DhcpOption::IAAddr(IAAddr {
+                addr,
+                preferred_life: 0,
+                valid_life: 0,
+                opts: DhcpOptions::new(),
+            }));
+        }
+        o.insert(DhcpOption::IANA(IANA {
+            id,
+            t1: 0,
+            t2: 0,
+            opts,
+        }));
+    }
+    m
+}
+
+/// The addresses (with valid lifetimes) of the reply's IA_NA `iaid`, and its status.
+fn ia_of(reply: &Message, iaid: u32) -> (Vec<(Ipv6Addr, u32)>, Option<Status>) {
+    let ia = reply::ia_nas(reply)
+        .into_iter()
+        .find(|ia| ia.id == iaid)
+        .expect("the IA is answered");
+    let addrs = ia
+        .opts
+        .get_all(OptionCode::IAAddr)
+        .unwrap_or(&[])
+        .iter()
+        .filter_map(|o| match o {
+            DhcpOption::IAAddr(a) => Some((a.addr, a.valid_life)),
+            _ => None,
+        })
+        .collect();
+    let status = match ia.opts.get(OptionCode::StatusCode) {
+        Some(DhcpOption::StatusCode(s)) => Some(s.status),
+        _ => None,
+    };
+    (addrs, status)
+}
+
+fn ip(s: &str) -> Ipv6Addr {
+    s.parse().unwrap()
+}
+
+fn boot_url(reply: &Message) -> Option<String> {
+    match reply.opts().get(OptionCode::OptBootfileUrl) {
+        Some(DhcpOption::Unknown(u)) => Some(String::from_utf8(u.data().to_vec()).unwrap()),
+        _ => None,
+    }
+}
+
+#[test]
+fn solicit_request_renew_release_and_the_same_address_again() {
+    let mut e = engine("");
+    let c = duid(1);
+    let adv = e.handle_message(
+        &message(MessageType::Solicit, &c, None, Some((7, None))),
+        &[],
+        &ctx(1_000),
+    );
+    assert_eq!(adv.outcome, Outcome6::Advertise(1));
+    assert!(adv.effects.is_empty(), "an Advertise is not stored");
+    let adv = adv.reply.unwrap();
+    assert_eq!(adv.msg_type(), MessageType::Advertise);
+    assert_eq!(adv.xid(), [1, 2, 3]);
+    assert_eq!(
+        adv.opts().get(OptionCode::ServerId),
+        Some(&DhcpOption::ServerId(SERVER_DUID.to_vec()))
+    );
+    assert_eq!(
+        adv.opts().get(OptionCode::ClientId),
+        Some(&DhcpOption::ClientId(c.clone()))
+    );
+    assert_eq!(
+        adv.opts().get(OptionCode::Preference),
+        Some(&DhcpOption::Preference(255))
+    );
+    assert_eq!(
+        adv.opts().get(OptionCode::DomainNameServers),
+        Some(&DhcpOption::DomainNameServers(vec![ip("fd00:1::1")]))
+    );
+    let (addrs, status) = ia_of(&adv, 7);
+    assert_eq!(
+        (addrs.clone(), status),
+        (vec![(ip("fd00:1::10"), 1000)], None)
+    );
+
+    // A second client is advertised another address while the first is held.
+    let other = e.handle_message(
+        &message(MessageType::Solicit, &duid(2), None, Some((1, None))),
+        &[],
+        &ctx(1_001),
+    );
+    assert_eq!(
+        ia_of(other.reply.as_ref().unwrap(), 1).0,
+        vec![(ip("fd00:1::11"), 1000)]
+    );
+
+    let req = e.handle_message(
+        &message(
+            MessageType::Request,
+            &c,
+            Some(SERVER_DUID),
+            Some((7, Some(ip("fd00:1::10")))),
+        ),
+        &[],
+        &ctx(1_002),
+    );
+    assert_eq!(req.outcome, Outcome6::Bound(1));
+    let [Lease6Effect::Put(l)] = req.effects.as_slice() else {
+        panic!("one Put: {:?}", req.effects)
+    };
+    assert_eq!(
+        (l.ip, l.iaid, l.state, l.expires, l.preferred),
+        (ip("fd00:1::10"), 7, LeaseState::Bound, 2_002, 2_002)
+    );
+    assert_eq!(l.duid, c);
+    assert_eq!(l.mac, Some(MacAddr([0x52, 0x54, 0, 0, 0, 1])));
+    let reply = req.reply.unwrap();
+    assert_eq!(reply.msg_type(), MessageType::Reply);
+    let ia = reply::ia_nas(&reply)[0];
+    assert_eq!((ia.t1, ia.t2), (500, 800));
+
+    let renew = e.handle_message(
+        &message(
+            MessageType::Renew,
+            &c,
+            Some(SERVER_DUID),
+            Some((7, Some(ip("fd00:1::10")))),
+        ),
+        &[],
+        &ctx(1_500),
+    );
+    assert_eq!(renew.outcome, Outcome6::Bound(1));
+    assert!(matches!(renew.effects.as_slice(), [Lease6Effect::Put(l)] if l.expires == 2_500));
+
+    let rel = e.handle_message(
+        &message(
+            MessageType::Release,
+            &c,
+            Some(SERVER_DUID),
+            Some((7, Some(ip("fd00:1::10")))),
+        ),
+        &[],
+        &ctx(1_600),
+    );
+    assert_eq!(rel.outcome, Outcome6::Released);
+    assert!(
+        matches!(rel.effects.as_slice(), [Lease6Effect::Put(l)] if l.state == LeaseState::Released)
+    );
+    assert!(
+        matches!(rel.reply.unwrap().opts().get(OptionCode::StatusCode), Some(DhcpOption::StatusCode(s)) if s.status == Status::Success)
+    );
+
+    // Released, and nobody took it: the client gets it back.
+    let again = e.handle_message(
+        &message(MessageType::Solicit, &c, None, Some((7, None))),
+        &[],
+        &ctx(1_700),
+    );
+    assert_eq!(
+        ia_of(again.reply.as_ref().unwrap(), 7).0[0].0,
+        ip("fd00:1::10")
+    );
+}
+
+#[test]
+fn a_restarted_engine_gives_each_ia_its_stored_address() {
+    let mut e = engine("");
+    let mut stored = Vec::new();
+    for n in 1..=3u8 {
+        let c = duid(n);
+        e.handle_message(
+            &message(MessageType::Solicit, &c, None, Some((1, None))),
+            &[],
+            &ctx(1_000),
+        );
+        let d = e.handle_message(
+            &message(MessageType::Request, &c, Some(SERVER_DUID), Some((1, None))),
+            &[],
+            &ctx(1_000),
+        );
+        stored.extend(d.effects.into_iter().map(|e| match e {
+            Lease6Effect::Put(l) => l,
+            other => panic!("{other:?}"),
+        }));
+    }
+    let mut restarted = Engine6::new(&config(""), SERVER_DUID.to_vec(), stored.clone(), 1_100);
+    // A new client first: it must not get any of the three stored addresses.
+    let new = restarted.handle_message(
+        &message(MessageType::Solicit, &duid(9), None, Some((1, None))),
+        &[],
+        &ctx(1_100),
+    );
+    assert_eq!(
+        ia_of(new.reply.as_ref().unwrap(), 1).0[0].0,
+        ip("fd00:1::13")
+    );
+    for l in &stored {
+        let d = restarted.handle_message(
+            &message(MessageType::Solicit, &l.duid, None, Some((1, None))),
+            &[],
+            &ctx(1_100),
+        );
+        assert_eq!(ia_of(d.reply.as_ref().unwrap(), 1).0[0].0, l.ip);
+    }
+}
+
+#[test]
+fn an_exhausted_range_says_no_addrs_avail_and_a_decline_quarantines() {
+    let mut e = engine("");
+    for n in 1..=4u8 {
+        let d = e.handle_message(
+            &message(MessageType::Solicit, &duid(n), None, Some((1, None))),
+            &[],
+            &ctx(1_000),
+        );
+        assert_eq!(d.outcome, Outcome6::Advertise(1));
+    }
+    let full = e.handle_message(
+        &message(MessageType::Solicit, &duid(5), None, Some((1, None))),
+        &[],
+        &ctx(1_000),
+    );
+    assert_eq!(full.outcome, Outcome6::NoAddresses);
+    let r = full.reply.unwrap();
+    assert_eq!(ia_of(&r, 1).1, Some(Status::NoAddrsAvail));
+    assert!(
+        matches!(r.opts().get(OptionCode::StatusCode), Some(DhcpOption::StatusCode(s)) if s.status == Status::NoAddrsAvail)
+    );
+
+    // Client 1 binds, then finds its address in use (DAD) and declines it.
+    e.handle_message(
+        &message(
+            MessageType::Request,
+            &duid(1),
+            Some(SERVER_DUID),
+            Some((1, None)),
+        ),
+        &[],
+        &ctx(1_000),
+    );
+    let dec = e.handle_message(
+        &message(
+            MessageType::Decline,
+            &duid(1),
+            Some(SERVER_DUID),
+            Some((1, Some(ip("fd00:1::10")))),
+        ),
+        &[],
+        &ctx(1_001),
+    );
+    assert_eq!(dec.outcome, Outcome6::Declined);
+    assert!(
+        matches!(dec.effects.as_slice(), [Lease6Effect::Put(l)] if l.state == LeaseState::Declined && l.ip == ip("fd00:1::10"))
+    );
+    // The offers of the others lapse; the declined address stays out of use.
+    e.handle_tick(1_000 + 121);
+    let next = e.handle_message(
+        &message(MessageType::Solicit, &duid(1), None, Some((1, None))),
+        &[],
+        &ctx(1_200),
+    );
+    assert_ne!(
+        ia_of(next.reply.as_ref().unwrap(), 1).0[0].0,
+        ip("fd00:1::10")
+    );
+}
+
+#[test]
+fn messages_for_another_server_or_missing_identifiers_are_dropped() {
+    let mut e = engine("");
+    let c = duid(1);
+    let other = e.handle_message(
+        &message(
+            MessageType::Request,
+            &c,
+            Some(&[0, 4, 9, 9]),
+            Some((1, None)),
+        ),
+        &[],
+        &ctx(1_000),
+    );
+    assert_eq!(other.outcome, Outcome6::Ignored(Ignore6::OtherServer));
+    let unnamed = e.handle_message(
+        &message(MessageType::Renew, &c, None, Some((1, None))),
+        &[],
+        &ctx(1_000),
+    );
+    assert_eq!(unnamed.outcome, Outcome6::Ignored(Ignore6::Malformed));
+    let named_solicit = e.handle_message(
+        &message(MessageType::Solicit, &c, Some(SERVER_DUID), Some((1, None))),
+        &[],
+        &ctx(1_000),
+    );
+    assert_eq!(named_solicit.outcome, Outcome6::Ignored(Ignore6::Malformed));
+    let mut no_client = message(MessageType::Solicit, &c, None, Some((1, None)));
+    no_client.opts_mut().remove(OptionCode::ClientId);
+    assert_eq!(
+        e.handle_message(&no_client, &[], &ctx(1_000)).outcome,
+        Outcome6::Ignored(Ignore6::Malformed)
+    );
+}
+
+#[test]
+fn another_members_client_gets_no_advertise_but_its_own_binding_is_kept() {
+    let mut e = engine("");
+    let c = duid(1);
+    let mut not_mine = ctx(1_000);
+    not_mine.responsibility = Responsibility::NotMine;
+    let d = e.handle_message(
+        &message(MessageType::Solicit, &c, None, Some((1, None))),
+        &[],
+        &not_mine,
+    );
+    assert_eq!(d.outcome, Outcome6::Ignored(Ignore6::NotResponsible));
+    e.handle_message(
+        &message(MessageType::Solicit, &c, None, Some((1, None))),
+        &[],
+        &ctx(1_000),
+    );
+    e.handle_message(
+        &message(MessageType::Request, &c, Some(SERVER_DUID), Some((1, None))),
+        &[],
+        &ctx(1_000),
+    );
+    // The client holds a lease here: its Rebind (to every server) is answered, with no
+    // Preference since it is not a Solicit, by the member that holds it.
+    let rebind = e.handle_message(
+        &message(
+            MessageType::Rebind,
+            &c,
+            None,
+            Some((1, Some(ip("fd00:1::10")))),
+        ),
+        &[],
+        &not_mine,
+    );
+    assert_eq!(rebind.outcome, Outcome6::Bound(1));
+    // A Rebind for an address this member never gave is left to the member that did.
+    let stranger = e.handle_message(
+        &message(
+            MessageType::Rebind,
+            &duid(2),
+            None,
+            Some((1, Some(ip("fd00:1::99")))),
+        ),
+        &[],
+        &not_mine,
+    );
+    assert_eq!(stranger.outcome, Outcome6::Ignored(Ignore6::NotResponsible));
+    assert!(stranger.reply.is_none());
+    // The responsible member tells it its binding is unknown, and withdraws an
+    // address from another link.
+    let lost = e.handle_message(
+        &message(
+            MessageType::Rebind,
+            &duid(2),
+            None,
+            Some((1, Some(ip("fd00:9::5")))),
+        ),
+        &[],
+        &ctx(1_000),
+    );
+    assert_eq!(lost.outcome, Outcome6::NoBinding);
+    assert_eq!(
+        ia_of(lost.reply.as_ref().unwrap(), 1),
+        (vec![(ip("fd00:9::5"), 0)], Some(Status::NoBinding))
+    );
+}
+
+#[test]
+fn a_renew_after_the_store_was_lost_rebinds_a_free_address_of_the_share() {
+    let mut e = engine("");
+    let d = e.handle_message(
+        &message(
+            MessageType::Renew,
+            &duid(1),
+            Some(SERVER_DUID),
+            Some((1, Some(ip("fd00:1::12")))),
+        ),
+        &[],
+        &ctx(1_000),
+    );
+    assert_eq!(d.outcome, Outcome6::Bound(1));
+    assert_eq!(
+        ia_of(d.reply.as_ref().unwrap(), 1).0,
+        vec![(ip("fd00:1::12"), 1000)]
+    );
+    // Now held: another client that claims it is told there is no binding.
+    let thief = e.handle_message(
+        &message(
+            MessageType::Renew,
+            &duid(2),
+            Some(SERVER_DUID),
+            Some((1, Some(ip("fd00:1::12")))),
+        ),
+        &[],
+        &ctx(1_000),
+    );
+    assert_eq!(thief.outcome, Outcome6::NoBinding);
+    assert!(thief.effects.is_empty());
+}
+
+#[test]
+fn rapid_commit_binds_at_once_only_when_the_subnet_allows_it() {
+    let mut m = message(MessageType::Solicit, &duid(1), None, Some((1, None)));
+    m.opts_mut().insert(DhcpOption::RapidCommit);
+    let mut off = engine("");
+    assert_eq!(
+        off.handle_message(&m, &[], &ctx(1_000)).outcome,
+        Outcome6::Advertise(1)
+    );
+    let text = "state_dir = \"/tmp/unused\"\n[[subnet6]]\nnetwork = \"fd00:1::/64\"\nranges = [\"fd00:1::10 - fd00:1::13\"]\nrapid_commit = true\n";
+    let mut on = Engine6::new(
+        &Config::from_toml_with_overrides(text, &[]).unwrap(),
+        SERVER_DUID.to_vec(),
+        Vec::new(),
+        0,
+    );
+    let d = on.handle_message(&m, &[], &ctx(1_000));
+    assert_eq!(d.outcome, Outcome6::Bound(1));
+    let r = d.reply.unwrap();
+    assert_eq!(r.msg_type(), MessageType::Reply);
+    assert!(r.opts().get(OptionCode::RapidCommit).is_some());
+    assert!(matches!(d.effects.as_slice(), [Lease6Effect::Put(l)] if l.state == LeaseState::Bound));
+}
+
+#[test]
+fn firmware_without_option_61_gets_its_boot_url_from_the_vendor_class() {
+    let mut e = engine("");
+    let mut pxe = message(MessageType::Solicit, &duid(1), None, Some((1, None)));
+    pxe.opts_mut().insert(DhcpOption::VendorClass(VendorClass {
+        num: 343,
+        data: vec![b"PXEClient:Arch:00007:UNDI:003016".to_vec()],
+    }));
+    let r = e.handle_message(&pxe, &[], &ctx(1_000)).reply.unwrap();
+    let url = boot_url(&r).expect("option 59");
+    assert!(url.starts_with("tftp://[fd00:1::1]/"), "{url}");
+    assert!(url.ends_with(&config("").boot.uefi_x64), "{url}");
+    assert!(
+        matches!(r.opts().get(OptionCode::VendorClass), Some(DhcpOption::VendorClass(v)) if v.data == [b"PXEClient".to_vec()])
+    );
+
+    let mut ipxe = message(MessageType::Solicit, &duid(2), None, Some((1, None)));
+    ipxe.opts_mut().insert(DhcpOption::UserClass(UserClass {
+        data: vec![b"iPXE".to_vec()],
+    }));
+    let r = e.handle_message(&ipxe, &[], &ctx(1_000)).reply.unwrap();
+    assert_eq!(
+        boot_url(&r).as_deref(),
+        Some("http://[fd00:1::1]:8080/boot.ipxe")
+    );
+
+    // No firmware markers: an address and no boot file.
+    let plain = e.handle_message(
+        &message(MessageType::Solicit, &duid(3), None, Some((1, None))),
+        &[],
+        &ctx(1_000),
+    );
+    assert_eq!(boot_url(plain.reply.as_ref().unwrap()), None);
+}
+
+#[test]
+fn relayed_clients_are_served_from_the_subnet_of_their_link() {
+    let mut e = engine("");
+    let hop = |link: &str| RelayHop {
+        hop_count: 0,
+        link_addr: ip(link),
+        peer_addr: ip("fe80::5054:ff:fe00:1"),
+        interface_id: Some(b"eth0".to_vec()),
+        client_link_layer: None,
+    };
+    let m = message(MessageType::Solicit, &duid(1), None, Some((1, None)));
+    let mut relayed = ctx(1_000);
+    relayed.arrival.destination = ip("fd00:1::1");
+    let d = e.handle_message(&m, &[hop("fd00:1::fffe")], &relayed);
+    assert_eq!(d.outcome, Outcome6::Advertise(1));
+    let d = e.handle_message(&m, &[hop("fd00:7::1")], &relayed);
+    assert_eq!(d.outcome, Outcome6::Ignored(Ignore6::NoSubnet));
+    // The interface's address is not the client's link when the relay names another.
+    let d = e.handle_message(&m, &[hop("::")], &relayed);
+    assert_eq!(d.outcome, Outcome6::Ignored(Ignore6::NoSubnet));
+}
+
+#[test]
+fn confirm_says_whether_the_addresses_are_on_the_link() {
+    let mut e = engine("");
+    let on = e.handle_message(
+        &message(
+            MessageType::Confirm,
+            &duid(1),
+            None,
+            Some((1, Some(ip("fd00:1::50")))),
+        ),
+        &[],
+        &ctx(1_000),
+    );
+    assert_eq!(on.outcome, Outcome6::Confirmed(true));
+    let off = e.handle_message(
+        &message(
+            MessageType::Confirm,
+            &duid(1),
+            None,
+            Some((1, Some(ip("fd00:2::50")))),
+        ),
+        &[],
+        &ctx(1_000),
+    );
+    assert_eq!(off.outcome, Outcome6::Confirmed(false));
+    assert!(
+        matches!(off.reply.unwrap().opts().get(OptionCode::StatusCode), Some(DhcpOption::StatusCode(s)) if s.status == Status::NotOnLink)
+    );
+}
+
+#[test]
+fn members_hand_out_disjoint_addresses() {
+    let members = "[owner]\nself = \"a\"\ninsecure_members = true\n[[member]]\nname = \"a\"\nhttp_url = \"http://127.0.0.1:1\"\n[[member]]\nname = \"b\"\nhttp_url = \"http://127.0.0.1:2\"\n";
+    let text = |me: &str| {
+        format!(
+            "state_dir = \"/tmp/unused\"\n{}\n[[subnet6]]\nnetwork = \"fd00:1::/64\"\nranges = [\"fd00:1::1000 - fd00:1::1fff\"]\n",
+            members.replace("self = \"a\"", &format!("self = \"{me}\""))
+        )
+    };
+    let mut seen = std::collections::HashMap::new();
+    for me in ["a", "b"] {
+        let cfg = Config::from_toml_with_overrides(&text(me), &[]).expect("config");
+        let mut e = Engine6::new(&cfg, vec![0, 4, me.as_bytes()[0]], Vec::new(), 0);
+        for n in 0..200u8 {
+            let d = e.handle_message(
+                &message(
+                    MessageType::Solicit,
+                    &[me.as_bytes()[0], n],
+                    None,
+                    Some((1, None)),
+                ),
+                &[],
+                &ctx(1_000),
+            );
+            let addr = ia_of(d.reply.as_ref().unwrap(), 1).0[0].0;
+            assert!(seen.insert(addr, me).is_none(), "{addr} handed out twice");
+        }
+    }
+    assert_eq!(seen.len(), 400);
+}
