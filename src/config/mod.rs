@@ -24,6 +24,7 @@ mod ra;
 mod structure;
 mod subnet;
 mod subnet6;
+mod dhcp6;
 mod tftp;
 
 use std::collections::BTreeMap;
@@ -49,6 +50,7 @@ pub use owner::{
 };
 pub use ra::RaSettings;
 pub use subnet::Subnet;
+pub use dhcp6::Dhcp6Settings;
 pub use subnet6::{range6_len, Subnet6, MAX_RANGE6};
 pub use tftp::{RawTftp, TftpListener, TftpSettings, BLKSIZE_RANGE, WINDOWSIZE_RANGE};
 
@@ -119,6 +121,8 @@ pub struct RawConfig {
     members: Vec<member::RawMember>,
     #[serde(default, rename = "subnet")]
     subnets: Vec<subnet::RawSubnet>,
+    #[serde(default)]
+    dhcp6: dhcp6::RawDhcp6,
     #[serde(default, rename = "subnet6")]
     subnets6: Vec<subnet6::RawSubnet6>,
     #[serde(default, rename = "host")]
@@ -151,6 +155,8 @@ pub struct Config {
     pub members: Vec<Member>,
     /// Served subnets.
     pub subnets: Vec<Subnet>,
+    /// DHCPv6 listener settings.
+    pub dhcp6: Dhcp6Settings,
     /// Served IPv6 subnets (DHCPv6).
     pub subnets6: Vec<Subnet6>,
     /// Per-MAC reservations and overrides.
@@ -272,6 +278,7 @@ impl TryFrom<RawConfig> for Config {
         let health = health::validate(raw.health, &mut issues);
         let ra = ra::validate(raw.ra, &mut issues);
         let subnets = subnet::validate_all(raw.subnets, &mut issues);
+        let dhcp6 = dhcp6::validate(raw.dhcp6, &mut issues);
         let subnets6 = subnet6::validate_all(raw.subnets6, &mut issues);
         let hosts = host::validate_all(raw.hosts, &subnets, &mut issues);
         issues.finish()?;
@@ -287,6 +294,7 @@ impl TryFrom<RawConfig> for Config {
             ra,
             members,
             subnets,
+            dhcp6,
             subnets6,
             hosts,
         })

@@ -12,3 +12,5 @@ pub mod client_mac;
 pub mod engine;
 pub mod relay;
 pub mod wire;
+pub mod duid;
+pub mod metrics;
