@@ -59,7 +59,7 @@ pub struct Lease6View<'a> {
     pub preferred: u64,
     /// Unix seconds: the valid lifetime's end.
     pub expires: u64,
-    /// The client's host name, in the kept form (`store::text`), as v4 names are shown.
+    /// The client's host name in the kept form (`store::text`), as v4 names are shown.
     pub hostname: Option<String>,
     /// The client's architecture, if found.
     pub arch: Option<u16>,
@@ -76,15 +76,10 @@ impl<'a> From<&'a Lease6> for Lease6View<'a> {
             starts: l.starts,
             preferred: l.preferred,
             expires: l.expires,
-            // A name already in the kept form is shown as it is; any other text is put
-            // in it, so a client's control characters never reach a terminal.
-            hostname: l.hostname.as_deref().map(|h| {
-                if super::text::is_shown(h) {
-                    h.to_string()
-                } else {
-                    super::text::shown(h)
-                }
-            }),
+            // The record keeps the client's text as it sent it (the DHCPv6 engine joins
+            // the FQDN's labels); shown in the kept form, so a client's control
+            // characters never reach a terminal and a backslash reads as itself.
+            hostname: l.hostname.as_deref().map(super::text::shown),
             arch: l.arch,
         }
     }
@@ -141,13 +136,14 @@ mod tests {
         assert_eq!(v["mac"], serde_json::Value::Null);
         assert_eq!(v["hostname"], "n\\x5code\\x1b\\xc3\\xa9");
         assert_eq!(v["arch"], 0xffff);
-        let kept = Lease6 {
-            hostname: Some("node\\x5c1".into()),
+        // Text that looks like the kept form is still the client's text.
+        let looks_kept = Lease6 {
+            hostname: Some("node\\x41".into()),
             ..l
         };
         assert_eq!(
-            serde_json::to_value(Lease6View::from(&kept)).unwrap()["hostname"],
-            "node\\x5c1"
+            serde_json::to_value(Lease6View::from(&looks_kept)).unwrap()["hostname"],
+            "node\\x5cx41"
         );
     }
 
