@@ -108,7 +108,10 @@ pub async fn run(
     };
     let store = store::open(&config.state_dir).map_err(store_err)?;
     let snapshot = store.load().map_err(store_err)?;
-    handles.store.set_aside.set(snapshot.set_aside.len() as u64);
+    handles
+        .store
+        .set_aside
+        .set((snapshot.set_aside.len() + snapshot.set_aside6.len()) as u64);
     let (resolver, owner_tasks) = crate::owner::start(&config, &shutdown)?;
     owner_tasks.into_iter().for_each(|t| tasks.background(t));
     let replication = replicator(&config, &resolver);

@@ -1,4 +1,6 @@
-//! Offline subcommands: `check-config` and `leases`.
+//! Offline subcommands: `check-config` and `leases` (`leases6`: its `--v6` table).
+
+mod leases6;
 
 use std::io::Write;
 
@@ -132,14 +134,18 @@ pub fn check_config(config: &Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Prints every stored lease, as a table or as JSON.
+/// Prints every stored lease (with `v6`, every DHCPv6 lease), as a table or as JSON.
 pub fn print_leases(
     config: &Config,
     json: bool,
+    v6: bool,
     mac: Option<&str>,
     remote: Remote,
 ) -> anyhow::Result<()> {
     let mac: Option<crate::mac::MacAddr> = mac.map(str::parse).transpose()?;
+    if v6 {
+        return leases6::print(config, json, mac, &remote);
+    }
     // The store is locked while the server runs: then ask the server.
     let local = if remote.forced {
         None
@@ -169,13 +175,6 @@ pub fn print_leases(
         "{:<15}  {:<17}  {:<8}  {:<20}  HOSTNAME",
         "IP", "MAC", "STATE", "EXPIRES (UTC)"
     )?;
-    let field = |v: &serde_json::Value, k: &str| match &v[k] {
-        // Host names arrive in the kept form (`store::text`); anything else is put in it.
-        serde_json::Value::String(s) if crate::store::text::is_shown(s) => s.clone(),
-        serde_json::Value::String(s) => crate::store::text::shown(s),
-        serde_json::Value::Null => String::new(),
-        other => other.to_string(),
-    };
     for l in &rows {
         // The host name comes from the client: printed escaped.
         writeln!(
@@ -189,6 +188,17 @@ pub fn print_leases(
         )?;
     }
     Ok(())
+}
+
+/// A lease's field for the table. Host names arrive in the kept form (`store::text`);
+/// anything else is put in it.
+fn field(v: &serde_json::Value, k: &str) -> String {
+    match &v[k] {
+        serde_json::Value::String(s) if crate::store::text::is_shown(s) => s.clone(),
+        serde_json::Value::String(s) => crate::store::text::shown(s),
+        serde_json::Value::Null => String::new(),
+        other => other.to_string(),
+    }
 }
 
 /// A lease's expiry (Unix seconds in the JSON) as an RFC 3339 UTC time.
@@ -440,13 +450,20 @@ impl Remote {
         &self,
         mac: Option<crate::mac::MacAddr>,
     ) -> anyhow::Result<Vec<serde_json::Value>> {
+        let mut first = String::from("/v1/leases?limit=1000");
+        if let Some(m) = mac {
+            first.push_str(&format!("&mac={m}"));
+        }
+        self.all_pages(&first)
+    }
+
+    /// Every item of a paged lease route (`/v1/leases`, `/v1/leases6`), from `first`
+    /// (the route and its query) on, following `next_cursor`.
+    fn all_pages(&self, first: &str) -> anyhow::Result<Vec<serde_json::Value>> {
         let mut out = Vec::new();
         let mut cursor: Option<String> = None;
         loop {
-            let mut path = String::from("/v1/leases?limit=1000");
-            if let Some(m) = mac {
-                path.push_str(&format!("&mac={m}"));
-            }
+            let mut path = first.to_string();
             if let Some(c) = &cursor {
                 path.push_str(&format!("&cursor={c}"));
             }

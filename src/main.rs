@@ -65,6 +65,9 @@ enum Command {
         /// Only this MAC's leases.
         #[arg(long)]
         mac: Option<String>,
+        /// The DHCPv6 leases instead (address, DUID, IAID, MAC when known).
+        #[arg(long)]
+        v6: bool,
         /// Operator API base URL (default: this config's http.listen on this host).
         #[arg(long, env = "SHARDBOOT_SERVER")]
         server: Option<String>,
@@ -176,11 +179,12 @@ fn main() -> ExitCode {
         Command::Leases {
             json,
             mac,
+            v6,
             server,
             token_file,
         } => {
             let remote = cli::Remote::new(&config, server, token_file);
-            cli::print_leases(&config, json, mac.as_deref(), remote)
+            cli::print_leases(&config, json, v6, mac.as_deref(), remote)
         }
         Command::Hosts {
             policy,

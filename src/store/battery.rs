@@ -1,8 +1,10 @@
 //! One test battery for every [`Store`] implementation (STYLE.md §12). Each
-//! implementation adds one line to the `store_battery!` invocations at the bottom.
+//! implementation adds one line to the `store_battery!` invocations at the bottom. The
+//! DHCPv6 half of the battery is in `battery6.rs`.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
+use super::battery6;
 use super::{
     Change, HostPolicy, Lease, LeaseEffect, LeaseQuery, LeaseState, Membership, Reservation, Store,
 };
@@ -180,6 +182,41 @@ macro_rules! store_battery {
                 let (_guard, store) = $make;
                 super::other_records_round_trip(&store);
             }
+            #[test]
+            fn v6_put_replace_remove() {
+                let (_guard, store) = $make;
+                super::battery6::v6_put_replace_remove(&store);
+            }
+            #[test]
+            fn v6_records_keep_whatever_the_client_sent() {
+                let (_guard, store) = $make;
+                super::battery6::v6_records_keep_whatever_the_client_sent(&store);
+            }
+            #[test]
+            fn v6_client_records_are_found_by_duid() {
+                let (_guard, store) = $make;
+                super::battery6::v6_client_records_are_found_by_duid(&store);
+            }
+            #[test]
+            fn a_mixed_commit_keeps_v4_and_v6_together() {
+                let (_guard, store) = $make;
+                super::battery6::a_mixed_commit_keeps_v4_and_v6_together(&store);
+            }
+            #[test]
+            fn v6_pages_follow_address_order() {
+                let (_guard, store) = $make;
+                super::battery6::v6_pages_follow_address_order(&store);
+            }
+            #[test]
+            fn the_server_duid_is_written_once() {
+                let (_guard, store) = $make;
+                super::battery6::the_server_duid_is_written_once(&store);
+            }
+            #[test]
+            fn two_server_duids_in_one_commit_keep_the_first() {
+                let (_guard, store) = $make;
+                super::battery6::two_server_duids_in_one_commit_keep_the_first(&store);
+            }
         }
     };
 }
@@ -343,6 +380,22 @@ impl Store for FaultyStore {
     }
     fn reservations(&self) -> Result<Vec<Reservation>, super::StoreError> {
         self.inner.reservations()
+    }
+    fn lease6(&self, ip: Ipv6Addr) -> Result<Option<super::Lease6>, super::StoreError> {
+        self.inner.lease6(ip)
+    }
+    fn leases6(
+        &self,
+        after: Option<Ipv6Addr>,
+        limit: usize,
+    ) -> Result<Vec<super::Lease6>, super::StoreError> {
+        self.inner.leases6(after, limit)
+    }
+    fn leases6_of(&self, duid: &[u8]) -> Result<Vec<super::Lease6>, super::StoreError> {
+        self.inner.leases6_of(duid)
+    }
+    fn server_duid(&self) -> Result<Option<Vec<u8>>, super::StoreError> {
+        self.inner.server_duid()
     }
     fn probe(&self) -> Result<(), super::StoreError> {
         self.commit(&[])

@@ -40,6 +40,9 @@ pub enum CodecError {
     /// The key is not a 4-byte IPv4 address.
     #[error("key is not an IPv4 address")]
     Key,
+    /// The key of a DHCPv6 lease record is not a 16-byte IPv6 address.
+    #[error("key is not an IPv6 address")]
+    Key6,
     /// A field's presence byte is neither 0 nor 1.
     #[error("field presence byte {0}")]
     Presence(u8),
@@ -48,7 +51,8 @@ pub enum CodecError {
     Trailing(usize),
 }
 
-fn state_byte(s: LeaseState) -> u8 {
+/// A state's byte in a record (the v4 and v6 records share it).
+pub(super) fn state_byte(s: LeaseState) -> u8 {
     match s {
         LeaseState::Offered => 0,
         LeaseState::Bound => 1,
@@ -57,14 +61,31 @@ fn state_byte(s: LeaseState) -> u8 {
     }
 }
 
-fn push_field(out: &mut Vec<u8>, field: Option<&[u8]>) {
+/// The state a record's byte names.
+pub(super) fn state_of(b: u8) -> Result<LeaseState, CodecError> {
+    match b {
+        0 => Ok(LeaseState::Offered),
+        1 => Ok(LeaseState::Bound),
+        2 => Ok(LeaseState::Released),
+        3 => Ok(LeaseState::Declined),
+        s => Err(CodecError::State(s)),
+    }
+}
+
+/// A u32 BE length and the bytes.
+pub(super) fn push_len_prefixed(out: &mut Vec<u8>, b: &[u8]) {
+    // A field comes from one datagram, far below 4 GiB.
+    let len = u32::try_from(b.len()).expect("a field from one datagram");
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(b);
+}
+
+/// A presence byte (0 absent, 1 present) and, when present, the length-prefixed bytes.
+pub(super) fn push_field(out: &mut Vec<u8>, field: Option<&[u8]>) {
     match field {
         Some(b) => {
-            // A field comes from one datagram, far below 4 GiB.
-            let len = u32::try_from(b.len()).expect("a field from one datagram");
             out.push(1);
-            out.extend_from_slice(&len.to_be_bytes());
-            out.extend_from_slice(b);
+            push_len_prefixed(out, b);
         }
         None => out.push(0),
     }
@@ -90,10 +111,11 @@ pub fn encode_lease(lease: &Lease) -> Vec<u8> {
     out
 }
 
-struct Reader<'a>(&'a [u8]);
+/// Reads a record front to back; every read checks the length first.
+pub(super) struct Reader<'a>(pub(super) &'a [u8]);
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], CodecError> {
+    pub(super) fn take(&mut self, n: usize) -> Result<&'a [u8], CodecError> {
         if self.0.len() < n {
             return Err(CodecError::Truncated);
         }
@@ -101,13 +123,43 @@ impl<'a> Reader<'a> {
         self.0 = tail;
         Ok(head)
     }
-    fn u8(&mut self) -> Result<u8, CodecError> {
+    pub(super) fn u8(&mut self) -> Result<u8, CodecError> {
         Ok(self.take(1)?[0])
     }
-    fn u64(&mut self) -> Result<u64, CodecError> {
+    pub(super) fn u16(&mut self) -> Result<u16, CodecError> {
+        Ok(u16::from_be_bytes(
+            self.take(2)?.try_into().expect("2 bytes"),
+        ))
+    }
+    pub(super) fn u32(&mut self) -> Result<u32, CodecError> {
+        Ok(u32::from_be_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
+    }
+    pub(super) fn u64(&mut self) -> Result<u64, CodecError> {
         Ok(u64::from_be_bytes(
             self.take(8)?.try_into().expect("8 bytes"),
         ))
+    }
+    /// A presence byte: 0 absent, 1 present.
+    pub(super) fn present(&mut self) -> Result<bool, CodecError> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            p => Err(CodecError::Presence(p)),
+        }
+    }
+    /// A u32 BE length and that many bytes.
+    pub(super) fn len_prefixed(&mut self) -> Result<&'a [u8], CodecError> {
+        let len = self.u32()?;
+        self.take(len as usize)
+    }
+    /// Whatever is left: an error unless nothing is.
+    pub(super) fn end(&self) -> Result<(), CodecError> {
+        match self.0.len() {
+            0 => Ok(()),
+            n => Err(CodecError::Trailing(n)),
+        }
     }
     fn field(&mut self, version: u8) -> Result<Option<Vec<u8>>, CodecError> {
         if version == V1 {
@@ -116,14 +168,11 @@ impl<'a> Reader<'a> {
                 n => Ok(Some(self.take(n as usize)?.to_vec())),
             };
         }
-        match self.u8()? {
-            0 => Ok(None),
-            1 => {
-                let len = u32::from_be_bytes(self.take(4)?.try_into().expect("4 bytes"));
-                Ok(Some(self.take(len as usize)?.to_vec()))
-            }
-            p => Err(CodecError::Presence(p)),
-        }
+        Ok(if self.present()? {
+            Some(self.len_prefixed()?.to_vec())
+        } else {
+            None
+        })
     }
 }
 
@@ -135,17 +184,11 @@ pub fn decode_lease(key: &[u8], value: &[u8]) -> Result<Lease, CodecError> {
     if version != LEASE_FORMAT_VERSION && version != V1 {
         return Err(CodecError::Version(version));
     }
-    let state = match r.u8()? {
-        0 => LeaseState::Offered,
-        1 => LeaseState::Bound,
-        2 => LeaseState::Released,
-        3 => LeaseState::Declined,
-        s => return Err(CodecError::State(s)),
-    };
+    let state = state_of(r.u8()?)?;
     let mac = MacAddr(r.take(6)?.try_into().expect("6 bytes"));
     let starts = r.u64()?;
     let expires = r.u64()?;
-    let arch = u16::from_be_bytes(r.take(2)?.try_into().expect("2 bytes"));
+    let arch = r.u16()?;
     let hostname = match (r.field(version)?, version) {
         (None, _) => None,
         // v1 kept the client's text raw and could cut it inside a character: read it
@@ -155,9 +198,7 @@ pub fn decode_lease(key: &[u8], value: &[u8]) -> Result<Lease, CodecError> {
     };
     let client_id = r.field(version)?;
     let machine_id = r.field(version)?;
-    if !r.0.is_empty() {
-        return Err(CodecError::Trailing(r.0.len()));
-    }
+    r.end()?;
     Ok(Lease {
         ip: Ipv4Addr::from(ip),
         mac,

@@ -2,12 +2,12 @@
 //! for tests and tools that need no disk. Nothing survives the process.
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::{Mutex, MutexGuard};
 
 use super::{
-    Change, HostPolicy, Lease, LeaseEffect, LeaseQuery, Membership, Reservation, Snapshot, Store,
-    StoreError,
+    Change, HostPolicy, Lease, Lease6, Lease6Effect, LeaseEffect, LeaseQuery, Membership,
+    Reservation, Snapshot, Store, StoreError,
 };
 use crate::mac::MacAddr;
 
@@ -17,6 +17,8 @@ struct Records {
     reservations: BTreeMap<[u8; 6], Reservation>,
     host_policies: BTreeMap<[u8; 6], HostPolicy>,
     membership: Option<Membership>,
+    leases6: BTreeMap<Ipv6Addr, Lease6>,
+    server_duid: Option<Vec<u8>>,
 }
 
 /// A [`Store`] that keeps everything in memory.
@@ -49,6 +51,9 @@ impl Store for MemoryStore {
                 .collect(),
             membership: r.membership.clone(),
             set_aside: Vec::new(),
+            leases6: r.leases6.values().cloned().collect(),
+            set_aside6: Vec::new(),
+            server_duid: r.server_duid.clone(),
         })
     }
 
@@ -76,6 +81,20 @@ impl Store for MemoryStore {
                     r.host_policies.remove(&mac.0);
                 }
                 Change::Membership(m) => r.membership = Some(m),
+                Change::Lease6(Lease6Effect::Put(l)) => {
+                    r.leases6.insert(l.ip, l);
+                }
+                Change::Lease6(Lease6Effect::Remove(ip, _)) => {
+                    r.leases6.remove(&ip);
+                }
+                // Written once: the first server DUID stays (RFC 8415 §11).
+                Change::ServerDuid(duid) => match &r.server_duid {
+                    None => r.server_duid = Some(duid),
+                    Some(kept) if *kept == duid => {}
+                    Some(_) => {
+                        tracing::warn!("a server DUID is already stored; it stays (a server DUID must not change)")
+                    }
+                },
             }
         }
         Ok(())
@@ -112,5 +131,36 @@ impl Store for MemoryStore {
 
     fn reservations(&self) -> Result<Vec<Reservation>, StoreError> {
         Ok(self.records().reservations.values().cloned().collect())
+    }
+
+    fn lease6(&self, ip: Ipv6Addr) -> Result<Option<Lease6>, StoreError> {
+        Ok(self.records().leases6.get(&ip).cloned())
+    }
+
+    fn leases6(&self, after: Option<Ipv6Addr>, limit: usize) -> Result<Vec<Lease6>, StoreError> {
+        let Some(low) = super::first_after6(after) else {
+            return Ok(Vec::new());
+        };
+        Ok(self
+            .records()
+            .leases6
+            .range(low..)
+            .take(limit)
+            .map(|(_, l)| l.clone())
+            .collect())
+    }
+
+    fn leases6_of(&self, duid: &[u8]) -> Result<Vec<Lease6>, StoreError> {
+        Ok(self
+            .records()
+            .leases6
+            .values()
+            .filter(|l| l.duid == duid)
+            .cloned()
+            .collect())
+    }
+
+    fn server_duid(&self) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.records().server_duid.clone())
     }
 }

@@ -1,11 +1,13 @@
-//! The durable store: the only door to disk for leases, run-time reservations, host
-//! policies and the membership record. Every change is a [`Change`] applied through the
+//! The durable store: the only door to disk for leases (DHCPv4 and DHCPv6), run-time
+//! reservations, host policies, the membership record and the DHCPv6 server DUID. Every change is a [`Change`] applied through the
 //! [`Committer`], which makes a batch of them durable with one flush before anyone is
 //! answered (a DHCP ACK, an operator API 2xx). Nothing outside this module names the
 //! database underneath.
 
 mod codec;
+mod codec6;
 mod committer;
+mod index;
 mod lease;
 mod lease6;
 mod memory;
@@ -15,13 +17,14 @@ mod sled_store;
 pub mod text;
 mod view;
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::mac::MacAddr;
 
 pub use codec::{decode_lease, encode_lease, CodecError, LEASE_FORMAT_VERSION};
+pub use codec6::{decode_lease6, encode_lease6, LEASE6_FORMAT_VERSION};
 pub use committer::{
     CommitFailed, Committer, Finish, Flushed, Replicate, StoreMetrics, StoreStatus,
 };
@@ -31,7 +34,7 @@ pub use memory::MemoryStore;
 pub use query::LeaseQuery;
 pub use records::{HostPolicy, Membership, PastMembership, Reservation};
 pub use sled_store::SledStore;
-pub use view::LeaseView;
+pub use view::{Lease6View, LeaseView};
 
 /// One durable change.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +51,15 @@ pub enum Change {
     HostPolicy(MacAddr, Option<HostPolicy>),
     /// The member list this instance now serves with.
     Membership(Membership),
+    /// A DHCPv6 lease written or removed by the DHCPv6 engine. Not replicated (yet):
+    /// the committer hands only [`Change::Lease`] to the other members. A removal
+    /// forgets the address whoever holds it, as a v4 removal does.
+    Lease6(Lease6Effect),
+    /// The DHCPv6 server's DUID (RFC 8415 §11: it must not change once chosen). Written
+    /// once: the first one a store takes stays, and a later, different one is not
+    /// written (it is logged); read it back with [`Store::server_duid`] or
+    /// [`Snapshot::server_duid`].
+    ServerDuid(Vec<u8>),
 }
 
 /// Everything a store holds, read once at start.
@@ -63,14 +75,25 @@ pub struct Snapshot {
     pub membership: Option<Membership>,
     /// Lease records that did not decode and were set aside.
     pub set_aside: Vec<SetAside>,
+    /// Every DHCPv6 lease record, in address order.
+    pub leases6: Vec<Lease6>,
+    /// DHCPv6 lease records that did not decode and were set aside, apart from the v4
+    /// ones (a damaged v4 key could be 16 octets long too). Their addresses
+    /// ([`SetAside::address6`]) must be held back by the DHCPv6 server as the v4 ones
+    /// are by the DHCPv4 server.
+    pub set_aside6: Vec<SetAside>,
+    /// The DHCPv6 server DUID, once one was written ([`Change::ServerDuid`]).
+    pub server_duid: Option<Vec<u8>>,
 }
 
 /// A lease record that did not decode, kept aside for the operator. Its address (the
 /// key) is held back from new clients for a longest lease, since its holder and expiry
-/// cannot be read.
+/// cannot be read. [`Snapshot::set_aside`] lists the v4 records, [`Snapshot::set_aside6`]
+/// the v6 ones.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SetAside {
-    /// The record's key: the address's 4 octets, unless the key itself is damaged.
+    /// The record's key: the address's 4 octets (v4) or 16 octets (v6), unless the key
+    /// itself is damaged.
     pub key: Vec<u8>,
     /// Unix seconds when it was set aside.
     pub since: u64,
@@ -82,6 +105,14 @@ impl SetAside {
         <[u8; 4]>::try_from(self.key.as_slice())
             .ok()
             .map(Ipv4Addr::from)
+    }
+
+    /// The IPv6 address the record was about, when its key is one (a record of
+    /// [`Snapshot::set_aside6`]).
+    pub fn address6(&self) -> Option<Ipv6Addr> {
+        <[u8; 16]>::try_from(self.key.as_slice())
+            .ok()
+            .map(Ipv6Addr::from)
     }
 }
 
@@ -105,6 +136,14 @@ pub enum StoreError {
     /// The store was written by a newer, incompatible shardboot.
     #[error("lease store format {found} is newer than this build supports ({supported})")]
     Version {
+        /// Version found on disk.
+        found: u8,
+        /// Version this build writes.
+        supported: u8,
+    },
+    /// The store's DHCPv6 lease records were written by a newer, incompatible shardboot.
+    #[error("DHCPv6 lease record format {found} is newer than this build supports ({supported})")]
+    Version6 {
         /// Version found on disk.
         found: u8,
         /// Version this build writes.
@@ -155,6 +194,17 @@ pub trait Store: std::fmt::Debug + Send + Sync + 'static {
     fn leases(&self, query: &LeaseQuery, limit: usize) -> Result<Vec<Lease>, StoreError>;
     /// The run-time reservations, sorted by MAC.
     fn reservations(&self) -> Result<Vec<Reservation>, StoreError>;
+    /// The DHCPv6 lease record on `ip`.
+    fn lease6(&self, ip: Ipv6Addr) -> Result<Option<Lease6>, StoreError>;
+    /// Up to `limit` DHCPv6 lease records on addresses above `after` (the last address
+    /// of the previous page; `None`: from the first), in address order, read from the
+    /// store's address order: the cost follows the page, not the size of the store.
+    fn leases6(&self, after: Option<Ipv6Addr>, limit: usize) -> Result<Vec<Lease6>, StoreError>;
+    /// Every DHCPv6 lease record of the client `duid` (one per IA and address), in
+    /// address order, from an index: the cost follows that client's records.
+    fn leases6_of(&self, duid: &[u8]) -> Result<Vec<Lease6>, StoreError>;
+    /// The DHCPv6 server DUID, once one was written.
+    fn server_duid(&self) -> Result<Option<Vec<u8>>, StoreError>;
     /// A small durable write, to learn whether the store takes writes again after a
     /// failure (a full disk, an I/O error).
     fn probe(&self) -> Result<(), StoreError> {
@@ -200,5 +250,16 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
+/// The lowest address a page of v6 leases after `after` can hold (`after` of `None`:
+/// the first address), or `None` when `after` is the last address.
+fn first_after6(after: Option<Ipv6Addr>) -> Option<Ipv6Addr> {
+    match after {
+        None => Some(Ipv6Addr::UNSPECIFIED),
+        Some(a) => u128::from(a).checked_add(1).map(Ipv6Addr::from),
+    }
+}
+
 #[cfg(test)]
 mod battery;
+#[cfg(test)]
+mod battery6;

@@ -24,8 +24,23 @@ pub(crate) fn start_with(
     dhcp_keys: &str,
     http_keys: &str,
 ) -> (Lab, tempfile::TempDir, Server, BroadcastClient) {
+    start_seeded(token, dhcp_keys, http_keys, |_| {})
+}
+
+/// Like [`start_with`], with `seed` run on the state directory (the store's parent,
+/// created) before the server starts: tests write records there with the library's
+/// store, as no client of the lab could (DHCPv6 leases).
+pub(crate) fn start_seeded(
+    token: &str,
+    dhcp_keys: &str,
+    http_keys: &str,
+    seed: impl FnOnce(&std::path::Path),
+) -> (Lab, tempfile::TempDir, Server, BroadcastClient) {
     let lab = Lab::new(&["192.0.2.1/24"], &[]);
     let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    seed(&state);
     let tokens = dir.path().join("tokens");
     std::fs::write(&tokens, format!("{token}\n")).unwrap();
     let cfg = config(

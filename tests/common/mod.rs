@@ -377,10 +377,16 @@ impl Server {
     /// `shardboot leases --json` from inside the server's namespace: it reads the store,
     /// or asks the running server (over its own `http.listen`) while that holds it.
     pub(crate) fn leases_json(&self) -> serde_json::Value {
+        self.leases_json_with(&[])
+    }
+
+    /// [`Server::leases_json`] with more `leases` flags (`--v6`).
+    pub(crate) fn leases_json_with(&self, flags: &[&str]) -> serde_json::Value {
         let out = Command::new("ip")
             .args(["netns", "exec", &self.ns])
             .arg(shardboot_bin())
             .args(["leases", "--json"])
+            .args(flags)
             .args(&self.source)
             .envs(self.vars.iter().cloned())
             .arg("--state-dir")

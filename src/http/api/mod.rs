@@ -1,4 +1,4 @@
-//! The operator API: leases, host allow/deny, reservations, owners, members and pool
+//! The operator API: leases (v4 and v6), host allow/deny, reservations, owners, members and pool
 //! statistics, as JSON, behind bearer tokens (`auth.rs`) or a client certificate. Every
 //! error is an [`ApiError`]: a JSON object with a 4xx/5xx status; request data is
 //! parsed before use and never echoed. One file per resource.
@@ -7,6 +7,7 @@ mod cluster;
 mod error;
 mod hosts;
 mod leases;
+mod leases6;
 mod machines;
 mod reservations;
 
@@ -26,7 +27,7 @@ pub use error::{ApiError, ApiResult};
 
 /// Largest request body the API reads.
 pub const MAX_BODY: usize = 16 * 1024;
-/// Largest page of `/v1/leases`.
+/// Largest page of `/v1/leases` and `/v1/leases6`.
 pub const MAX_PAGE: usize = 1000;
 
 /// One operator route: path, methods (for the OpenAPI test), handler.
@@ -45,6 +46,8 @@ pub fn routes() -> Vec<Route> {
             &["get", "delete"],
             get(leases::one).delete(leases::forget),
         ),
+        ("/v1/leases6", &["get"], get(leases6::list)),
+        ("/v1/leases6/{ip}", &["get"], get(leases6::one)),
         ("/v1/hosts", &["get"], get(hosts::list)),
         (
             "/v1/hosts/{mac}",

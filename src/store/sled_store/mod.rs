@@ -1,25 +1,37 @@
 //! The store on sled. Lease records are keyed by the 4 address bytes, so an address can
 //! only ever belong to one record, and iterate in address order (the index `/v1/leases`
-//! pages from). Reservations, host policies and the membership record live in trees of
-//! their own. `commit` applies a batch and then flushes before returning: callers answer
-//! only after that.
+//! pages from); DHCPv6 lease records likewise by their 16 address bytes, in a tree of
+//! their own (`/v1/leases6`). Reservations, host policies and the membership record live
+//! in trees of their own, the DHCPv6 server DUID in the meta tree. `commit` applies a
+//! batch and then flushes before returning: callers answer only after that.
 
-use std::collections::HashMap;
-use std::net::Ipv4Addr;
+mod open;
+
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use open::{hex, set_aside_records, unix_now, Durable};
+
+use super::index::HolderIndex;
 use super::{
-    decode_lease, encode_lease, Change, HostPolicy, Lease, LeaseEffect, LeaseQuery, Membership,
-    Reservation, SetAside, Snapshot, Store, StoreError, LEASE_FORMAT_VERSION,
+    decode_lease, decode_lease6, encode_lease, encode_lease6, Change, HostPolicy, Lease, Lease6,
+    Lease6Effect, LeaseEffect, LeaseQuery, Membership, Reservation, Snapshot, Store, StoreError,
 };
 use crate::mac::MacAddr;
 
 const LEASES_TREE: &str = "leases";
+/// DHCPv6 lease records: the 16 address bytes → `encode_lease6`.
+const LEASES6_TREE: &str = "leases6";
 const META_TREE: &str = "meta";
 const FORMAT_KEY: &str = "format_version";
+/// The DHCPv6 record format (`LEASE6_FORMAT_VERSION`): an older build, which would set
+/// aside every record of a newer format, is refused instead.
+const FORMAT6_KEY: &str = "lease6_format_version";
 const MEMBERSHIP_KEY: &str = "membership";
+/// The DHCPv6 server DUID, written once.
+const SERVER_DUID_KEY: &str = "server_duid";
 /// Written by [`Store::probe`]: a write that needs the disk to take data.
 const PROBE_KEY: &str = "probe";
 const RESERVATIONS_TREE: &str = "reservations";
@@ -27,125 +39,30 @@ const HOST_POLICY_TREE: &str = "host_policy";
 /// Lease records that did not decode, moved out of the way at start: key → the Unix
 /// time they were set aside (u64 BE) and the record as it was.
 const SET_ASIDE_TREE: &str = "set_aside";
+/// The same for DHCPv6 lease records.
+const SET_ASIDE6_TREE: &str = "set_aside6";
 
-/// The open database: its trees, the MAC index and the files to fsync. Replaced whole
-/// when a failed write left it broken (sled's errors are sticky).
+/// The open database: its trees, the MAC and DUID indexes and the files to fsync.
+/// Replaced whole when a failed write left it broken (sled's errors are sticky).
 #[derive(Debug)]
 struct Trees {
     db: sled::Db,
     leases: sled::Tree,
+    leases6: sled::Tree,
     meta: sled::Tree,
     reservations: sled::Tree,
     host_policies: sled::Tree,
     set_aside: sled::Tree,
+    set_aside6: sled::Tree,
     /// Which addresses each MAC has records on, so lookups by MAC read only those.
-    by_mac: Mutex<MacIndex>,
+    by_mac: Mutex<HolderIndex<MacAddr, Ipv4Addr>>,
+    /// Which v6 addresses each DUID has records on.
+    by_duid: Mutex<HolderIndex<Vec<u8>, Ipv6Addr>>,
     /// sled's log file and the store directory, for the fsync after each flush.
     durable: Durable,
 }
 
-/// What makes a sled flush durable. sled 0.34's `flush` ends in `sync_file_range`,
-/// which writes the pages but neither the file's metadata (its grown size) nor a cache
-/// flush to the drive (sync_file_range(2): "This system call is extremely dangerous and
-/// should not be used in portable programs"). An `fdatasync` of the log (which sled
-/// writes in place, one inode for the life of the store) and an `fsync` of the
-/// directory (for the files sled creates and renames: `conf`, snapshots) after every
-/// flush make a returned commit survive a power cut.
-#[derive(Debug)]
-struct Durable {
-    log: std::fs::File,
-    dir: std::fs::File,
-}
-
-impl Durable {
-    fn open(dir: &Path) -> std::io::Result<Self> {
-        // sled writes its `conf` once, at creation, and never syncs it.
-        std::fs::File::open(dir.join("conf"))?.sync_all()?;
-        let d = Self {
-            log: std::fs::File::open(dir.join("db"))?,
-            dir: std::fs::File::open(dir)?,
-        };
-        d.sync()?;
-        Ok(d)
-    }
-
-    fn sync(&self) -> std::io::Result<()> {
-        self.log.sync_data()?;
-        self.dir.sync_all()
-    }
-}
-
 impl Trees {
-    fn open(dir: &Path) -> Result<Self, StoreError> {
-        // Our own commits flush explicitly; the background flusher only adds I/O.
-        let db = sled::Config::new()
-            .path(dir)
-            .flush_every_ms(None)
-            .open()
-            .map_err(|e| match e {
-                // sled's exclusive lock on its log is taken: another process has it.
-                sled::Error::Io(io) if io.to_string().contains("could not acquire lock") => {
-                    StoreError::InUse(dir.to_path_buf())
-                }
-                other => StoreError::Db(other),
-            })?;
-        let meta = db.open_tree(META_TREE)?;
-        match meta.get(FORMAT_KEY)? {
-            Some(v) if v.first().copied().unwrap_or(0) > LEASE_FORMAT_VERSION => {
-                return Err(StoreError::Version {
-                    found: v[0],
-                    supported: LEASE_FORMAT_VERSION,
-                })
-            }
-            Some(v) if v.first() == Some(&LEASE_FORMAT_VERSION) => {}
-            // An older format is read as it is; this build's records go in beside its
-            // records, and an older build is told to stand back.
-            found => {
-                if let Some(v) = found {
-                    tracing::info!(found = v.first().copied().unwrap_or(0), writes = LEASE_FORMAT_VERSION, "lease store of an older format: its records are read as they are, new ones written in this format");
-                }
-                meta.insert(FORMAT_KEY, &[LEASE_FORMAT_VERSION])?;
-                db.flush()?;
-            }
-        }
-        let durable = Durable::open(dir).map_err(StoreError::Sync)?;
-        let leases = db.open_tree(LEASES_TREE)?;
-        let set_aside = db.open_tree(SET_ASIDE_TREE)?;
-        let mut index = MacIndex::default();
-        let mut moved = 0;
-        for kv in leases.iter() {
-            let (k, v) = kv?;
-            match decode_lease(&k, &v) {
-                Ok(lease) => index.put(lease.ip, lease.mac),
-                Err(e) => {
-                    // One record a client could have poisoned must not stop every start:
-                    // keep it for the operator, out of the way of everything else.
-                    let since = unix_now();
-                    let mut kept = since.to_be_bytes().to_vec();
-                    kept.extend_from_slice(&v);
-                    set_aside.insert(&k, kept)?;
-                    leases.remove(&k)?;
-                    moved += 1;
-                    tracing::warn!(key = %hex(&k), error = %e, "lease record set aside: it does not decode; its address is held back");
-                }
-            }
-        }
-        if moved > 0 {
-            db.flush()?;
-            durable.sync().map_err(StoreError::Sync)?;
-        }
-        Ok(Self {
-            durable,
-            set_aside,
-            reservations: db.open_tree(RESERVATIONS_TREE)?,
-            host_policies: db.open_tree(HOST_POLICY_TREE)?,
-            by_mac: Mutex::new(index),
-            db,
-            leases,
-            meta,
-        })
-    }
-
     fn decode(key: &[u8], value: &[u8]) -> Result<Lease, StoreError> {
         decode_lease(key, value).map_err(|source| StoreError::Corrupt {
             key: key.to_vec(),
@@ -153,8 +70,32 @@ impl Trees {
         })
     }
 
-    fn index(&self) -> std::sync::MutexGuard<'_, MacIndex> {
+    fn decode6(key: &[u8], value: &[u8]) -> Result<Lease6, StoreError> {
+        decode_lease6(key, value).map_err(|source| StoreError::Corrupt {
+            key: key.to_vec(),
+            source,
+        })
+    }
+
+    fn index(&self) -> std::sync::MutexGuard<'_, HolderIndex<MacAddr, Ipv4Addr>> {
         self.by_mac.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn index6(&self) -> std::sync::MutexGuard<'_, HolderIndex<Vec<u8>, Ipv6Addr>> {
+        self.by_duid.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Writes the server DUID unless one is there: the first one stays (RFC 8415 §11).
+    fn keep_server_duid(&self, duid: &[u8]) -> Result<(), StoreError> {
+        let swapped = self
+            .meta
+            .compare_and_swap(SERVER_DUID_KEY, None::<&[u8]>, Some(duid))?;
+        if let Err(held) = swapped {
+            if held.current.as_deref() != Some(duid) {
+                tracing::warn!(kept = %hex(held.current.as_deref().unwrap_or_default()), refused = %hex(duid), "a server DUID is already stored; it stays (a server DUID must not change)");
+            }
+        }
+        Ok(())
     }
 
     fn membership(&self) -> Result<Option<Membership>, StoreError> {
@@ -180,16 +121,6 @@ impl Trees {
         }
         Ok(out)
     }
-}
-
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, StoreError> {
@@ -267,6 +198,22 @@ impl Store for SledStore {
         self.trees()?.reservations()
     }
 
+    fn lease6(&self, ip: Ipv6Addr) -> Result<Option<Lease6>, StoreError> {
+        self.trees()?.lease6(ip)
+    }
+
+    fn leases6(&self, after: Option<Ipv6Addr>, limit: usize) -> Result<Vec<Lease6>, StoreError> {
+        self.trees()?.leases6(after, limit)
+    }
+
+    fn leases6_of(&self, duid: &[u8]) -> Result<Vec<Lease6>, StoreError> {
+        self.trees()?.leases6_of(duid)
+    }
+
+    fn server_duid(&self) -> Result<Option<Vec<u8>>, StoreError> {
+        self.trees()?.server_duid()
+    }
+
     fn probe(&self) -> Result<(), StoreError> {
         self.write(|t| {
             t.meta.insert(PROBE_KEY, &unix_now().to_be_bytes())?;
@@ -301,26 +248,23 @@ impl Store for Trees {
                 Self::decode(&k, &v)
             })
             .collect::<Result<_, _>>()?;
-        let set_aside = self
-            .set_aside
+        let leases6 = self
+            .leases6
             .iter()
             .map(|kv| {
                 let (k, v) = kv?;
-                let since = v
-                    .get(..8)
-                    .map_or(0, |b| u64::from_be_bytes(b.try_into().expect("8 bytes")));
-                Ok(SetAside {
-                    key: k.to_vec(),
-                    since,
-                })
+                Self::decode6(&k, &v)
             })
-            .collect::<Result<_, StoreError>>()?;
+            .collect::<Result<_, _>>()?;
         Ok(Snapshot {
             leases,
             reservations: self.reservations()?,
             host_policies: self.host_policies()?,
             membership: self.membership()?,
-            set_aside,
+            set_aside: set_aside_records(&self.set_aside)?,
+            leases6,
+            set_aside6: set_aside_records(&self.set_aside6)?,
+            server_duid: self.server_duid()?,
         })
     }
 
@@ -330,19 +274,37 @@ impl Store for Trees {
         }
         // One batch per tree, then one flush for all of them. Each batch is atomic; a
         // crash between two may keep some of the changes, but none was answered yet.
+        // The v4 and v6 lease batches of one commit go in as one sled transaction: a
+        // crash keeps both or neither.
         let mut leases = sled::Batch::default();
+        let mut leases6 = sled::Batch::default();
         let mut reservations = sled::Batch::default();
         let mut policies = sled::Batch::default();
         let mut meta = sled::Batch::default();
         let (mut any_reservation, mut any_policy, mut any_meta) = (false, false, false);
+        let (mut any_lease, mut any_lease6) = (false, false);
+        let mut server_duids = Vec::new();
         for change in changes {
             match change {
                 Change::Lease(LeaseEffect::Put(lease))
                 | Change::Replica(LeaseEffect::Put(lease)) => {
+                    any_lease = true;
                     leases.insert(&lease.ip.octets(), encode_lease(lease))
                 }
                 Change::Lease(LeaseEffect::Remove(ip, _))
-                | Change::Replica(LeaseEffect::Remove(ip, _)) => leases.remove(&ip.octets()),
+                | Change::Replica(LeaseEffect::Remove(ip, _)) => {
+                    any_lease = true;
+                    leases.remove(&ip.octets())
+                }
+                Change::Lease6(Lease6Effect::Put(lease)) => {
+                    any_lease6 = true;
+                    leases6.insert(&lease.ip.octets(), encode_lease6(lease))
+                }
+                Change::Lease6(Lease6Effect::Remove(ip, _)) => {
+                    any_lease6 = true;
+                    leases6.remove(&ip.octets())
+                }
+                Change::ServerDuid(duid) => server_duids.push(duid),
                 Change::Reservation(mac, r) => {
                     any_reservation = true;
                     match r {
@@ -363,8 +325,27 @@ impl Store for Trees {
                 }
             }
         }
-        self.leases.apply_batch(leases)?;
-        {
+        match (any_lease, any_lease6) {
+            (true, true) => {
+                use sled::transaction::{ConflictableTransactionError, TransactionError};
+                use sled::Transactional;
+                (&self.leases, &self.leases6)
+                    .transaction(|(l4, l6)| {
+                        l4.apply_batch(&leases)?;
+                        l6.apply_batch(&leases6)?;
+                        Ok::<_, ConflictableTransactionError<()>>(())
+                    })
+                    .map_err(|e| match e {
+                        TransactionError::Storage(e) => StoreError::Db(e),
+                        TransactionError::Abort(()) => {
+                            StoreError::Meta("lease transaction aborted".into())
+                        }
+                    })?
+            }
+            (false, true) => self.leases6.apply_batch(leases6)?,
+            _ => self.leases.apply_batch(leases)?,
+        }
+        if any_lease {
             let mut index = self.index();
             for change in changes {
                 match change {
@@ -377,6 +358,16 @@ impl Store for Trees {
                 }
             }
         }
+        if any_lease6 {
+            let mut index = self.index6();
+            for change in changes {
+                match change {
+                    Change::Lease6(Lease6Effect::Put(l)) => index.put(l.ip, l.duid.clone()),
+                    Change::Lease6(Lease6Effect::Remove(ip, _)) => index.remove(*ip),
+                    _ => {}
+                }
+            }
+        }
         if any_reservation {
             self.reservations.apply_batch(reservations)?;
         }
@@ -385,6 +376,9 @@ impl Store for Trees {
         }
         if any_meta {
             self.meta.apply_batch(meta)?;
+        }
+        for duid in server_duids {
+            self.keep_server_duid(duid)?;
         }
         self.db.flush()?;
         self.durable.sync().map_err(StoreError::Sync)?;
@@ -455,44 +449,40 @@ impl Store for Trees {
             })
             .collect()
     }
-}
 
-/// MAC → the addresses it has records on (sorted), and address → MAC.
-#[derive(Debug, Default)]
-struct MacIndex {
-    by_mac: HashMap<MacAddr, Vec<Ipv4Addr>>,
-    holder: HashMap<Ipv4Addr, MacAddr>,
-}
-
-impl MacIndex {
-    fn put(&mut self, ip: Ipv4Addr, mac: MacAddr) {
-        match self.holder.insert(ip, mac) {
-            Some(old) if old == mac => return,
-            Some(old) => self.unlink(old, ip),
-            None => {}
-        }
-        let ips = self.by_mac.entry(mac).or_default();
-        if let Err(at) = ips.binary_search(&ip) {
-            ips.insert(at, ip);
+    fn lease6(&self, ip: Ipv6Addr) -> Result<Option<Lease6>, StoreError> {
+        match self.leases6.get(ip.octets())? {
+            None => Ok(None),
+            Some(v) => Self::decode6(&ip.octets(), &v).map(Some),
         }
     }
 
-    fn remove(&mut self, ip: Ipv4Addr) {
-        if let Some(old) = self.holder.remove(&ip) {
-            self.unlink(old, ip);
-        }
+    fn leases6(&self, after: Option<Ipv6Addr>, limit: usize) -> Result<Vec<Lease6>, StoreError> {
+        let Some(low) = super::first_after6(after) else {
+            return Ok(Vec::new());
+        };
+        self.leases6
+            .range(low.octets()..)
+            .take(limit)
+            .map(|kv| {
+                let (k, v) = kv?;
+                Self::decode6(&k, &v)
+            })
+            .collect()
     }
 
-    fn unlink(&mut self, mac: MacAddr, ip: Ipv4Addr) {
-        if let Some(ips) = self.by_mac.get_mut(&mac) {
-            ips.retain(|i| *i != ip);
-            if ips.is_empty() {
-                self.by_mac.remove(&mac);
+    fn leases6_of(&self, duid: &[u8]) -> Result<Vec<Lease6>, StoreError> {
+        let ips = self.index6().addresses(duid);
+        let mut out = Vec::with_capacity(ips.len());
+        for ip in ips {
+            if let Some(l) = self.lease6(ip)?.filter(|l| l.duid == duid) {
+                out.push(l);
             }
         }
+        Ok(out)
     }
 
-    fn addresses(&self, mac: &MacAddr) -> Vec<Ipv4Addr> {
-        self.by_mac.get(mac).cloned().unwrap_or_default()
+    fn server_duid(&self) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.meta.get(SERVER_DUID_KEY)?.map(|v| v.to_vec()))
     }
 }
