@@ -68,6 +68,9 @@ pub enum AppError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The DHCPv6 server cannot start or failed.
+    #[error(transparent)]
+    Dhcp6(#[from] crate::dhcp6::shell::Server6Error),
     /// The TFTP server stopped with an error.
     #[error(transparent)]
     Tftp(#[from] tftp::TftpError),
@@ -172,6 +175,34 @@ pub async fn run(
         for listener in crate::http::start(Arc::new(state), shutdown.clone()).await? {
             tasks.run(listener);
         }
+    }
+    if !config.subnets6.is_empty() {
+        let parts = crate::dhcp6::shell::Parts6 {
+            leases: snapshot.leases6.clone(),
+            duid: snapshot.server_duid.clone(),
+            set_aside: snapshot
+                .set_aside6
+                .iter()
+                .filter_map(|s| s.address6())
+                .collect(),
+            committer: committer.clone(),
+            responder: crate::dhcp::responsibility::Responder::new(
+                &config,
+                resolver.clone(),
+                handles.dhcp.clone(),
+            ),
+            roster: config
+                .owner
+                .members
+                .follows()
+                .then(|| resolver.roster().clone()),
+            metrics: handles.dhcp6.clone(),
+        };
+        tasks.run(crate::dhcp6::shell::run(
+            config.clone(),
+            parts,
+            shutdown.clone(),
+        ));
     }
     if config.dhcp.enabled {
         let stored = Stored {

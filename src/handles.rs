@@ -25,6 +25,8 @@ pub struct Handles {
     pub http: Arc<HttpMetrics>,
     /// Router-solicitation responder metrics.
     pub ra: Arc<RaMetrics>,
+    /// DHCPv6 metrics.
+    pub dhcp6: Arc<crate::dhcp6::metrics::Dhcp6Metrics>,
 }
 
 impl Default for Handles {
@@ -37,6 +39,7 @@ impl Default for Handles {
             store: Arc::default(),
             http: Arc::default(),
             ra: Arc::default(),
+            dhcp6: Arc::default(),
         }
     }
 }

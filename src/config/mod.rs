@@ -10,6 +10,7 @@
 
 mod boot;
 mod dhcp;
+mod dhcp6;
 mod health;
 mod host;
 mod http;
@@ -24,7 +25,6 @@ mod ra;
 mod structure;
 mod subnet;
 mod subnet6;
-mod dhcp6;
 mod tftp;
 
 use std::collections::BTreeMap;
@@ -36,6 +36,7 @@ use crate::mac::MacAddr;
 
 pub use boot::BootSettings;
 pub use dhcp::{DhcpSettings, RelayRule};
+pub use dhcp6::Dhcp6Settings;
 pub use health::HealthSettings;
 pub use host::Host;
 pub use http::{ConnLimits, HttpSettings, MetricsExposure, TlsFiles};
@@ -50,7 +51,6 @@ pub use owner::{
 };
 pub use ra::RaSettings;
 pub use subnet::Subnet;
-pub use dhcp6::Dhcp6Settings;
 pub use subnet6::{range6_len, Subnet6, MAX_RANGE6};
 pub use tftp::{RawTftp, TftpListener, TftpSettings, BLKSIZE_RANGE, WINDOWSIZE_RANGE};
 

@@ -15,7 +15,13 @@ pub fn make(mac: Option<[u8; 6]>, now: u64, random: [u8; 16]) -> Vec<u8> {
     match mac {
         Some(mac) => {
             let t = (now.saturating_sub(EPOCH_2000) & 0xffff_ffff) as u32;
-            [&DUID_LLT.to_be_bytes()[..], &1u16.to_be_bytes(), &t.to_be_bytes(), &mac].concat()
+            [
+                &DUID_LLT.to_be_bytes()[..],
+                &1u16.to_be_bytes(),
+                &t.to_be_bytes(),
+                &mac,
+            ]
+            .concat()
         }
         None => [&DUID_UUID.to_be_bytes()[..], &random].concat(),
     }
@@ -27,7 +33,11 @@ mod tests {
 
     #[test]
     fn a_server_with_a_mac_gets_a_duid_llt_else_a_uuid() {
-        let llt = make(Some([0x52, 0x54, 0, 1, 2, 3]), EPOCH_2000 + 0x0102_0304, [9; 16]);
+        let llt = make(
+            Some([0x52, 0x54, 0, 1, 2, 3]),
+            EPOCH_2000 + 0x0102_0304,
+            [9; 16],
+        );
         assert_eq!(llt, [0, 1, 0, 1, 1, 2, 3, 4, 0x52, 0x54, 0, 1, 2, 3]);
         let uuid = make(None, 0, [9; 16]);
         assert_eq!(&uuid[..2], &[0, 4]);

@@ -90,9 +90,21 @@ impl Dhcp6Metrics {
     /// Appends the Prometheus text format.
     pub fn render_prometheus(&self, out: &mut String) {
         for (name, help, v) in [
-            ("shardboot_dhcp6_received_total", "DHCPv6 datagrams received.", self.received.get()),
-            ("shardboot_dhcp6_sent_total", "DHCPv6 replies sent.", self.sent.get()),
-            ("shardboot_dhcp6_send_errors_total", "DHCPv6 replies the socket refused.", self.send_errors.get()),
+            (
+                "shardboot_dhcp6_received_total",
+                "DHCPv6 datagrams received.",
+                self.received.get(),
+            ),
+            (
+                "shardboot_dhcp6_sent_total",
+                "DHCPv6 replies sent.",
+                self.sent.get(),
+            ),
+            (
+                "shardboot_dhcp6_send_errors_total",
+                "DHCPv6 replies the socket refused.",
+                self.send_errors.get(),
+            ),
         ] {
             header(out, name, "counter", help);
             value(out, name, v);
@@ -109,7 +121,12 @@ impl Dhcp6Metrics {
             "outcome",
             "DHCPv6 engine decisions, by outcome.",
         );
-        header(out, "shardboot_dhcp6_leases", "gauge", "DHCPv6 leases and advertisements held.");
+        header(
+            out,
+            "shardboot_dhcp6_leases",
+            "gauge",
+            "DHCPv6 leases and advertisements held.",
+        );
         value(out, "shardboot_dhcp6_leases", self.leases.get());
     }
 }

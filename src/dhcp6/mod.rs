@@ -9,8 +9,9 @@
 
 pub mod boot;
 pub mod client_mac;
-pub mod engine;
-pub mod relay;
-pub mod wire;
 pub mod duid;
+pub mod engine;
 pub mod metrics;
+pub mod relay;
+pub mod shell;
+pub mod wire;

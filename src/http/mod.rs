@@ -532,6 +532,9 @@ async fn metrics(State(s): State<Arc<HttpState>>) -> Response {
     s.handles.store.render_prometheus(&mut out);
     s.handles.tftp.render_prometheus(&mut out);
     s.handles.http.render_prometheus(&mut out);
+    if !s.config.subnets6.is_empty() {
+        s.handles.dhcp6.render_prometheus(&mut out);
+    }
     if s.config.ra.enabled {
         s.handles.ra.render_prometheus(&mut out);
     }

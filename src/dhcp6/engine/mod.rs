@@ -221,6 +221,23 @@ impl Engine6 {
         engine
     }
 
+    /// Keeps `ip` from every client until `until` (its stored record is unreadable).
+    pub fn hold_back(&mut self, ip: Ipv6Addr, until: u64) {
+        self.bindings.insert(Lease6 {
+            ip,
+            duid: Vec::new(),
+            iaid: 0,
+            mac: None,
+            state: LeaseState::Declined,
+            starts: until,
+            preferred: until,
+            expires: until,
+            hostname: None,
+            arch: None,
+        });
+        self.set_used(ip, true);
+    }
+
     /// This server's DUID (option 2).
     pub fn duid(&self) -> &[u8] {
         &self.duid

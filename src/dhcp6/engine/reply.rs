@@ -5,7 +5,7 @@ use std::net::Ipv6Addr;
 
 use dhcproto::v6::{
     DhcpOption, DhcpOptions, IAAddr, Message, MessageType, OptionCode, Status, StatusCode,
-    UnknownOption, VendorClass, IANA,
+    UnknownOption, IANA,
 };
 
 use super::super::boot::{BootUrl, PXE_ENTERPRISE};
@@ -127,12 +127,19 @@ pub fn configuration(reply: &mut Message, subnet: &Subnet6, boot: Option<&BootUr
             b.url.clone().into_bytes(),
         )));
         if let Some(class) = b.vendor_class {
-            opts.insert(DhcpOption::VendorClass(VendorClass {
-                num: PXE_ENTERPRISE,
-                data: vec![class.as_bytes().to_vec()],
-            }));
+            opts.insert(vendor_class(PXE_ENTERPRISE, class.as_bytes()));
         }
     }
+}
+
+/// Option 16 with one vendor-class-data item (RFC 8415 §21.16: enterprise number, then
+/// length-prefixed items), encoded here: dhcproto 0.15 writes the option's length as
+/// 4 plus the number of items, not their octets, so its own `VendorClass` goes out
+/// malformed (as does its `UserClass`).
+pub fn vendor_class(enterprise: u32, item: &[u8]) -> DhcpOption {
+    let len = u16::try_from(item.len()).expect("a vendor class item from a constant");
+    let data = [&enterprise.to_be_bytes()[..], &len.to_be_bytes(), item].concat();
+    DhcpOption::Unknown(UnknownOption::new(OptionCode::VendorClass, data))
 }
 
 /// The addresses inside an IA_NA the client sent (its hints, or what it holds).

@@ -99,6 +99,14 @@ fn ip(s: &str) -> Ipv6Addr {
     s.parse().unwrap()
 }
 
+/// `reply` as the client reads it: encoded, then decoded.
+fn on_the_wire(reply: Message) -> Message {
+    use dhcproto::{Decodable, Decoder, Encodable, Encoder};
+    let mut bytes = Vec::new();
+    reply.encode(&mut Encoder::new(&mut bytes)).unwrap();
+    Message::decode(&mut Decoder::new(&bytes)).unwrap()
+}
+
 fn boot_url(reply: &Message) -> Option<String> {
     match reply.opts().get(OptionCode::OptBootfileUrl) {
         Some(DhcpOption::Unknown(u)) => Some(String::from_utf8(u.data().to_vec()).unwrap()),
@@ -491,7 +499,7 @@ fn firmware_without_option_61_gets_its_boot_url_from_the_vendor_class() {
         num: 343,
         data: vec![b"PXEClient:Arch:00007:UNDI:003016".to_vec()],
     }));
-    let r = e.handle_message(&pxe, &[], &ctx(1_000)).reply.unwrap();
+    let r = on_the_wire(e.handle_message(&pxe, &[], &ctx(1_000)).reply.unwrap());
     let url = boot_url(&r).expect("option 59");
     assert!(url.starts_with("tftp://[fd00:1::1]/"), "{url}");
     assert!(url.ends_with(&config("").boot.uefi_x64), "{url}");

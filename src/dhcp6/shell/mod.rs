@@ -1,0 +1,321 @@
+//! The DHCPv6 server loop: receive on each served interface, check and decode
+//! (`dhcp6::wire`), find the client's MAC and this member's responsibility, let the
+//! engine decide, make its lease changes durable through the committer (the same group
+//! commit as v4), then send the reply, wrapped back in the relay layers it came in.
+//! One task owns the engine; decisions are made in arrival order.
+
+pub mod socket;
+
+use std::net::{Ipv6Addr, SocketAddr, SocketAddrV6};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dhcproto::v6::{DhcpOption, Message, OptionCode};
+use dhcproto::{Encodable, Encoder};
+use tokio::net::UdpSocket;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::client_mac::{client_mac, Clues};
+use super::engine::{Arrival, Context6, Decision6, Engine6};
+use super::metrics::Dhcp6Metrics;
+use super::relay;
+use super::wire;
+use crate::config::Config;
+use crate::dhcp::engine::Responsibility;
+use crate::dhcp::responsibility::Responder;
+use crate::mac::MacAddr;
+use crate::store::{Change, Committer, Lease6};
+use socket::{
+    bind6, host_addresses6, interface_mac, resolve_interfaces6, Interface6, Socket6Error,
+};
+
+/// RFC 8415 §7.2: clients listen on 546.
+const CLIENT_PORT: u16 = 546;
+
+/// Errors that stop the DHCPv6 server.
+#[derive(Debug, thiserror::Error)]
+pub enum Server6Error {
+    /// Interfaces or sockets.
+    #[error(transparent)]
+    Socket(#[from] Socket6Error),
+    /// The server DUID could not be made durable.
+    #[error("dhcp6: storing the server DUID: {0}")]
+    Duid(String),
+    /// A socket failed while serving.
+    #[error("dhcp6 socket on {interface}: {source}")]
+    Io {
+        /// Interface name.
+        interface: String,
+        /// OS error.
+        source: std::io::Error,
+    },
+}
+
+/// What the DHCPv6 server needs from the rest of shardboot.
+#[derive(Debug)]
+pub struct Parts6 {
+    /// The v6 leases and the DUID read from the store at start.
+    pub leases: Vec<Lease6>,
+    /// The server DUID, if one was stored.
+    pub duid: Option<Vec<u8>>,
+    /// Addresses whose records did not decode: held back for a longest lease, since
+    /// who holds them cannot be read.
+    pub set_aside: Vec<Ipv6Addr>,
+    /// The store's committer (shared with v4).
+    pub committer: Committer,
+    /// This member's responsibility for a MAC (`None`: a single instance).
+    pub responder: Option<Responder>,
+    /// Roster changes (members from Ironic or a file), to reshare the ranges.
+    pub roster: Option<Arc<crate::owner::roster::Roster>>,
+    /// Counters.
+    pub metrics: Arc<Dhcp6Metrics>,
+}
+
+struct Listener {
+    interface: Interface6,
+    socket: Arc<UdpSocket>,
+    /// The same socket for the committer's thread, which sends replies once durable.
+    sender: Arc<std::net::UdpSocket>,
+}
+
+/// Serves DHCPv6 until `shutdown`.
+pub async fn run(
+    config: Arc<Config>,
+    parts: Parts6,
+    shutdown: CancellationToken,
+) -> Result<(), Server6Error> {
+    let host = host_addresses6()?;
+    let interfaces = resolve_interfaces6(&config, &host)?;
+    let duid = match parts.duid {
+        Some(d) => d,
+        None => {
+            let mut random = [0u8; 16];
+            let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut random);
+            let mac = interfaces.iter().find_map(|i| interface_mac(&i.name));
+            let d = super::duid::make(mac, crate::dhcp::shell::unix_now(), random);
+            parts
+                .committer
+                .commit(vec![Change::ServerDuid(d.clone())])
+                .await
+                .map_err(|e| Server6Error::Duid(e.to_string()))?;
+            d
+        }
+    };
+    let mut listeners = Vec::new();
+    for i in interfaces {
+        let std_socket = bind6(&i, config.dhcp6.port)?;
+        let io = |source| Server6Error::Io {
+            interface: i.name.clone(),
+            source,
+        };
+        let sender = Arc::new(std_socket.try_clone().map_err(io)?);
+        let socket = Arc::new(UdpSocket::from_std(std_socket).map_err(io)?);
+        info!(interface = %i.name, port = config.dhcp6.port, duid = %hex(&duid), "DHCPv6 listening");
+        listeners.push(Listener {
+            interface: i,
+            socket,
+            sender,
+        });
+    }
+    let now = crate::dhcp::shell::unix_now();
+    let mut engine = Engine6::new(&config, duid, parts.leases, now);
+    let longest = config
+        .subnets6
+        .iter()
+        .map(|s| u64::from(s.lease_time))
+        .max()
+        .unwrap_or(0);
+    for ip in &parts.set_aside {
+        engine.hold_back(*ip, now + longest);
+    }
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<(usize, Vec<u8>, SocketAddrV6)>(4096);
+    let mut readers = tokio::task::JoinSet::new();
+    for (k, l) in listeners.iter().enumerate() {
+        let (socket, tx, name) = (l.socket.clone(), tx.clone(), l.interface.name.clone());
+        readers.spawn(async move {
+            let mut buf = vec![0u8; wire::MAX_DATAGRAM + 1];
+            loop {
+                let (n, from) =
+                    socket
+                        .recv_from(&mut buf)
+                        .await
+                        .map_err(|source| Server6Error::Io {
+                            interface: name.clone(),
+                            source,
+                        })?;
+                let SocketAddr::V6(from) = from else { continue };
+                if tx.send((k, buf[..n].to_vec(), from)).await.is_err() {
+                    return Ok(());
+                }
+            }
+        });
+    }
+    drop(tx);
+    let mut roster = parts.roster.as_ref().map(|r| r.subscribe());
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let metrics = parts.metrics;
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            Some(done) = readers.join_next() => {
+                if let Ok(Err(e)) = done { return Err(e) }
+            }
+            _ = tick.tick() => {
+                engine.handle_tick(crate::dhcp::shell::unix_now());
+                metrics.leases.set(engine.leases().count() as u64);
+            }
+            Some(()) = changed(&mut roster) => {
+                if let Some(r) = &mut roster {
+                    let list = r.borrow_and_update().list.clone();
+                    engine.change_members(list);
+                }
+            }
+            got = rx.recv() => {
+                let Some((k, bytes, from)) = got else { break };
+                let l = &listeners[k];
+                handle(&mut engine, l, &bytes, from, parts.responder.as_ref(), &parts.committer, &metrics);
+            }
+        }
+    }
+    // Whatever was queued is durable and answered before the store closes.
+    let _ = parts.committer.commit(Vec::new()).await;
+    Ok(())
+}
+
+async fn changed(
+    roster: &mut Option<tokio::sync::watch::Receiver<Arc<crate::owner::roster::RosterView>>>,
+) -> Option<()> {
+    match roster {
+        Some(r) => r.changed().await.ok(),
+        None => std::future::pending().await,
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// A stand-in MAC for a client that shows none (a DUID-UUID from a privacy address),
+/// so the hash bucket still names one member for it: FNV-1a of the DUID, marked
+/// locally administered.
+fn duid_bucket(duid: &[u8]) -> MacAddr {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in duid {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    let b = h.to_be_bytes();
+    MacAddr([(b[0] | 0x02) & 0xfe, b[1], b[2], b[3], b[4], b[5]])
+}
+
+fn handle(
+    engine: &mut Engine6,
+    l: &Listener,
+    bytes: &[u8],
+    from: SocketAddrV6,
+    responder: Option<&Responder>,
+    committer: &Committer,
+    metrics: &Arc<Dhcp6Metrics>,
+) {
+    metrics.received.inc();
+    let request = match wire::decode(bytes) {
+        Ok(r) => r,
+        Err(why) => {
+            metrics.dropped.inc(why.as_str());
+            debug!(from = %from.ip(), reason = why.as_str(), "DHCPv6 datagram dropped");
+            return;
+        }
+    };
+    let msg = &request.message;
+    let duid = match msg.opts().get(OptionCode::ClientId) {
+        Some(DhcpOption::ClientId(id)) => Some(id.as_slice()),
+        _ => None,
+    };
+    let innermost = request.hops.last();
+    let clues = Clues {
+        option_79: innermost.and_then(|h| h.client_link_layer.as_deref()),
+        source: request.hops.is_empty().then_some(*from.ip()),
+        duid,
+    };
+    let mac = client_mac(&clues).map(|(m, _)| m);
+    let responsibility = match responder {
+        None => Responsibility::Mine,
+        Some(r) => {
+            let who = mac
+                .or_else(|| duid.map(duid_bucket))
+                .unwrap_or(MacAddr([0; 6]));
+            // RFC 8415 §21.9: hundredths of a second; 0xffff is "longer than that".
+            let secs = match msg.opts().get(OptionCode::ElapsedTime) {
+                Some(DhcpOption::ElapsedTime(t)) => (t / 100).min(u16::MAX / 100),
+                _ => 0,
+            };
+            r.decide_for(&who, secs)
+        }
+    };
+    let ctx = Context6 {
+        arrival: Arrival {
+            interface: &l.interface.name,
+            addresses: &l.interface.addresses,
+            destination: Ipv6Addr::UNSPECIFIED,
+        },
+        mac,
+        responsibility,
+        now: crate::dhcp::shell::unix_now(),
+    };
+    let decision = engine.handle_message(msg, &request.hops, &ctx);
+    metrics.outcome(&decision.outcome);
+    debug!(from = %from.ip(), kind = ?msg.msg_type(), mac = ?mac, outcome = ?decision.outcome, "DHCPv6");
+    let Decision6 { reply, effects, .. } = decision;
+    let Some(reply) = reply else { return };
+    let Some((bytes, to)) = encode(&reply, &request.hops, from) else {
+        warn!(kind = ?reply.msg_type(), "DHCPv6 reply could not be encoded");
+        return;
+    };
+    let sender = l.sender.clone();
+    let m = metrics.clone();
+    if effects.is_empty() {
+        count_send(sender.send_to(&bytes, to), &m);
+        return;
+    }
+    let changes = effects.into_iter().map(Change::Lease6).collect();
+    let queued = committer.submit(changes, move |r| match r {
+        Ok(()) => count_send(sender.send_to(&bytes, to), &m),
+        // Not durable: no reply; the client sends again.
+        Err(e) => {
+            m.dropped.inc("store_failed");
+            warn!(error = %e, "DHCPv6 lease not durable; reply withheld");
+        }
+    });
+    if queued.is_err() {
+        metrics.dropped.inc("queue_full");
+    }
+}
+
+fn count_send(r: std::io::Result<usize>, metrics: &Dhcp6Metrics) {
+    match r {
+        Ok(_) => metrics.sent.inc(),
+        Err(_) => metrics.send_errors.inc(),
+    }
+}
+
+/// The datagram to send and where: to a client on the link, its address on port 546;
+/// through relays, a Relay-reply to the relay that sent the Relay-forward, on port 547
+/// (RFC 8415 §19.3).
+fn encode(
+    reply: &Message,
+    hops: &[relay::RelayHop],
+    from: SocketAddrV6,
+) -> Option<(Vec<u8>, SocketAddrV6)> {
+    let mut inner = Vec::with_capacity(512);
+    reply.encode(&mut Encoder::new(&mut inner)).ok()?;
+    if hops.is_empty() {
+        return Some((
+            inner,
+            SocketAddrV6::new(*from.ip(), CLIENT_PORT, 0, from.scope_id()),
+        ));
+    }
+    let mut out = Vec::with_capacity(inner.len() + 64 * hops.len());
+    relay::wrap(hops, &inner, &mut out);
+    Some((out, SocketAddrV6::new(*from.ip(), 547, 0, from.scope_id())))
+}
