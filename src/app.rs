@@ -204,6 +204,7 @@ pub async fn run(
             shutdown.clone(),
         ));
     }
+    let mut ra_interfaces: Vec<(String, Vec<u8>)> = Vec::new();
     if config.dhcp.enabled {
         let stored = Stored {
             leases: snapshot.leases,
@@ -244,17 +245,26 @@ pub async fn run(
                 shutdown.clone(),
             ));
         }
-        if config.ra.enabled {
-            let stand_down = config.ra.stand_down_secs;
-            tasks.background(crate::ra::server::start(
-                &interfaces,
-                stand_down,
-                handles.ra.clone(),
-                shutdown.clone(),
-            ));
-        }
+        ra_interfaces.extend(
+            interfaces
+                .into_iter()
+                .map(|i| (i, crate::ra::wire::no_router_advertisement().to_vec())),
+        );
     } else {
         info!("DHCP disabled");
+    }
+    if config.ra.enabled {
+        // A [[subnet6]] link gets the managed advertisement, whatever v4 serves on it.
+        for (name, ra) in crate::dhcp6::shell::socket::managed_advertisements(&config) {
+            ra_interfaces.retain(|(n, _)| *n != name);
+            ra_interfaces.push((name, ra));
+        }
+        tasks.background(crate::ra::server::start(
+            &ra_interfaces,
+            config.ra.stand_down_secs,
+            handles.ra.clone(),
+            shutdown.clone(),
+        ));
     }
     let mut first_error = None;
     while let Some(joined) = tasks.0.join_next().await {

@@ -153,6 +153,35 @@ fn a_host_that_solicits_hears_no_router_here_from_shardboot() {
     assert!(metric(&m, "shardboot_ra_answered_total ") >= 1, "{m}");
 }
 
+/// On a `[[subnet6]]` link (no `[ra]` section: on by default there), the answer says
+/// "ask DHCPv6" (M) with the prefix on-link and still no default router, as
+/// ironic-image's dnsmasq does with `enable-ra`.
+#[test]
+fn a_host_on_a_subnet6_link_is_told_to_ask_dhcpv6() {
+    require_root!();
+    let ns = lab();
+    ns.command("ip")
+        .args(["addr", "add", "fd00:1::1/64", "dev", "m0", "nodad"])
+        .status()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let _server = start(
+        &ns,
+        dir.path(),
+        "[[subnet6]]\nnetwork = \"fd00:1::/64\"\nranges = [\"fd00:1::100 - fd00:1::1ff\"]\ninterface = \"m0\"\n",
+    );
+    past_learning();
+    let heard = solicit(&ns);
+    assert!(!heard.is_empty() && heard.len() <= 2, "{heard:?}");
+    for ra in &heard {
+        assert_eq!(ra.router_lifetime, 0, "not a default router: {ra:?}");
+        assert!(ra.managed, "addresses from DHCPv6: {ra:?}");
+        assert_eq!(ra.prefixes.len(), 1, "{ra:?}");
+        assert!(ra.prefixes[0].starts_with("fd00:1::/64"), "{ra:?}");
+        assert_eq!(ra.from, link_local(&ns, "m0"), "{ra:?}");
+    }
+}
+
 #[test]
 fn a_config_file_without_ra_leaves_router_discovery_alone() {
     require_root!();

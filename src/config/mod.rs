@@ -276,7 +276,7 @@ impl TryFrom<RawConfig> for Config {
         let members = member::validate_all(raw.members, &mut issues);
         let owner = owner::validate(raw.owner, &members, &mut issues);
         let health = health::validate(raw.health, &mut issues);
-        let ra = ra::validate(raw.ra, &mut issues);
+        let ra = ra::validate(raw.ra, !raw.subnets6.is_empty(), &mut issues);
         let subnets = subnet::validate_all(raw.subnets, &mut issues);
         let dhcp6 = dhcp6::validate(raw.dhcp6, &mut issues);
         let subnets6 = subnet6::validate_all(raw.subnets6, &mut issues);

@@ -1,4 +1,5 @@
-//! `[ra]`: the IPv6 "no router here" responder.
+//! `[ra]`: the IPv6 router-solicitation responder ("no router here", or on a
+//! `[[subnet6]]` link "ask DHCPv6").
 
 use serde::Deserialize;
 
@@ -32,11 +33,12 @@ impl Default for RaSettings {
     }
 }
 
-/// Validates `[ra]`.
-pub(super) fn validate(raw: RawRa, issues: &mut Issues) -> RaSettings {
+/// Validates `[ra]`. With `[[subnet6]]` served, answering is on unless turned off:
+/// firmware starts DHCPv6 on the managed flag of an advertisement (iPXE waits for one).
+pub(super) fn validate(raw: RawRa, serves_v6: bool, issues: &mut Issues) -> RaSettings {
     let default = RaSettings::default();
     RaSettings {
-        enabled: raw.enabled.unwrap_or(default.enabled),
+        enabled: raw.enabled.unwrap_or(default.enabled || serves_v6),
         stand_down_secs: issues.in_range(
             "ra.stand_down_secs",
             raw.stand_down_secs.unwrap_or(default.stand_down_secs),
@@ -53,13 +55,15 @@ mod tests {
     #[test]
     fn ra_is_off_unless_a_config_turns_it_on() {
         let mut issues = Issues::default();
-        let off = validate(RawRa::default(), &mut issues);
+        let off = validate(RawRa::default(), false, &mut issues);
+        assert!(validate(RawRa::default(), true, &mut issues).enabled);
         assert!(!off.enabled);
         let on = validate(
             RawRa {
                 enabled: Some(true),
                 stand_down_secs: Some(0),
             },
+            false,
             &mut issues,
         );
         assert!(on.enabled);

@@ -94,12 +94,15 @@ impl RaMetrics {
 #[derive(Debug)]
 pub struct RaListener {
     interface: String,
+    /// What it answers with: "no router here", or the managed advertisement.
+    advertisement: Vec<u8>,
     index: u32,
     socket: AsyncFd<Socket>,
 }
 
-/// Opens the responder socket on `interface`.
-pub fn bind(interface: &str) -> Result<RaListener, RaError> {
+/// Opens the responder socket on `interface`, answering with `advertisement`
+/// (`wire::no_router_advertisement` or `wire::managed_advertisement`).
+pub fn bind(interface: &str, advertisement: Vec<u8>) -> Result<RaListener, RaError> {
     let err = |source| RaError::Socket {
         interface: interface.to_string(),
         source,
@@ -122,6 +125,7 @@ pub fn bind(interface: &str) -> Result<RaListener, RaError> {
     let socket = unsafe { AsyncFd::register_with_interest(socket, Interest::READABLE) }
         .map_err(|e| err(e.into()))?;
     Ok(RaListener {
+        advertisement,
         interface: interface.to_string(),
         index,
         socket,
@@ -134,15 +138,15 @@ pub fn bind(interface: &str) -> Result<RaListener, RaError> {
 /// and returns the responder, answering once polled. The responder only saves boot
 /// time: an interface where the socket cannot be opened is logged and skipped.
 pub fn start(
-    interfaces: &[String],
+    interfaces: &[(String, Vec<u8>)],
     stand_down_secs: u64,
     metrics: Arc<RaMetrics>,
     stop: CancellationToken,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let listeners: Vec<_> = interfaces
         .iter()
-        .filter_map(|name| {
-            bind(name)
+        .filter_map(|(name, advertisement)| {
+            bind(name, advertisement.clone())
                 .inspect_err(
                     |e| warn!(error = %e, "ra.enabled: not answering router solicitations there"),
                 )
@@ -281,7 +285,7 @@ fn send_answer(listener: &RaListener, to: SocketAddrV6, metrics: &RaMetrics) {
     match listener
         .socket
         .get_ref()
-        .send_to(&wire::no_router_advertisement(), &to.into())
+        .send_to(&listener.advertisement, &to.into())
     {
         Ok(_) => {
             metrics.answered.inc();

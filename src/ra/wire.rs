@@ -49,8 +49,14 @@ impl Advertised {
     /// Whether the segment has real IPv6 service: the sender routes, hands out
     /// prefixes, or points at DHCPv6. A "no router here" advertisement (another
     /// shardboot member's) is none of these.
+    ///
+    /// With router lifetime 0 and M set, the sender only points hosts at DHCPv6 (a
+    /// shardboot member serving `[[subnet6]]`, or dnsmasq's `enable-ra` on a managed
+    /// range): what this responder says itself, so it is not a router to stand down
+    /// for.
     pub fn offers_ipv6_service(&self) -> bool {
-        self.router_lifetime > 0 || self.managed || self.other || self.prefixes > 0
+        let dhcpv6_pointer = self.router_lifetime == 0 && self.managed;
+        self.router_lifetime > 0 || (!dhcpv6_pointer && (self.other || self.prefixes > 0))
     }
 }
 
@@ -136,6 +142,36 @@ pub fn no_router_advertisement() -> [u8; ADVERTISEMENT_LEN] {
     ra
 }
 
+/// Prefix Information option length, in units of 8 octets (RFC 4861 §4.6.2).
+const PREFIX_INFORMATION_UNITS: u8 = 4;
+/// The on-link (L) flag of a Prefix Information option.
+const PREFIX_ON_LINK: u8 = 0x80;
+
+/// A Router Advertisement for a managed provisioning link (what ironic-image's dnsmasq
+/// sends with `enable-ra` on a DHCPv6 range): router lifetime 0 (still no default
+/// router), M and O set so firmware and hosts ask DHCPv6 for an address and the rest,
+/// and each served prefix on-link (L) but not for autoconfiguration (A clear, RFC 4861
+/// §4.6.2), so hosts reach the boot servers on the link directly. `valid` is the
+/// prefixes' valid and preferred lifetime in seconds. Checksum left to the kernel.
+pub fn managed_advertisement(prefixes: &[ipnet::Ipv6Net], valid: u32) -> Vec<u8> {
+    let mut ra = vec![0u8; ADVERTISEMENT_LEN];
+    ra[0] = ROUTER_ADVERTISEMENT;
+    ra[5] = FLAG_MANAGED | FLAG_OTHER;
+    for p in prefixes {
+        ra.extend_from_slice(&[
+            PREFIX_INFORMATION,
+            PREFIX_INFORMATION_UNITS,
+            p.prefix_len(),
+            PREFIX_ON_LINK,
+        ]);
+        ra.extend_from_slice(&valid.to_be_bytes());
+        ra.extend_from_slice(&valid.to_be_bytes());
+        ra.extend_from_slice(&[0; 4]);
+        ra.extend_from_slice(&p.network().octets());
+    }
+    ra
+}
+
 /// A bare Router Solicitation (RFC 4861 §4.1): the responder's own question on start,
 /// so that routers on the segment reveal themselves before it answers anyone.
 pub fn router_solicitation() -> [u8; SOLICITATION_LEN] {
@@ -185,9 +221,11 @@ mod tests {
             p.extend_from_slice(&[0; 30]);
             p
         };
-        let cases: [(Vec<u8>, bool); 5] = [
+        let cases: [(Vec<u8>, bool); 6] = [
             (advertisement(0, 1800, &[]), true),
-            (advertisement(FLAG_MANAGED, 0, &[]), true),
+            // Only "ask DHCPv6", routing nothing: a member serving [[subnet6]].
+            (advertisement(FLAG_MANAGED, 0, &[]), false),
+            (advertisement(FLAG_MANAGED, 1800, &[]), true),
             (advertisement(FLAG_OTHER, 0, &[]), true),
             (advertisement(0, 0, &prefix), true),
             (no_router_advertisement().to_vec(), false),
@@ -247,6 +285,41 @@ mod tests {
                 other: false,
                 prefixes: 0
             }))
+        );
+    }
+
+    #[test]
+    fn a_managed_advertisement_points_at_dhcpv6_without_routing_and_is_not_a_router() {
+        let net: ipnet::Ipv6Net = "fd00:1::/64".parse().unwrap();
+        let ra = managed_advertisement(&[net], 3600);
+        assert_eq!(ra.len(), 16 + 32);
+        let NdMessage::Advertisement(a) = parse(&ra).unwrap() else {
+            panic!("not an RA")
+        };
+        assert_eq!(
+            (a.router_lifetime, a.managed, a.other, a.prefixes),
+            (0, true, true, 1)
+        );
+        // Our own kind, from another member: nothing to stand down for.
+        assert!(!a.offers_ipv6_service());
+        // On-link, not autonomous; the prefix as configured.
+        assert_eq!(&ra[16..20], &[3, 4, 64, 0x80]);
+        assert_eq!(&ra[32..48], &net.network().octets());
+        // A router that routes, or hands out prefixes for SLAAC without M, is service.
+        let slaac = advertisement(
+            0,
+            0,
+            &[
+                3, 4, 64, 0xc0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                0, 0, 0, 0, 0, 0,
+            ],
+        );
+        assert!(
+            matches!(parse(&slaac).unwrap(), NdMessage::Advertisement(a) if a.offers_ipv6_service())
+        );
+        let router = advertisement(0x80, 1800, &[]);
+        assert!(
+            matches!(parse(&router).unwrap(), NdMessage::Advertisement(a) if a.offers_ipv6_service())
         );
     }
 }

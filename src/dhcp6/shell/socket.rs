@@ -132,3 +132,35 @@ pub fn interface_mac(name: &str) -> Option<[u8; 6]> {
     let mac: crate::mac::MacAddr = text.trim().parse().ok()?;
     (mac.0 != [0; 6]).then_some(mac.0)
 }
+
+/// The managed Router Advertisement for each interface that serves a `[[subnet6]]`
+/// (`ra::wire::managed_advertisement`), with the prefixes of the subnets on it. An
+/// interface that cannot be listed is left out (the DHCPv6 server reports it).
+pub fn managed_advertisements(config: &Config) -> Vec<(String, Vec<u8>)> {
+    let Ok(host) = host_addresses6() else {
+        return Vec::new();
+    };
+    let Ok(interfaces) = resolve_interfaces6(config, &host) else {
+        return Vec::new();
+    };
+    interfaces
+        .into_iter()
+        .map(|i| {
+            let on_link: Vec<&crate::config::Subnet6> = config
+                .subnets6
+                .iter()
+                .filter(|s| {
+                    s.interface.as_deref() == Some(i.name.as_str())
+                        || (s.interface.is_none()
+                            && i.addresses.iter().any(|a| s.network.contains(a)))
+                })
+                .collect();
+            let valid = on_link.iter().map(|s| s.lease_time).max().unwrap_or(0);
+            let prefixes: Vec<_> = on_link.iter().map(|s| s.network).collect();
+            (
+                i.name,
+                crate::ra::wire::managed_advertisement(&prefixes, valid),
+            )
+        })
+        .collect()
+}
