@@ -9,9 +9,10 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use common::relay6::{relay_forward, relay_reply};
 use common::{Lab, Netns, Server};
 use dhcproto::v6::{DhcpOption, Message, MessageType, OptionCode, UnknownOption, IANA};
-use dhcproto::{Decodable, Decoder, Encodable, Encoder};
+use dhcproto::{Encodable, Encoder};
 
 const SERVER6: &str = "fd00:1::1";
 
@@ -225,33 +226,6 @@ fn firmware_solicit(duid: &[u8]) -> Vec<u8> {
     out
 }
 
-/// One Relay-forward layer (RFC 8415 §9.2) around `inner`, with an Interface-Id.
-fn relay_forward(link: Ipv6Addr, peer: Ipv6Addr, interface_id: &[u8], inner: &[u8]) -> Vec<u8> {
-    let mut out = vec![12, 0];
-    out.extend_from_slice(&link.octets());
-    out.extend_from_slice(&peer.octets());
-    for (code, value) in [(18u16, interface_id), (9u16, inner)] {
-        out.extend_from_slice(&code.to_be_bytes());
-        out.extend_from_slice(&(value.len() as u16).to_be_bytes());
-        out.extend_from_slice(value);
-    }
-    out
-}
-
-/// The options of a Relay-reply (type, hop count, two addresses, then options).
-fn relay_reply_options(reply: &[u8]) -> Vec<(u16, Vec<u8>)> {
-    assert_eq!(reply[0], 13, "a Relay-reply");
-    let mut opts = Vec::new();
-    let mut rest = &reply[34..];
-    while rest.len() >= 4 {
-        let code = u16::from_be_bytes([rest[0], rest[1]]);
-        let len = usize::from(u16::from_be_bytes([rest[2], rest[3]]));
-        opts.push((code, rest[4..4 + len].to_vec()));
-        rest = &rest[4 + len..];
-    }
-    opts
-}
-
 #[test]
 fn a_relayed_firmware_solicit_without_option_61_gets_an_address_of_its_link_and_a_tftp_url() {
     require_root!();
@@ -259,7 +233,7 @@ fn a_relayed_firmware_solicit_without_option_61_gets_an_address_of_its_link_and_
     let link: Ipv6Addr = "fd00:2::1".parse().unwrap();
     let peer: Ipv6Addr = "fe80::5054:ff:fe12:3456".parse().unwrap();
     let duid = [0, 3, 0, 1, 0x52, 0x54, 0, 0x12, 0x34, 0x56];
-    let forward = relay_forward(link, peer, b"rack7-port3", &firmware_solicit(&duid));
+    let forward = relay_forward(link, peer, b"rack7-port3", None, &firmware_solicit(&duid));
     let reply = lab
         .client
         .run(move || {
@@ -281,15 +255,15 @@ fn a_relayed_firmware_solicit_without_option_61_gets_an_address_of_its_link_and_
         .join()
         .unwrap()
         .unwrap_or_else(|| panic!("no Relay-reply:\n{}", server.log_text()));
-    assert_eq!(&reply[2..18], &link.octets(), "link-address echoed");
-    assert_eq!(&reply[18..34], &peer.octets(), "peer-address echoed");
-    let opts = relay_reply_options(&reply);
+    let reply = relay_reply(&reply);
+    assert_eq!(reply.link, link, "link-address echoed");
+    assert_eq!(reply.peer, peer, "peer-address echoed");
     assert!(
-        opts.contains(&(18, b"rack7-port3".to_vec())),
-        "Interface-Id echoed: {opts:?}"
+        reply.options.contains(&(18, b"rack7-port3".to_vec())),
+        "Interface-Id echoed: {:?}",
+        reply.options
     );
-    let inner = &opts.iter().find(|(c, _)| *c == 9).expect("relay message").1;
-    let adv = Message::decode(&mut Decoder::new(inner)).unwrap();
+    let adv = reply.message;
     assert_eq!(adv.msg_type(), MessageType::Advertise);
     let Some(DhcpOption::IANA(ia)) = adv.opts().get(OptionCode::IANA) else {
         panic!("{adv:?}")
@@ -325,6 +299,7 @@ fn malformed_dhcpv6_is_counted_and_dropped_and_the_server_keeps_answering() {
         "fd00:2::1".parse().unwrap(),
         "fe80::1".parse().unwrap(),
         b"x",
+        None,
         &firmware_solicit(&duid),
     );
     let mut bad_length = firmware_solicit(&duid);
@@ -342,6 +317,7 @@ fn malformed_dhcpv6_is_counted_and_dropped_and_the_server_keeps_answering() {
                     "fd00:2::1".parse().unwrap(),
                     "fe80::1".parse().unwrap(),
                     b"x",
+                    None,
                     &m,
                 );
             }

@@ -11,6 +11,7 @@ pub(crate) mod machines;
 pub(crate) mod members;
 pub(crate) mod powercut;
 pub(crate) mod qemu;
+pub(crate) mod relay6;
 pub(crate) mod relay_client;
 pub(crate) mod segment;
 pub(crate) mod storm;

@@ -238,6 +238,15 @@ impl Engine6 {
         self.set_used(ip, true);
     }
 
+    /// Whether `ip` lies in this member's share of a range (where it hands out fresh
+    /// addresses).
+    pub fn in_share(&self, ip: Ipv6Addr) -> bool {
+        self.subnets
+            .iter()
+            .flat_map(|s| &s.pools)
+            .any(|p| p.in_share(ip))
+    }
+
     /// This server's DUID (option 2).
     pub fn duid(&self) -> &[u8] {
         &self.duid

@@ -1,0 +1,336 @@
+//! Three members on one segment serving DHCPv6 to machines behind a relay (the relay
+//! sends every client message to all three servers, as a relay configured with the
+//! members' addresses does): each machine is advertised by exactly its responsible
+//! member (the bucket of the MAC in option 79), each address comes from that member's
+//! share, no address goes to two machines; a SIGKILLed member's machines are then
+//! answered by exactly one live member, still without a duplicate.
+
+mod common;
+
+use std::collections::HashMap;
+use std::net::{Ipv6Addr, SocketAddrV6, UdpSocket};
+use std::time::{Duration, Instant};
+
+use common::members::wait_until;
+use common::relay6::{relay_forward, relay_reply, RelayReply};
+use common::segment::Segment;
+use common::Server;
+use dhcproto::v6::{DhcpOption, IAAddr, Message, MessageType, OptionCode, IANA};
+use dhcproto::{Encodable, Encoder};
+use shardboot::mac::MacAddr;
+use shardboot::owner::responsible_member;
+
+const NAMES: [&str; 3] = ["a", "b", "c"];
+const RELAY: &str = "fd00:1::2";
+const LINK: &str = "fd00:2::1";
+/// The relayed link's range, shared among the members.
+const RANGE: (&str, &str) = ("fd00:2::1000", "fd00:2::13ff");
+
+fn member_v4(i: usize) -> String {
+    format!("198.18.0.{}", 11 + i)
+}
+
+fn member_v6(i: usize) -> Ipv6Addr {
+    format!("fd00:1::{}", 11 + i).parse().unwrap()
+}
+
+fn config(interface: &str, i: usize) -> String {
+    let mut members = String::new();
+    for (k, n) in NAMES.iter().enumerate() {
+        members.push_str(&format!(
+            "[[member]]\nname = \"{n}\"\nhttp_url = \"http://{}:8080\"\n",
+            member_v4(k)
+        ));
+    }
+    format!(
+        r#"
+[dhcp]
+interfaces = ["{interface}"]
+takeover_secs = 3
+[dhcp6]
+interfaces = ["{interface}"]
+[tftp]
+enabled = false
+[http]
+listen = "{ip}:8080"
+[health]
+interval_ms = 300
+timeout_ms = 250
+dead_after = 2
+[owner]
+self = "{name}"
+{secret}{members}
+[[subnet]]
+network = "198.18.0.0/16"
+ranges = ["198.18.1.0 - 198.18.4.255"]
+[[subnet6]]
+network = "fd00:1::/64"
+ranges = ["fd00:1::1000 - fd00:1::1fff"]
+[[subnet6]]
+network = "fd00:2::/64"
+ranges = ["{first} - {last}"]
+"#,
+        ip = member_v4(i),
+        name = NAMES[i],
+        secret = common::member_secret_line(),
+        first = RANGE.0,
+        last = RANGE.1,
+    )
+}
+
+fn mac(n: u32) -> [u8; 6] {
+    let b = n.to_be_bytes();
+    [0x02, 0x6e, b[0], b[1], b[2], b[3]]
+}
+
+fn responsible(m: &[u8; 6], live: &[&str]) -> usize {
+    let name = responsible_member(&MacAddr(*m), live).unwrap();
+    NAMES.iter().position(|n| *n == name).unwrap()
+}
+
+/// The member whose share of the relayed range holds `ip`.
+fn share_owner(ip: Ipv6Addr) -> Option<usize> {
+    let cfg =
+        |i| shardboot::config::Config::from_toml_with_overrides(&config("x", i), &[]).unwrap();
+    (0..3).find(|&i| {
+        let c = cfg(i);
+        let e = shardboot::dhcp6::engine::Engine6::new(&c, vec![0, 4, i as u8], Vec::new(), 0);
+        e.in_share(ip)
+    })
+}
+
+fn message(
+    kind: MessageType,
+    m: &[u8; 6],
+    server: Option<&[u8]>,
+    addr: Option<Ipv6Addr>,
+    elapsed: u16,
+) -> Vec<u8> {
+    let mut msg = Message::new_with_id(kind, [m[3], m[4], m[5]]);
+    let o = msg.opts_mut();
+    // DUID-LL (RFC 8415 §11.4), Ethernet.
+    o.insert(DhcpOption::ClientId([&[0u8, 3, 0, 1][..], m].concat()));
+    if let Some(s) = server {
+        o.insert(DhcpOption::ServerId(s.to_vec()));
+    }
+    let mut ia = dhcproto::v6::DhcpOptions::new();
+    if let Some(addr) = addr {
+        ia.insert(DhcpOption::IAAddr(IAAddr {
+            addr,
+            preferred_life: 0,
+            valid_life: 0,
+            opts: Default::default(),
+        }));
+    }
+    o.insert(DhcpOption::IANA(IANA {
+        id: 1,
+        t1: 0,
+        t2: 0,
+        opts: ia,
+    }));
+    o.insert(DhcpOption::ElapsedTime(elapsed));
+    let mut out = Vec::new();
+    msg.encode(&mut Encoder::new(&mut out)).unwrap();
+    out
+}
+
+/// What one member said to one machine.
+#[derive(Debug, Clone)]
+struct Heard {
+    member: usize,
+    kind: MessageType,
+    server_id: Vec<u8>,
+    addr: Option<Ipv6Addr>,
+}
+
+fn heard(member: usize, r: &RelayReply) -> Heard {
+    let server_id = match r.message.opts().get(OptionCode::ServerId) {
+        Some(DhcpOption::ServerId(s)) => s.clone(),
+        _ => Vec::new(),
+    };
+    let addr = match r.message.opts().get(OptionCode::IANA) {
+        Some(DhcpOption::IANA(ia)) => match ia.opts.get(OptionCode::IAAddr) {
+            Some(DhcpOption::IAAddr(a)) => Some(a.addr),
+            _ => None,
+        },
+        _ => None,
+    };
+    Heard {
+        member,
+        kind: r.message.msg_type(),
+        server_id,
+        addr,
+    }
+}
+
+/// Relays one message per machine to every member in `to`, and collects what comes
+/// back within `wait`, by machine (the transaction id's three MAC octets).
+fn relay_round(
+    socket: &UdpSocket,
+    msgs: &[([u8; 6], Vec<u8>)],
+    to: &[usize],
+    wait: Duration,
+) -> HashMap<[u8; 6], Vec<Heard>> {
+    for (m, inner) in msgs {
+        let peer: Ipv6Addr = format!(
+            "fe80::{:x}:{:x}",
+            u16::from_be_bytes([m[2], m[3]]),
+            u16::from_be_bytes([m[4], m[5]])
+        )
+        .parse()
+        .unwrap();
+        let fwd = relay_forward(LINK.parse().unwrap(), peer, b"rack1", Some(*m), inner);
+        for &i in to {
+            socket
+                .send_to(&fwd, SocketAddrV6::new(member_v6(i), 547, 0, 0))
+                .unwrap();
+        }
+    }
+    let mut out: HashMap<[u8; 6], Vec<Heard>> = HashMap::new();
+    let deadline = Instant::now() + wait;
+    let mut buf = [0u8; 4096];
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        socket
+            .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+            .unwrap();
+        let Ok((n, from)) = socket.recv_from(&mut buf) else {
+            break;
+        };
+        let std::net::SocketAddr::V6(from) = from else {
+            continue;
+        };
+        let member = (0..3)
+            .find(|&i| member_v6(i) == *from.ip())
+            .expect("a member answered");
+        let r = relay_reply(&buf[..n]);
+        let xid = r.message.xid();
+        let m = msgs
+            .iter()
+            .map(|(m, _)| *m)
+            .find(|m| [m[3], m[4], m[5]] == xid)
+            .expect("a machine's transaction");
+        out.entry(m).or_default().push(heard(member, &r));
+    }
+    out
+}
+
+/// Solicit then Request for each of `machines` through every member in `to`; returns
+/// each machine's address and who bound it, after checking who answered.
+fn boot(
+    socket: &UdpSocket,
+    machines: &[[u8; 6]],
+    to: &[usize],
+    live: &[&str],
+    leases: &mut HashMap<Ipv6Addr, [u8; 6]>,
+) -> [usize; 3] {
+    let solicits: Vec<_> = machines
+        .iter()
+        .map(|m| (*m, message(MessageType::Solicit, m, None, None, 0)))
+        .collect();
+    let adverts = relay_round(socket, &solicits, to, Duration::from_millis(1500));
+    let mut requests = Vec::new();
+    for m in machines {
+        let h = adverts.get(m).cloned().unwrap_or_default();
+        assert_eq!(h.len(), 1, "{m:02x?}: one Advertise, got {h:?}");
+        let h = &h[0];
+        assert_eq!(h.kind, MessageType::Advertise);
+        assert_eq!(
+            h.member,
+            responsible(m, live),
+            "{m:02x?} advertised by {}",
+            NAMES[h.member]
+        );
+        let addr = h.addr.expect("an address");
+        assert_eq!(
+            share_owner(addr),
+            Some(h.member),
+            "{addr} outside {}'s share",
+            NAMES[h.member]
+        );
+        requests.push((
+            *m,
+            message(MessageType::Request, m, Some(&h.server_id), Some(addr), 0),
+            h.member,
+            addr,
+        ));
+    }
+    let msgs: Vec<_> = requests
+        .iter()
+        .map(|(m, r, _, _)| (*m, r.clone()))
+        .collect();
+    let replies = relay_round(socket, &msgs, to, Duration::from_millis(1500));
+    let mut by_member = [0usize; 3];
+    for (m, _, member, addr) in &requests {
+        let h = replies.get(m).cloned().unwrap_or_default();
+        assert_eq!(h.len(), 1, "{m:02x?}: one Reply, got {h:?}");
+        assert_eq!(
+            (h[0].kind, h[0].member, h[0].addr),
+            (MessageType::Reply, *member, Some(*addr)),
+            "{m:02x?}"
+        );
+        assert!(leases.insert(*addr, *m).is_none(), "{addr} given twice");
+        by_member[*member] += 1;
+    }
+    by_member
+}
+
+#[test]
+fn three_members_serve_relayed_v6_machines_owner_first_without_duplicates() {
+    require_root!();
+    let addrs: Vec<String> = (0..3).map(|i| format!("{}/16", member_v4(i))).collect();
+    let addr_refs: Vec<&str> = addrs.iter().map(String::as_str).collect();
+    let seg = Segment::new(&addr_refs);
+    for (i, m) in seg.member_ifs.iter().enumerate() {
+        seg.servers.ip(&[
+            "addr",
+            "add",
+            &format!("{}/64", member_v6(i)),
+            "dev",
+            m,
+            "nodad",
+        ]);
+    }
+    seg.clients.ip(&[
+        "addr",
+        "add",
+        &format!("{RELAY}/64"),
+        "dev",
+        &seg.client_if,
+        "nodad",
+    ]);
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut servers: Vec<Server> = (0..3)
+        .map(|i| Server::start(&seg.servers, dirs[i].path(), &config(&seg.member_ifs[i], i)))
+        .collect();
+    for s in &servers {
+        wait_until("DHCPv6 listening", Duration::from_secs(10), || {
+            s.log_text().contains("DHCPv6 listening")
+        });
+    }
+    let socket = seg
+        .clients
+        .run(|| UdpSocket::bind(format!("[{RELAY}]:547")).unwrap())
+        .join()
+        .unwrap();
+
+    let mut leases = HashMap::new();
+    let machines: Vec<[u8; 6]> = (1..=150).map(mac).collect();
+    let by_member = boot(&socket, &machines, &[0, 1, 2], &NAMES, &mut leases);
+    assert_eq!(leases.len(), 150);
+    assert!(
+        by_member.iter().all(|&n| n > 20),
+        "uneven buckets {by_member:?}"
+    );
+    eprintln!("150 v6 machines bound by a/b/c: {by_member:?}");
+
+    // c dies; once a and b find it dead, its bucket is answered by exactly one of them.
+    servers[2].kill9();
+    wait_until("c seen dead", Duration::from_secs(10), || {
+        (0..2).all(|i| seg.metric(member_v4(i), "shardboot_member_up{member=\"c\"}") == Some(0))
+    });
+    let more: Vec<[u8; 6]> = (1000..1100).map(mac).collect();
+    let by_member = boot(&socket, &more, &[0, 1, 2], &["a", "b"], &mut leases);
+    assert_eq!(by_member[2], 0);
+    assert_eq!(leases.len(), 250);
+    drop(servers);
+}
