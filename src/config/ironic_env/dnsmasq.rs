@@ -4,7 +4,7 @@
 //! an entry means for shardboot is decided in the parent module. Each error is a reason
 //! the caller puts after the variable's name and the entry.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::mac::MacAddr;
 
@@ -19,6 +19,73 @@ pub(super) struct RangeEntry {
     pub prefix: Option<u8>,
     /// Lease time in seconds.
     pub lease_time: Option<u32>,
+}
+
+/// One IPv6 `dhcp-range` value: `[set:<tag>,]<begin>,<end>[,<prefix-len>][,<lease>]`
+/// (dnsmasq: the prefix length takes the place of the netmask, 64 when absent).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Range6Entry {
+    pub begin: Ipv6Addr,
+    pub end: Ipv6Addr,
+    pub prefix: u8,
+    pub lease_time: Option<u32>,
+}
+
+/// Whether a `dhcp-range` value is an IPv6 one (its first address has colons).
+pub(super) fn is_v6_range(entry: &str) -> bool {
+    entry
+        .split(',')
+        .map(str::trim)
+        .find(|f| !f.starts_with("set:"))
+        .is_some_and(|f| f.contains(':'))
+}
+
+/// Parses one IPv6 `dhcp-range` value. The modes that make dnsmasq hand out no
+/// addresses itself (`ra-only`, `slaac`, `ra-stateless`, `constructor:`) are refused:
+/// shardboot's DHCPv6 is stateful.
+pub(super) fn range6(entry: &str) -> Result<Range6Entry, String> {
+    let mut fields: Vec<&str> = entry.split(',').map(str::trim).collect();
+    if fields.first().is_some_and(|f| f.starts_with("set:")) {
+        return Err("set:<tag> on an IPv6 range is not supported yet".into());
+    }
+    if let Some(f) = fields.iter().find(|f| {
+        f.starts_with("constructor:") || f.starts_with("ra-") || **f == "slaac" || **f == "static"
+    }) {
+        return Err(format!("{f:?}: only stateful DHCPv6 ranges are served"));
+    }
+    let addr = |f: Option<&&str>, what: &str| -> Result<Ipv6Addr, String> {
+        let f = f.ok_or_else(|| format!("the {what} address is missing"))?;
+        f.parse()
+            .map_err(|_| format!("{f:?} is not an IPv6 {what} address"))
+    };
+    let begin = addr(fields.first(), "start")?;
+    let end = addr(fields.get(1), "end")?;
+    fields.drain(..2);
+    let mut rest = fields.into_iter().peekable();
+    let mut prefix = 64;
+    if let Some(p) = rest.next_if(|f| f.parse::<u8>().is_ok_and(|p| p <= 128) && !f.is_empty()) {
+        prefix = p.parse().expect("checked above");
+        if prefix > 64 {
+            return Err(format!(
+                "prefix length {prefix}: DHCPv6 ranges need a /64 or wider"
+            ));
+        }
+    }
+    let mut lease_time_secs = None;
+    if let Some(l) = rest.next_if(|f| looks_like_lease(f)) {
+        lease_time_secs = Some(lease_time(l)?);
+    }
+    if let Some(extra) = rest.next() {
+        return Err(format!(
+            "{extra:?}: other fields of IPv6 ranges are not supported"
+        ));
+    }
+    Ok(Range6Entry {
+        begin,
+        end,
+        prefix,
+        lease_time: lease_time_secs,
+    })
 }
 
 /// One `dhcp-host` value: MACs, an address, a name, a lease time, `ignore`, `set:` tags.
@@ -90,7 +157,7 @@ pub(super) fn range(entry: &str) -> Result<RangeEntry, String> {
     let addr = |f: Option<&&str>, what: &str| -> Result<Ipv4Addr, String> {
         let f = f.ok_or_else(|| format!("the {what} address is missing"))?;
         if f.contains(':') {
-            return Err(format!("{f:?}: DHCPv6 ranges are not served yet"));
+            return Err(format!("{f:?}: an IPv6 address in an IPv4 range"));
         }
         f.parse()
             .map_err(|_| format!("{f:?} is not an IPv4 {what} address"))
@@ -195,10 +262,36 @@ mod tests {
             .contains("netmask"));
         assert!(range("fd00::10,fd00::100,64")
             .unwrap_err()
-            .contains("DHCPv6"));
+            .contains("IPv6 address in an IPv4 range"));
         assert!(range("172.22.0.10,static").is_err());
         assert!(range("172.22.0.10,172.22.0.20,255.255.255.0,proxy").is_err());
         assert!(range("tag:x,172.22.0.10,172.22.0.20").is_err());
+    }
+
+    #[test]
+    fn ipv6_ranges_as_ironic_image_writes_them() {
+        assert!(is_v6_range(
+            "fd2e:6f44:5dd8:c956::14,fd2e:6f44:5dd8:c956::c8"
+        ));
+        assert!(!is_v6_range("set:x,192.0.2.10,192.0.2.20"));
+        assert_eq!(
+            range6("fd2e:6f44:5dd8:c956::14,fd2e:6f44:5dd8:c956::c8,64,12h").unwrap(),
+            Range6Entry {
+                begin: "fd2e:6f44:5dd8:c956::14".parse().unwrap(),
+                end: "fd2e:6f44:5dd8:c956::c8".parse().unwrap(),
+                prefix: 64,
+                lease_time: Some(43_200),
+            }
+        );
+        assert_eq!(range6("fd00::10,fd00::ff").unwrap().prefix, 64);
+        assert!(range6("fd00::,ra-only").unwrap_err().contains("ra-only"));
+        assert!(range6("::,constructor:eth0,ra-names")
+            .unwrap_err()
+            .contains("stateful"));
+        assert!(range6("fd00::10,fd00::ff,80").unwrap_err().contains("/64"));
+        assert!(range6("fd00::10,192.0.2.1")
+            .unwrap_err()
+            .contains("IPv6 end"));
     }
 
     #[test]

@@ -81,7 +81,9 @@ fn entries<'a>(vars: &'a BTreeMap<String, String>, name: &str) -> Vec<&'a str> {
 /// An address as ironic-image's `parse_ip_address` takes it (a `/prefix` is allowed).
 fn address(s: &str) -> Result<(Ipv4Addr, Option<Ipv4Net>), String> {
     if s.contains(':') {
-        return Err("IPv6 provisioning networks are not served yet (DHCPv6 issue)".into());
+        return Err(format!(
+            "{s:?}: an IPv6 address here needs the IPv6 form of the variable"
+        ));
     }
     if let Ok(net) = s.parse::<Ipv4Net>() {
         return Ok((net.addr(), Some(net)));
@@ -89,6 +91,14 @@ fn address(s: &str) -> Result<(Ipv4Addr, Option<Ipv4Net>), String> {
     s.parse()
         .map(|a| (a, None))
         .map_err(|_| format!("{s:?} is not an IPv4 address"))
+}
+
+/// An IPv6 address, with or without a `/prefix`.
+fn address6(s: &str) -> Option<std::net::Ipv6Addr> {
+    s.parse::<ipnet::Ipv6Net>()
+        .map(|n| n.addr())
+        .or_else(|_| s.parse())
+        .ok()
 }
 
 /// Derives the configuration table from ironic-image's variables.
@@ -111,7 +121,14 @@ pub(super) fn derive(
     let iface_var = get(vars, "PROVISIONING_INTERFACE");
     let mut provisioning_net = None;
     let mut ip_interface = None;
-    let ironic_ip = if let Some(v) = get(vars, "IRONIC_IP") {
+    // An IPv6 IRONIC_IP or PROVISIONING_IP (an IPv6-only provisioning network): the
+    // boot URLs and the HTTP listener take it, in brackets; v4 settings have none.
+    let ironic_ip6 = get(vars, "IRONIC_IP")
+        .or_else(|| get(vars, "PROVISIONING_IP"))
+        .and_then(address6);
+    let ironic_ip = if ironic_ip6.is_some() {
+        None
+    } else if let Some(v) = get(vars, "IRONIC_IP") {
         address(v)
             .map_err(|e| issues.add("IRONIC_IP", e))
             .ok()
@@ -177,7 +194,17 @@ pub(super) fn derive(
         &mut issues,
         &mut origin,
     );
+    let subnet6_values = subnets::subnets6(vars, &mut issues, &mut origin);
     dhcp.insert("enabled".into(), Value::Boolean(!subnet_values.is_empty()));
+    if let (Some((i, var)), false) = (&interface, subnet6_values.is_empty()) {
+        let mut dhcp6 = Table::new();
+        dhcp6.insert(
+            "interfaces".into(),
+            Value::Array(vec![Value::String(i.clone())]),
+        );
+        origin("dhcp6.interfaces".into(), var, None);
+        table.insert("dhcp6".into(), Value::Table(dhcp6));
+    }
     origin("dhcp".into(), "DHCP_RANGE", None);
 
     hosts::hosts(vars, &mut table, &mut issues, &mut origin);
@@ -217,7 +244,11 @@ pub(super) fn derive(
     // iPXE clients chain Ironic's own boot.ipxe, as with dnsmasq.
     let http_url = get(vars, "IRONIC_HTTP_URL")
         .map(str::to_string)
-        .or_else(|| Some(format!("http://{}:{}", ironic_ip?, http_port?)));
+        .or_else(|| match (ironic_ip, ironic_ip6) {
+            (Some(v4), _) => Some(format!("http://{v4}:{}", http_port?)),
+            (None, Some(v6)) => Some(format!("http://[{v6}]:{}", http_port?)),
+            (None, None) => None,
+        });
     if let Some(u) = http_url {
         boot.insert("http_url".into(), Value::String(u));
         let var = if get(vars, "IRONIC_HTTP_URL").is_some() {
@@ -257,8 +288,13 @@ pub(super) fn derive(
     {
         None | Some("true") => {}
         Some("false") => {
-            if let Some(ip) = ironic_ip {
-                http.insert("listen".into(), Value::String(format!("{ip}:8080")));
+            let listen = match (ironic_ip, ironic_ip6) {
+                (Some(v4), _) => Some(format!("{v4}:8080")),
+                (None, Some(v6)) => Some(format!("[{v6}]:8080")),
+                (None, None) => None,
+            };
+            if let Some(l) = listen {
+                http.insert("listen".into(), Value::String(l));
                 origin("http.listen".into(), "LISTEN_ALL_INTERFACES", None);
             }
         }
@@ -277,6 +313,9 @@ pub(super) fn derive(
     }
     if !subnet_values.is_empty() {
         table.insert("subnet".into(), Value::Array(subnet_values));
+    }
+    if !subnet6_values.is_empty() {
+        table.insert("subnet6".into(), Value::Array(subnet6_values));
     }
     Ok(Derived { table, origins })
 }

@@ -48,6 +48,61 @@ fn this_host_in(entry: &str, this_host: Option<Ipv4Addr>) -> Result<String, Stri
     Ok(fields.join(","))
 }
 
+/// The `[[subnet6]]` tables of DHCP_RANGE's IPv6 entries: one per prefix, with the
+/// entry's lease time. (DNS_IP, GATEWAY_IP and DHCP_OPTIONS are IPv4 settings.)
+pub(super) fn subnets6(
+    vars: &BTreeMap<String, String>,
+    issues: &mut Issues,
+    origin: &mut impl FnMut(String, &'static str, Option<String>),
+) -> Vec<Value> {
+    let mut plans: Vec<(ipnet::Ipv6Net, Vec<Value>, Option<u32>)> = Vec::new();
+    for entry in entries(vars, "DHCP_RANGE")
+        .into_iter()
+        .filter(|e| dnsmasq::is_v6_range(e))
+    {
+        let r = match dnsmasq::range6(entry) {
+            Ok(r) => r,
+            Err(e) => {
+                issues.add("DHCP_RANGE", format!("entry {entry:?}: {e}"));
+                continue;
+            }
+        };
+        let network = ipnet::Ipv6Net::new(r.begin, r.prefix)
+            .expect("prefix checked")
+            .trunc();
+        let i = match plans.iter().position(|p| p.0 == network) {
+            Some(i) => i,
+            None => {
+                plans.push((network, Vec::new(), None));
+                plans.len() - 1
+            }
+        };
+        let j = plans[i].1.len();
+        plans[i]
+            .1
+            .push(Value::String(format!("{} - {}", r.begin, r.end)));
+        plans[i].2 = plans[i].2.or(r.lease_time);
+        origin(
+            format!("subnet6[{i}].ranges[{j}]"),
+            "DHCP_RANGE",
+            Some(entry.into()),
+        );
+        origin(format!("subnet6[{i}]"), "DHCP_RANGE", Some(entry.into()));
+    }
+    plans
+        .into_iter()
+        .map(|(network, ranges, lease)| {
+            let mut t = Table::new();
+            t.insert("network".into(), Value::String(network.to_string()));
+            t.insert("ranges".into(), Value::Array(ranges));
+            if let Some(secs) = lease {
+                t.insert("lease_time".into(), Value::Integer(secs.into()));
+            }
+            Value::Table(t)
+        })
+        .collect()
+}
+
 /// The `[[subnet]]` tables; `provisioning_net` is PROVISIONING_IP's prefix if it had one,
 /// `ironic_ip` this host (for `DNS_IP=provisioning` and `0.0.0.0`).
 pub(super) fn subnets(
@@ -64,6 +119,9 @@ pub(super) fn subnets(
         let bad = |issues: &mut Issues, why: String| {
             issues.add("DHCP_RANGE", format!("entry {entry:?}: {why}"));
         };
+        if dnsmasq::is_v6_range(entry) {
+            continue;
+        }
         let r = match dnsmasq::range(entry) {
             Ok(r) => r,
             Err(e) => {

@@ -248,7 +248,7 @@ fn every_refusal_names_its_variable() {
         (&[("DHCP_HOSTS", "52:54:00:aa:bb:01,198.51.100.9")], "DHCP_HOSTS: entry \"52:54:00:aa:bb:01,198.51.100.9\": is not inside any configured subnet (as host[0].ip)"),
         (&[("DHCP_HOSTS", "52:54:00:aa:bb:01,node_1")], "DHCP_HOSTS: entry \"52:54:00:aa:bb:01,node_1\": must be a DNS label"),
         (&[("DHCP_RANGE", "192.0.2.10,192.0.2.100,255.255.255.0;192.0.2.50,192.0.2.60,255.255.255.0")], "DHCP_RANGE: entry \"192.0.2.50,192.0.2.60,255.255.255.0\": overlaps an earlier range (as subnet[0].ranges[1])"),
-        (&[("DHCP_RANGE", "fd00::10,fd00::100,64")], "DHCP_RANGE: entry \"fd00::10,fd00::100,64\": \"fd00::10\": DHCPv6"),
+        (&[("DHCP_RANGE", "fd00::10,fd00::100,ra-only")], "DHCP_RANGE: entry \"fd00::10,fd00::100,ra-only\": \"ra-only\": only stateful DHCPv6 ranges are served"),
         (&[("GATEWAY_IP", "192.0.2.300")], "GATEWAY_IP: \"192.0.2.300\" is not an IPv4 address"),
         (&[("DNS_IP", "fd00::53")], "DNS_IP: "),
         (&[("HTTP_PORT", "http")], "HTTP_PORT: "),
@@ -307,4 +307,46 @@ fn ironic_ip_and_bound_listeners_and_overrides() {
         cfg.dhcp.port, 6767,
         "SHARDBOOT_* and --set still apply on top"
     );
+}
+
+#[test]
+fn ipv6_ranges_become_subnet6_and_an_ipv6_ironic_ip_the_boot_url() {
+    // Dual-stack: both families served on the provisioning interface.
+    let cfg = load(&env(&[(
+        "DHCP_RANGE",
+        "192.0.2.10,192.0.2.100,255.255.255.0;fd2e:6f44:5dd8:c956::14,fd2e:6f44:5dd8:c956::c8,64,2h",
+    )]))
+    .unwrap();
+    assert!(cfg.dhcp.enabled);
+    assert_eq!(cfg.subnets6.len(), 1);
+    let s = &cfg.subnets6[0];
+    assert_eq!(s.network.to_string(), "fd2e:6f44:5dd8:c956::/64");
+    assert_eq!(
+        s.ranges,
+        [(
+            "fd2e:6f44:5dd8:c956::14".parse().unwrap(),
+            "fd2e:6f44:5dd8:c956::c8".parse().unwrap()
+        )]
+    );
+    assert_eq!(s.lease_time, 7200);
+    assert_eq!(cfg.dhcp6.interfaces, ["prov0"]);
+    assert!(cfg.ra.enabled, "firmware is told to ask DHCPv6");
+
+    // IPv6 only: no v4 DHCP, and iPXE chains Ironic's script at the v6 address.
+    let cfg = load(&env(&[
+        ("PROVISIONING_IP", "fd2e:6f44:5dd8:c956::2/64"),
+        ("PROVISIONING_INTERFACE", "prov0"),
+        (
+            "DHCP_RANGE",
+            "fd2e:6f44:5dd8:c956::14,fd2e:6f44:5dd8:c956::c8",
+        ),
+    ]))
+    .unwrap();
+    assert!(!cfg.dhcp.enabled);
+    assert_eq!(cfg.subnets6.len(), 1);
+    assert_eq!(
+        cfg.boot.http_url.as_deref(),
+        Some("http://[fd2e:6f44:5dd8:c956::2]:6180")
+    );
+    assert_eq!(cfg.boot.tftp_server, None);
 }
