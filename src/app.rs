@@ -196,6 +196,7 @@ pub async fn run(
                 .members
                 .follows()
                 .then(|| resolver.roster().clone()),
+            policies: policies.clone(),
             metrics: handles.dhcp6.clone(),
         };
         tasks.run(crate::dhcp6::shell::run(

@@ -48,6 +48,7 @@ fuzz_target!(|data: &[u8]| {
             },
             mac: Some(MacAddr([0x52, 0x54, 0, 0, 0, 1])),
             responsibility,
+            policy: None,
             now,
         };
         let d = engine.handle_message(&request.message, &request.hops, &ctx);

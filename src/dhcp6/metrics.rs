@@ -16,7 +16,7 @@ pub const DROP_REASONS: [&str; 9] = [
 ];
 
 /// What the engine decided.
-pub const OUTCOMES: [&str; 13] = [
+pub const OUTCOMES: [&str; 15] = [
     "advertise",
     "bound",
     "released",
@@ -30,6 +30,8 @@ pub const OUTCOMES: [&str; 13] = [
     "no_subnet",
     "malformed",
     "other_server",
+    "denied",
+    "unknown_client",
 ];
 
 /// The DHCPv6 listener's counters.
@@ -41,7 +43,7 @@ pub struct Dhcp6Metrics {
     pub dropped: LabeledCounters<9>,
     /// Engine decisions, by outcome (`nothing_to_answer` is counted under
     /// `not_responsible`: both are silences another server covers).
-    pub outcomes: LabeledCounters<13>,
+    pub outcomes: LabeledCounters<15>,
     /// Replies sent.
     pub sent: Counter,
     /// Replies the socket refused.
@@ -83,6 +85,8 @@ impl Dhcp6Metrics {
             Outcome6::Ignored(Ignore6::NoSubnet) => "no_subnet",
             Outcome6::Ignored(Ignore6::Malformed) => "malformed",
             Outcome6::Ignored(Ignore6::OtherServer) => "other_server",
+            Outcome6::Ignored(Ignore6::Denied) => "denied",
+            Outcome6::Ignored(Ignore6::UnknownClient) => "unknown_client",
         };
         self.outcomes.inc(label);
     }

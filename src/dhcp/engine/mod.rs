@@ -22,7 +22,7 @@ pub mod table;
 mod tests;
 
 use super::boot::{self, BootDirective};
-use super::host_policy::{HostPolicy, PolicySource};
+use super::host_policy::HostPolicy;
 use super::options::fit::Fit;
 use super::peek::{Peek, PeekKind};
 use crate::config::{BootSettings, Config, DhcpSettings, Host, Subnet};
@@ -273,17 +273,12 @@ impl Engine {
 
     /// Why `mac` is refused whatever it asks, if it is.
     fn refused(&self, mac: &MacAddr, ctx: &PacketContext<'_>) -> Option<IgnoreReason> {
-        // The operator's run-time allow/deny wins over the configuration. A hosts
-        // directory's allow (Ironic's PXE filter) makes a MAC known, like a dnsmasq
-        // dhcp-host line, but does not lift a `[[host]]` deny.
-        match (ctx.policy, self.hosts.get(mac)) {
-            (Some((HostPolicy::Deny, _)), _) => Some(IgnoreReason::Denied),
-            (Some((HostPolicy::Allow, PolicySource::Api)), _) => None,
-            (_, Some(h)) if h.deny => Some(IgnoreReason::Denied),
-            (Some((HostPolicy::Allow, _)), _) => None,
-            (None, None) if self.settings.known_only => Some(IgnoreReason::UnknownClient),
-            _ => None,
-        }
+        use crate::dhcp::host_policy::{refusal, Refusal};
+        let host_denies = self.hosts.get(mac).map(|h| h.deny);
+        refusal(ctx.policy, host_denies, self.settings.known_only).map(|r| match r {
+            Refusal::Denied => IgnoreReason::Denied,
+            Refusal::Unknown => IgnoreReason::UnknownClient,
+        })
     }
 
     /// Decides a request from its [`Peek`] alone when the answer is silence: the reason

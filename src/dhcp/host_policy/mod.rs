@@ -49,6 +49,33 @@ impl PolicySource {
     }
 }
 
+/// Why a machine is not served, from its policy and `[[host]]` entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Denied (run-time policy, hosts directory, or a `[[host]]` deny).
+    Denied,
+    /// `dhcp.known_only` and nothing names the MAC.
+    Unknown,
+}
+
+/// Whether a machine is refused, v4 and v6 alike. The operator's run-time allow/deny
+/// wins over the configuration. A hosts directory's allow (Ironic's PXE filter) makes
+/// a MAC known, like a dnsmasq dhcp-host line, but does not lift a `[[host]]` deny.
+pub fn refusal(
+    policy: Option<(HostPolicy, PolicySource)>,
+    host_denies: Option<bool>,
+    known_only: bool,
+) -> Option<Refusal> {
+    match (policy, host_denies) {
+        (Some((HostPolicy::Deny, _)), _) => Some(Refusal::Denied),
+        (Some((HostPolicy::Allow, PolicySource::Api)), _) => None,
+        (_, Some(true)) => Some(Refusal::Denied),
+        (Some((HostPolicy::Allow, _)), _) => None,
+        (None, None) if known_only => Some(Refusal::Unknown),
+        _ => None,
+    }
+}
+
 impl HostPolicies {
     /// No policies (tests, offline commands).
     pub fn in_memory() -> Self {

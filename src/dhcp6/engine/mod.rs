@@ -54,6 +54,12 @@ pub struct Context6<'a> {
     pub mac: Option<MacAddr>,
     /// Whether this member is the one to answer the client.
     pub responsibility: Responsibility,
+    /// The run-time allow/deny for the client's MAC (operator API, Ironic's hosts
+    /// directory), if any: the same PXE filter as v4.
+    pub policy: Option<(
+        crate::dhcp::host_policy::HostPolicy,
+        crate::dhcp::host_policy::PolicySource,
+    )>,
     /// Unix seconds.
     pub now: u64,
 }
@@ -73,6 +79,10 @@ pub enum Ignore6 {
     /// Nothing to answer (a Confirm without addresses, a Rebind for addresses this
     /// member never handed out).
     NothingToAnswer,
+    /// Denied by a policy or `[[host]]` entry (Ironic's PXE filter).
+    Denied,
+    /// `dhcp.known_only` and nothing names the machine (or it shows no MAC).
+    UnknownClient,
 }
 
 impl Ignore6 {
@@ -84,6 +94,8 @@ impl Ignore6 {
             Self::Malformed => "malformed",
             Self::OtherServer => "other_server",
             Self::NothingToAnswer => "nothing_to_answer",
+            Self::Denied => "denied",
+            Self::UnknownClient => "unknown_client",
         }
     }
 }
@@ -171,6 +183,9 @@ pub struct Engine6 {
     decline_hold: u64,
     members: MemberList,
     me: Option<String>,
+    /// `[[host]]` deny flags by MAC, and `dhcp.known_only`.
+    host_denies: std::collections::HashMap<MacAddr, bool>,
+    known_only: bool,
 }
 
 impl Engine6 {
@@ -206,6 +221,8 @@ impl Engine6 {
             decline_hold: u64::from(config.dhcp.decline_hold_secs),
             members,
             me,
+            host_denies: config.hosts.iter().map(|h| (h.mac, h.deny)).collect(),
+            known_only: config.dhcp.known_only,
         };
         let mut stored = stored;
         // Oldest first, so an IA's newest lease wins its slot.
@@ -369,6 +386,16 @@ impl Engine6 {
                 return Decision6::ignore(Ignore6::OtherServer)
             }
             _ => {}
+        }
+        // Giving addresses back is always heard; everything else follows the filter.
+        if !matches!(msg.msg_type(), MessageType::Release | MessageType::Decline) {
+            use crate::dhcp::host_policy::{refusal, Refusal};
+            let host_denies = ctx.mac.and_then(|m| self.host_denies.get(&m).copied());
+            match refusal(ctx.policy, host_denies, self.known_only) {
+                Some(Refusal::Denied) => return Decision6::ignore(Ignore6::Denied),
+                Some(Refusal::Unknown) => return Decision6::ignore(Ignore6::UnknownClient),
+                None => {}
+            }
         }
         let Some(si) = self.subnet_for(hops, &ctx.arrival) else {
             return Decision6::ignore(Ignore6::NoSubnet);

@@ -32,6 +32,7 @@ fn ctx(now: u64) -> Context6<'static> {
         },
         mac: Some(MacAddr([0x52, 0x54, 0, 0, 0, 1])),
         responsibility: Responsibility::Mine,
+        policy: None,
         now,
     }
 }
@@ -607,4 +608,43 @@ fn members_hand_out_disjoint_addresses() {
         }
     }
     assert_eq!(seen.len(), 400);
+}
+
+#[test]
+fn ironics_pxe_filter_and_known_only_hold_for_v6_too() {
+    use crate::dhcp::host_policy::{HostPolicy, PolicySource};
+    let mut e = engine("");
+    let solicit = message(MessageType::Solicit, &duid(1), None, Some((1, None)));
+    let mut denied = ctx(1_000);
+    denied.policy = Some((HostPolicy::Deny, PolicySource::HostsDir));
+    assert_eq!(
+        e.handle_message(&solicit, &[], &denied).outcome,
+        Outcome6::Ignored(Ignore6::Denied)
+    );
+    let mut allowed = ctx(1_000);
+    allowed.policy = Some((HostPolicy::Allow, PolicySource::HostsDir));
+    assert_eq!(
+        e.handle_message(&solicit, &[], &allowed).outcome,
+        Outcome6::Advertise(1)
+    );
+
+    let mut known_only = engine("[dhcp]\nknown_only = true\n");
+    assert_eq!(
+        known_only
+            .handle_message(&solicit, &[], &ctx(1_000))
+            .outcome,
+        Outcome6::Ignored(Ignore6::UnknownClient)
+    );
+    assert_eq!(
+        known_only.handle_message(&solicit, &[], &allowed).outcome,
+        Outcome6::Advertise(1)
+    );
+    // A machine that shows no MAC cannot be known.
+    let mut no_mac = allowed;
+    no_mac.mac = None;
+    no_mac.policy = None;
+    assert_eq!(
+        known_only.handle_message(&solicit, &[], &no_mac).outcome,
+        Outcome6::Ignored(Ignore6::UnknownClient)
+    );
 }

@@ -68,6 +68,8 @@ pub struct Parts6 {
     pub responder: Option<Responder>,
     /// Roster changes (members from Ironic or a file), to reshare the ranges.
     pub roster: Option<Arc<crate::owner::roster::Roster>>,
+    /// Run-time allow/deny and the followed hosts directory (shared with v4).
+    pub policies: Arc<crate::dhcp::host_policy::HostPolicies>,
     /// Counters.
     pub metrics: Arc<Dhcp6Metrics>,
 }
@@ -82,12 +84,12 @@ struct Listener {
 /// Serves DHCPv6 until `shutdown`.
 pub async fn run(
     config: Arc<Config>,
-    parts: Parts6,
+    mut parts: Parts6,
     shutdown: CancellationToken,
 ) -> Result<(), Server6Error> {
     let host = host_addresses6()?;
     let interfaces = resolve_interfaces6(&config, &host)?;
-    let duid = match parts.duid {
+    let duid = match parts.duid.take() {
         Some(d) => d,
         None => {
             let mut random = [0u8; 16];
@@ -119,7 +121,7 @@ pub async fn run(
         });
     }
     let now = crate::dhcp::shell::unix_now();
-    let mut engine = Engine6::new(&config, duid, parts.leases, now);
+    let mut engine = Engine6::new(&config, duid, std::mem::take(&mut parts.leases), now);
     let longest = config
         .subnets6
         .iter()
@@ -154,7 +156,7 @@ pub async fn run(
     drop(tx);
     let mut roster = parts.roster.as_ref().map(|r| r.subscribe());
     let mut tick = tokio::time::interval(Duration::from_secs(1));
-    let metrics = parts.metrics;
+    let metrics = parts.metrics.clone();
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -174,7 +176,7 @@ pub async fn run(
             got = rx.recv() => {
                 let Some((k, bytes, from)) = got else { break };
                 let l = &listeners[k];
-                handle(&mut engine, l, &bytes, from, parts.responder.as_ref(), &parts.committer, &metrics);
+                handle(&mut engine, l, &bytes, from, &parts, &metrics);
             }
         }
     }
@@ -214,10 +216,10 @@ fn handle(
     l: &Listener,
     bytes: &[u8],
     from: SocketAddrV6,
-    responder: Option<&Responder>,
-    committer: &Committer,
+    parts: &Parts6,
     metrics: &Arc<Dhcp6Metrics>,
 ) {
+    let (responder, committer) = (parts.responder.as_ref(), &parts.committer);
     metrics.received.inc();
     let request = match wire::decode(bytes) {
         Ok(r) => r,
@@ -261,6 +263,7 @@ fn handle(
         },
         mac,
         responsibility,
+        policy: mac.and_then(|m| parts.policies.lookup(&m)),
         now: crate::dhcp::shell::unix_now(),
     };
     let decision = engine.handle_message(msg, &request.hops, &ctx);
