@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Every side-by-side figure in one run and one table: DHCP rate and CPU (dhcp_vs), the
-# boot storm (boot_storm), members (dhcp_members), TFTP (tftp_bench), the HTTP boot
-# route (http_bench) and QEMU time to the per-node config (qemu_boot). Each bench runs
-# as it does alone, one after another (never two at once: the machine has 2 cores), and
-# appends its rows through benches/rows.sh; the table printed at the end is the README's
-# performance section. Run as root; about 25 minutes.
+# same for DHCPv6 (dhcp6_vs), the boot storm (boot_storm), members (dhcp_members), TFTP
+# (tftp_bench), the HTTP boot route (http_bench) and QEMU time to the per-node config
+# (qemu_boot). Each bench runs as it does alone, one after another (never two at once:
+# the machine has 2 cores), and appends its rows through benches/rows.sh; the table
+# printed at the end is the README's performance section. Run as root; about 27 minutes.
 #
 #   benches/all.sh [seconds-per-DHCP-run]      (ONLY="dhcp_vs tftp_bench" for some)
 #
@@ -18,9 +18,9 @@ export SB_BENCH_ROWS="$out/rows.md"
 : >"$SB_BENCH_ROWS"
 started=$(date -u '+%Y-%m-%d %H:%M UTC')
 failed=()
-for bench in ${ONLY:-dhcp_vs boot_storm dhcp_members tftp_bench http_bench qemu_boot}; do
+for bench in ${ONLY:-dhcp_vs dhcp6_vs boot_storm dhcp_members tftp_bench http_bench qemu_boot}; do
   case $bench in
-    dhcp_vs | dhcp_members | http_bench) args=("$secs") ;;
+    dhcp_vs | dhcp6_vs | dhcp_members | http_bench) args=("$secs") ;;
     boot_storm) args=(60) ;;
     qemu_boot) args=(1) ;;
     *) args=() ;;

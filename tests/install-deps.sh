@@ -9,6 +9,7 @@ packages=(
   udhcpc            # busybox udhcpc
   kea-admin         # perfdhcp
   kea-dhcp4-server  # reference server for benchmarks
+  kea-dhcp6-server  # reference DHCPv6 server for benches/dhcp6_vs.sh
   dnsmasq-base      # reference server for benchmarks
   tftp-hpa atftp curl tftpd-hpa
   ipxe              # undionly.kpxe, snponly.efi, ipxe.efi
@@ -36,8 +37,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-# kea-dhcp4-server, tftpd-hpa, postgresql, nginx and radvd start system services on install; the tests run their
+# kea-dhcp4-server, kea-dhcp6-server, tftpd-hpa, postgresql, nginx and radvd start system services on install; the tests run their
 # own instances in namespaces and need nothing listening on the host.
-for svc in kea-dhcp4-server tftpd-hpa postgresql nginx radvd; do
+for svc in kea-dhcp4-server kea-dhcp6-server tftpd-hpa postgresql nginx radvd; do
   systemctl stop "$svc" 2>/dev/null || service "$svc" stop 2>/dev/null || true
 done
