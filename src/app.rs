@@ -252,7 +252,7 @@ pub async fn run(
                 .map(|i| (i, crate::ra::wire::no_router_advertisement().to_vec())),
         );
     } else {
-        info!("DHCP disabled");
+        info!("DHCP (IPv4) disabled");
     }
     if config.ra.enabled {
         // A [[subnet6]] link gets the managed advertisement, whatever v4 serves on it.

@@ -35,8 +35,10 @@ pub fn check_config(config: &Config) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(out, "configuration OK")?;
     writeln!(out, "state_dir: {}", config.state_dir.display())?;
-    if !config.dhcp.enabled {
+    if !config.dhcp.enabled && config.subnets6.is_empty() {
         writeln!(out, "dhcp: disabled (TFTP and HTTP only)")?;
+    } else if !config.dhcp.enabled {
+        writeln!(out, "dhcp: IPv4 disabled (DHCPv6 only)")?;
     }
     for (i, s) in config.subnets.iter().enumerate() {
         writeln!(
@@ -45,6 +47,21 @@ pub fn check_config(config: &Config) -> anyhow::Result<()> {
             s.network,
             s.range_size(),
             s.lease_time
+        )?;
+    }
+    for (i, s) in config.subnets6.iter().enumerate() {
+        let size: u64 = s
+            .ranges
+            .iter()
+            .filter_map(|(a, b)| crate::config::range6_len(*a, *b))
+            .map(u64::from)
+            .sum();
+        writeln!(
+            out,
+            "subnet6[{i}] {}: {size} dynamic addresses, lease {} s, rapid commit {}",
+            s.network,
+            s.lease_time,
+            if s.rapid_commit { "on" } else { "off" }
         )?;
     }
     let members = MemberList::of(&config.members);

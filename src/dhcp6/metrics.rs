@@ -3,7 +3,7 @@
 use crate::metrics::{header, value, Counter, Gauge, LabeledCounters};
 
 /// Why a datagram was dropped before the engine saw it, or after.
-pub const DROP_REASONS: [&str; 9] = [
+pub const DROP_REASONS: [&str; 10] = [
     "oversized",
     "bad_relay",
     "truncated",
@@ -13,6 +13,7 @@ pub const DROP_REASONS: [&str; 9] = [
     "undecodable",
     "store_failed",
     "queue_full",
+    "receive_buffer_full",
 ];
 
 /// What the engine decided.
@@ -40,7 +41,7 @@ pub struct Dhcp6Metrics {
     /// Datagrams received.
     pub received: Counter,
     /// Datagrams dropped, by reason.
-    pub dropped: LabeledCounters<9>,
+    pub dropped: LabeledCounters<10>,
     /// Engine decisions, by outcome (`nothing_to_answer` is counted under
     /// `not_responsible`: both are silences another server covers).
     pub outcomes: LabeledCounters<15>,

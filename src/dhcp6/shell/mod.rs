@@ -106,7 +106,7 @@ pub async fn run(
     };
     let mut listeners = Vec::new();
     for i in interfaces {
-        let std_socket = bind6(&i, config.dhcp6.port)?;
+        let std_socket = bind6(&i, config.dhcp6.port, config.dhcp.receive_buffer_kib)?;
         let io = |source| Server6Error::Io {
             interface: i.name.clone(),
             source,
@@ -156,6 +156,7 @@ pub async fn run(
     drop(tx);
     let mut roster = parts.roster.as_ref().map(|r| r.subscribe());
     let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut kernel_drops = vec![0u32; listeners.len()];
     let metrics = parts.metrics.clone();
     loop {
         tokio::select! {
@@ -164,6 +165,14 @@ pub async fn run(
                 if let Ok(Err(e)) = done { return Err(e) }
             }
             _ = tick.tick() => {
+                // The kernel's own drops (a full receive buffer), each socket's count
+                // since the last tick.
+                for (seen, l) in kernel_drops.iter_mut().zip(&listeners) {
+                    if let Some(now) = crate::sockopt::receive_drops(&*l.socket) {
+                        metrics.dropped.add("receive_buffer_full", u64::from(now.wrapping_sub(*seen)));
+                        *seen = now;
+                    }
+                }
                 engine.handle_tick(crate::dhcp::shell::unix_now());
                 metrics.leases.set(engine.leases().count() as u64);
             }

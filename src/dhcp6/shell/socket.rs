@@ -103,7 +103,12 @@ pub fn resolve_interfaces6(
 }
 
 /// Binds [::]:`port` on `interface`, IPv6 only, non-blocking, in the servers' group.
-pub fn bind6(interface: &Interface6, port: u16) -> Result<std::net::UdpSocket, Socket6Error> {
+/// The receive buffer is `receive_buffer_kib` (`dhcp.receive_buffer_kib`, as v4's).
+pub fn bind6(
+    interface: &Interface6,
+    port: u16,
+    receive_buffer_kib: u32,
+) -> Result<std::net::UdpSocket, Socket6Error> {
     let err = |source| Socket6Error::Bind {
         interface: interface.name.clone(),
         port,
@@ -114,7 +119,8 @@ pub fn bind6(interface: &Interface6, port: u16) -> Result<std::net::UdpSocket, S
     s.set_reuse_address(true).map_err(err)?;
     s.bind_device(Some(interface.name.as_bytes()))
         .map_err(err)?;
-    crate::sockopt::enlarge_recv_buffer(&s, 4 << 20);
+    // Room for a rack powering on at once, as for v4.
+    crate::sockopt::enlarge_recv_buffer(&s, receive_buffer_kib as usize * 1024);
     // Replies to clients on the link go to their link-local address; multicast loops
     // are not ours to hear.
     s.set_multicast_loop_v6(false).map_err(err)?;
