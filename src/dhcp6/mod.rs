@@ -1,11 +1,11 @@
-//! DHCPv6 (RFC 8415) for IPv6 provisioning networks, being built (issue: IPv6
-//! provisioning). So far the pure parts that everything else keys on: which MAC a v6
-//! client is ([`client_mac`]: owner routing, host policies and reservations are by MAC),
-//! and what its firmware asks to boot ([`boot`]: RFC 5970, with the vendor-class
-//! fallback firmware without option 61 needs), and the relay layers around a client's
-//! message ([`relay`]: unwrapped by hand, depth-capped, echoed back), and the checks
-//! before a client message is decoded ([`wire`]). The server loop, leases and replies come
-//! next, on the same store, engine shape and listeners as v4.
+//! DHCPv6 (RFC 8415) for IPv6 provisioning networks, beside v4 on the same store,
+//! member list and listeners: which MAC a v6 client is ([`client_mac`]: owner routing,
+//! host policies and the member bucket are by MAC), what its firmware asks to boot
+//! ([`boot`]: RFC 5970, with the vendor-class fallback firmware without option 61
+//! needs), the relay layers around a client's message ([`relay`]: unwrapped by hand,
+//! depth-capped, echoed back), the checks before a client message is decoded ([`wire`]),
+//! the pure decisions ([`engine`]), the server loop ([`shell`]), the server's DUID
+//! ([`duid`]) and counters ([`metrics`]).
 
 pub mod boot;
 pub mod client_mac;
