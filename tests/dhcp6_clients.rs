@@ -5,10 +5,10 @@
 mod common;
 
 use std::net::{Ipv6Addr, SocketAddrV6, UdpSocket};
-use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use common::clients::wait_event;
 use common::relay6::{relay_forward, relay_reply};
 use common::{Lab, Netns, Server};
 use dhcproto::v6::{DhcpOption, Message, MessageType, OptionCode, UnknownOption, IANA};
@@ -89,25 +89,6 @@ fn wait_log(server: &Server, line: &str) {
             server.log_text()
         );
         std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn wait_event(events: &Path, event: &str, nth: usize) -> Vec<String> {
-    let deadline = Instant::now() + Duration::from_secs(40);
-    loop {
-        let text = std::fs::read_to_string(events).unwrap_or_default();
-        let hits: Vec<&str> = text
-            .lines()
-            .filter(|l| l.split(' ').next() == Some(event))
-            .collect();
-        if hits.len() >= nth {
-            return hits[nth - 1].split(' ').map(str::to_string).collect();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no {event} #{nth}; events so far:\n{text}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

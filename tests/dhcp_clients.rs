@@ -5,31 +5,11 @@ mod common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{Lab, Server};
 
-use common::clients::script;
-
-/// Waits until the events file has a line starting with `event`; returns that line's fields.
-fn wait_event(events: &Path, event: &str, nth: usize) -> Vec<String> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let text = std::fs::read_to_string(events).unwrap_or_default();
-        let hits: Vec<&str> = text
-            .lines()
-            .filter(|l| l.split(' ').next() == Some(event))
-            .collect();
-        if hits.len() >= nth {
-            return hits[nth - 1].split(' ').map(str::to_string).collect();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no {event} #{nth} event; events so far:\n{text}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+use common::clients::{script, wait_event};
 
 fn lease_state(server: &Server, ip: &str) -> String {
     let leases = server.leases_json();

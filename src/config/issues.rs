@@ -76,6 +76,18 @@ impl Issues {
             .collect()
     }
 
+    /// An issue under `key` unless `name` is a DNS name: 1 to 253 letters, digits, '-'
+    /// and '.'.
+    pub(super) fn dns_name(&mut self, key: &str, name: &str) {
+        let ok = (1..=253).contains(&name.len())
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+        if !ok {
+            self.add(key, "must be a DNS name (letters, digits, '-' and '.')");
+        }
+    }
+
     /// The keys of the issues so far, for tests that check which keys are named.
     #[cfg(test)]
     pub(super) fn keys(&self) -> Vec<String> {

@@ -202,17 +202,7 @@ fn subnet(i: usize, raw: RawSubnet, issues: &mut Issues) -> Option<Subnet> {
     let dns = issues.ips(&k("dns"), &raw.dns);
     let ntp = issues.ips(&k("ntp"), &raw.ntp);
     if let Some(d) = &raw.domain {
-        if d.is_empty()
-            || d.len() > 253
-            || !d
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
-        {
-            issues.add(
-                k("domain"),
-                "must be a DNS name (letters, digits, '-' and '.')",
-            );
-        }
+        issues.dns_name(&k("domain"), d);
     }
     if let Some(mtu) = raw.mtu {
         // RFC 2132 §5.1: the minimum legal MTU is 68.

@@ -198,17 +198,7 @@ fn subnet6(i: usize, raw: RawSubnet6, issues: &mut Issues) -> Option<Subnet6> {
     let exclude = ips6(issues, &k("exclude"), &raw.exclude);
     let dns = ips6(issues, &k("dns"), &raw.dns);
     for (j, d) in raw.domain_search.iter().enumerate() {
-        if d.is_empty()
-            || d.len() > 253
-            || !d
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
-        {
-            issues.add(
-                format!("subnet6[{i}].domain_search[{j}]"),
-                "must be a DNS name (letters, digits, '-' and '.')",
-            );
-        }
+        issues.dns_name(&format!("subnet6[{i}].domain_search[{j}]"), d);
     }
     Some(Subnet6 {
         network: network?,

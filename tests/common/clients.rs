@@ -3,6 +3,7 @@
 
 use std::path::Path;
 use std::process::{ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use super::Netns;
 
@@ -55,4 +56,24 @@ pub(crate) fn dhclient_hook(dir: &Path, hook: &str, events: &Path) -> std::path:
     )
     .unwrap();
     wrapper
+}
+
+/// Waits until the events file has a line starting with `event`; returns that line's fields.
+pub(crate) fn wait_event(events: &Path, event: &str, nth: usize) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let text = std::fs::read_to_string(events).unwrap_or_default();
+        let hits: Vec<&str> = text
+            .lines()
+            .filter(|l| l.split(' ').next() == Some(event))
+            .collect();
+        if hits.len() >= nth {
+            return hits[nth - 1].split(' ').map(str::to_string).collect();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {event} #{nth} event; events so far:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

@@ -59,18 +59,23 @@ pub fn ia_with(iaid: u32, addr: Ipv6Addr, life: Lifetimes, stale: &[Ipv6Addr]) -
         opts: DhcpOptions::new(),
     }));
     for s in stale.iter().filter(|s| **s != addr) {
-        opts.insert(DhcpOption::IAAddr(IAAddr {
-            addr: *s,
-            preferred_life: 0,
-            valid_life: 0,
-            opts: DhcpOptions::new(),
-        }));
+        opts.insert(withdrawn(*s));
     }
     DhcpOption::IANA(IANA {
         id: iaid,
         t1: life.t1,
         t2: life.t2,
         opts,
+    })
+}
+
+/// `addr` with lifetimes 0: the client must stop using it (RFC 8415 §18.3.4).
+fn withdrawn(addr: Ipv6Addr) -> DhcpOption {
+    DhcpOption::IAAddr(IAAddr {
+        addr,
+        preferred_life: 0,
+        valid_life: 0,
+        opts: DhcpOptions::new(),
     })
 }
 
@@ -83,12 +88,7 @@ pub fn ia_status(iaid: u32, status: Status, msg: &str, withdraw: &[Ipv6Addr]) ->
         msg: msg.into(),
     }));
     for s in withdraw {
-        opts.insert(DhcpOption::IAAddr(IAAddr {
-            addr: *s,
-            preferred_life: 0,
-            valid_life: 0,
-            opts: DhcpOptions::new(),
-        }));
+        opts.insert(withdrawn(*s));
     }
     DhcpOption::IANA(IANA {
         id: iaid,
