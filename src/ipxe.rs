@@ -17,14 +17,14 @@ pub const EXIT: &str = include_str!("../ipxe/exit.ipxe");
 pub const SANBOOT: &str = include_str!("../ipxe/sanboot.ipxe");
 
 /// Whether `v` may appear in an iPXE script: non-empty, at most 512 bytes, and only
-/// letters, digits and `-._~:/?=%@+,`. That admits URLs (without `&` query separators,
-/// which iPXE would read as `&&` fragments), MACs, names and numbers, and nothing that
-/// iPXE expands or splits on.
+/// letters, digits and `-._~:/?=%@+,[]`. That admits URLs (IPv6 literals in brackets,
+/// RFC 3986 §3.2.2, but no `&` query separators, which iPXE would read as `&&`
+/// fragments), MACs, names and numbers, and nothing that iPXE expands or splits on.
 pub fn is_script_safe(v: &str) -> bool {
     !v.is_empty()
         && v.len() <= 512
         && v.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-._~:/?=%@+,".contains(&b))
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~:/?=%@+,[]".contains(&b))
 }
 
 /// Whether `v` is a safe absolute http(s) URL (see [`is_script_safe`]).
@@ -71,6 +71,8 @@ mod tests {
         assert!(!is_script_safe(&long));
         for good in [
             "http://192.0.2.1:8088/pxelinux.cfg/52-54-00-12-34-56",
+            // An IPv6 member or conductor (the QEMU IPv6 tests chain these).
+            "http://[fd00:1::1]:8088/pxelinux.cfg/52-54-00-12-34-56",
             "52:54:00:12:34:56",
             "node-1",
             "10000",
@@ -78,6 +80,7 @@ mod tests {
             assert!(is_script_safe(good), "{good:?} refused");
         }
         assert!(is_safe_url("https://ironic.example:6385/x"));
+        assert!(is_safe_url("http://[2001:db8::2]:8080"));
         assert!(!is_safe_url("ftp://x/y"));
     }
 

@@ -62,7 +62,7 @@ fn url(key: String, value: Option<String>, issues: &mut Issues) -> Option<String
     if !is_safe_url(&v) {
         issues.add(
             key,
-            "must be an http(s) URL of letters, digits and -._~:/?=%@+, only",
+            "must be an http(s) URL of letters, digits and -._~:/?=%@+,[] only",
         );
     }
     Some(v)
@@ -73,7 +73,7 @@ fn url(key: String, value: Option<String>, issues: &mut Issues) -> Option<String
 pub(super) fn is_member_name(name: &str) -> bool {
     is_script_safe(name)
         && name.len() <= 63
-        && !name.contains(['/', ':', '?', '%', '@', '+', ',', '='])
+        && !name.contains(['/', ':', '?', '%', '@', '+', ',', '=', '[', ']'])
 }
 
 /// Validates every `[[member]]`. Names end up in iPXE scripts and URLs, hence the
