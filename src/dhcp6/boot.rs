@@ -53,7 +53,12 @@ pub fn classify(opts: &DhcpOptions) -> ClientClass {
 
 /// What to tell a v6 client to load: option 59's URL (RFC 5970 §3.1), and the vendor
 /// class to echo in option 16 (UEFI HTTP Boot ignores an Advertise without
-/// `HTTPClient`).
+/// `HTTPClient`). PXE over IPv6 gets no vendor class back: UEFI PXE (edk2's
+/// `PxeBcParseDhcp6Packet`) takes an Advertise with an address and `PXEClient` for a
+/// BINL offer and asks a boot server on port 4011 for the file before it would use
+/// option 59; without `PXEClient` the offer is "DHCP only with a boot file URL",
+/// which it boots at once (found by the QEMU IPv6 test: OVMF released the address and
+/// reported "PXE-E16: No valid offer received").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BootUrl {
     /// Option 59.
@@ -103,7 +108,7 @@ pub fn select(
             let tftp = format!("tftp://[{server}]/{}", file.trim_start_matches('/'));
             Some(BootUrl {
                 url: absolute(file, tftp),
-                vendor_class: Some("PXEClient"),
+                vendor_class: None,
             })
         }
         Firmware::Http => {
@@ -217,7 +222,8 @@ mod tests {
         };
         let pxe = select(class(Firmware::Pxe, Some(7), false), &s, SERVER, None).unwrap();
         assert_eq!(pxe.url, format!("tftp://[2001:db8::2]/{}", s.uefi_x64));
-        assert_eq!(pxe.vendor_class, Some("PXEClient"));
+        // No PXEClient echo: UEFI PXE would wait for a BINL server on port 4011.
+        assert_eq!(pxe.vendor_class, None);
         let http = select(class(Firmware::Http, Some(16), false), &s, SERVER, None).unwrap();
         assert_eq!(
             http.url,
