@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The QEMU lab: one network namespace holding a bridge (one L2 provisioning segment),
-# one veth per shardboot member with that member's address, and tap devices for VMs.
+# one veth per shardboot member with that member's addresses, and tap devices for VMs.
 # Names inside the namespace are fixed: bridge br0, members m0, m1, ... (peers m0p, ...),
 # taps tap0, tap1, ...  Shared by the integration tests, the demo and the benchmark.
 #
 #   qemu/lab.sh up NS TAPS ADDR/PREFIX...   e.g. qemu/lab.sh up sbdemo 1 192.0.2.1/24
+#                                           (IPv6 too: fd00:1::1/64; two on m0: ADDR,ADDR)
 #   qemu/lab.sh down NS                     kills every process in NS, then deletes it
 #
 # Run as root. Nothing outside the namespace is touched except /etc/netns/NS, which
@@ -24,12 +25,21 @@ up() {
   # No STP forwarding delay: a VM's first DHCP packet must not be dropped.
   ip -n "$ns" link set br0 type bridge forward_delay 0 stp_state 0
   ip -n "$ns" link set br0 up
-  local i=0 addr
-  for addr in "$@"; do
+  local i=0 addrs addr
+  for addrs in "$@"; do
     ip -n "$ns" link add "m$i" type veth peer name "m${i}p"
     ip -n "$ns" link set "m${i}p" master br0
     ip -n "$ns" link set "m${i}p" up
-    ip -n "$ns" addr add "$addr" dev "m$i"
+    for addr in ${addrs//,/ }; do
+      if [[ $addr == *:* ]]; then
+        # IPv6: no duplicate address detection, so the address (and the link-local
+        # one DHCPv6 and router advertisements leave from) is usable at once.
+        ip netns exec "$ns" sysctl -qw "net.ipv6.conf.m$i.accept_dad=0"
+        ip -n "$ns" addr add "$addr" dev "m$i" nodad
+      else
+        ip -n "$ns" addr add "$addr" dev "m$i"
+      fi
+    done
     ip -n "$ns" link set "m$i" up
     i=$((i + 1))
   done

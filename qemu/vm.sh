@@ -16,13 +16,17 @@
 #   uefi-http   OVMF's UEFI HTTP Boot: IPv4 PXE and IPv6 switched off through fw_cfg
 #               (OvmfPkg's runtime options), so the first DHCP is HTTPClient:Arch:00016
 #               and the boot file is a URL
+#   uefi-pxe6   OVMF's PXE over IPv6 first (IPv4 off): DHCPv6 Solicit
+#               PXEClient:Arch:00007, option 59 tftp://[addr]/snponly.efi
+#   uefi-http6  OVMF's UEFI HTTP Boot over IPv6 (IPv4 and PXEv6 off): DHCPv6 Solicit
+#               HTTPClient:Arch:00016, option 59 http://[addr]:port/…
 #
 # Software emulation (TCG: KVM is not dependable on the lab machines), 256 MiB, no
 # reboot: the machine stops when the guest resets or powers off. The process is
 # replaced by QEMU (exec), so the caller's PID is QEMU's and killing it stops the VM;
 # `qemu/lab.sh down` kills whatever is left in the namespace.
 set -euo pipefail
-[ $# -ge 4 ] || { sed -n '2,23p' "$0" >&2; exit 2; }
+[ $# -ge 4 ] || { sed -n '2,27p' "$0" >&2; exit 2; }
 firmware=$1 tap=$2 mac=$3 console=$4
 shift 4
 # The NICs that come first: no netdev (QEMU warns that they have no peer).
@@ -59,7 +63,23 @@ case "$firmware" in
     args=($(ovmf) -device "virtio-net-pci,netdev=n0,mac=$mac,romfile="
       -fw_cfg name=opt/org.tianocore/IPv4PXESupport,string=no
       -fw_cfg name=opt/org.tianocore/IPv6Support,string=no) ;;
-  *) echo "vm.sh: unknown firmware '$firmware' (bios-ipxe, uefi-pxe, uefi-http)" >&2; exit 2 ;;
+  uefi-pxe6 | uefi-http6)
+    # OvmfPkg's runtime options: IPv4PXESupport / IPv6PXESupport for the PXE boot
+    # options, IPv4Support / IPv6Support for the network stacks (IPv6Support off
+    # leaves no IPv6 boot option at all). Each boot option left on costs about a
+    # minute of DHCP timeouts on a segment that does not serve it (PXEv4 on an
+    # IPv6-only segment: 65 s). uefi-pxe6 keeps HTTPv6 after PXEv6, which it never
+    # reaches when PXEv6 boots.
+    off=(IPv4PXESupport IPv4Support)
+    fw=()
+    if [ "$firmware" = uefi-http6 ]; then
+      off+=(IPv6PXESupport)
+      fw+=(-boot menu=on,splash-time=3000)
+    fi
+    for knob in "${off[@]}"; do fw+=(-fw_cfg "name=opt/org.tianocore/$knob,string=no"); done
+    # shellcheck disable=SC2207
+    args=($(ovmf) "${others[@]}" -device "virtio-net-pci,netdev=n0,mac=$mac,romfile=$boot_nic" "${fw[@]}") ;;
+  *) echo "vm.sh: unknown firmware '$firmware' (bios-ipxe, uefi-pxe, uefi-http, uefi-pxe6, uefi-http6)" >&2; exit 2 ;;
 esac
 
 exec qemu-system-x86_64 "${common[@]}" "${args[@]}"

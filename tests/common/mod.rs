@@ -246,6 +246,18 @@ impl Server {
 
     /// Like [`Server::start`], with the store in `state_dir` (another file system).
     pub(crate) fn start_with_state(ns: &Netns, dir: &Path, config: &str, state_dir: &Path) -> Self {
+        Self::start_ready(ns, dir, config, state_dir, "DHCP listening")
+    }
+
+    /// Like [`Server::start_with_state`], ready when the log says `ready` (e.g.
+    /// "DHCPv6 listening" for a server without DHCPv4).
+    pub(crate) fn start_ready(
+        ns: &Netns,
+        dir: &Path,
+        config: &str,
+        state_dir: &Path,
+        ready: &'static str,
+    ) -> Self {
         let path = dir.join("shardboot.toml");
         std::fs::write(&path, config).unwrap();
         let mut s = Self {
@@ -254,7 +266,7 @@ impl Server {
             state_dir: state_dir.to_path_buf(),
             source: vec!["--config".into(), path.display().to_string()],
             vars: Vec::new(),
-            ready: "DHCP listening",
+            ready,
             ns: ns.name.clone(),
         };
         s.spawn();

@@ -57,6 +57,10 @@ pub(crate) enum Firmware {
     UefiPxe,
     /// OVMF's UEFI HTTP Boot: snponly.efi over HTTP, then iPXE.
     UefiHttp,
+    /// OVMF's PXE over IPv6 (IPv4 off): DHCPv6, TFTP snponly.efi, then iPXE.
+    UefiPxe6,
+    /// OVMF's UEFI HTTP Boot over IPv6 (IPv4 and PXEv6 off).
+    UefiHttp6,
 }
 
 impl Firmware {
@@ -65,6 +69,48 @@ impl Firmware {
             Firmware::BiosIpxe => "bios-ipxe",
             Firmware::UefiPxe => "uefi-pxe",
             Firmware::UefiHttp => "uefi-http",
+            Firmware::UefiPxe6 => "uefi-pxe6",
+            Firmware::UefiHttp6 => "uefi-http6",
+        }
+    }
+}
+
+/// `tcpdump` on the lab's bridge, writing every frame to `<SB_CAPTURE_DIR>/<name>.pcap`
+/// as it arrives, when `SB_CAPTURE_DIR` is set (how the firmware packets under
+/// `fixtures/packets/` were captured); nothing otherwise. Stopped on drop.
+pub(crate) struct Capture(Option<Child>);
+
+impl Capture {
+    /// Starts capturing in `ns` if `SB_CAPTURE_DIR` asks for it.
+    pub(crate) fn start(ns: &Netns, name: &str) -> Self {
+        let Some(dir) = std::env::var_os("SB_CAPTURE_DIR") else {
+            return Self(None);
+        };
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = Path::new(&dir).join(format!("{name}.pcap"));
+        let child = ns
+            .command("tcpdump")
+            .args(["-U", "-s", "0", "-i", "br0", "-w"])
+            .arg(&file)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("tcpdump (SB_CAPTURE_DIR is set)");
+        // tcpdump drops what arrives before its socket is open.
+        std::thread::sleep(Duration::from_secs(1));
+        Self(Some(child))
+    }
+}
+
+impl Drop for Capture {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            // SIGTERM: tcpdump closes the file cleanly.
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(c.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let _ = c.wait();
         }
     }
 }
