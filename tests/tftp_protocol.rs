@@ -431,11 +431,19 @@ fn a_wildcard_listener_answers_from_the_address_the_client_asked() {
     // On loopback, 127.0.0.2 is as local as 127.0.0.1, but the route back to a client at
     // 127.0.0.1 would pick 127.0.0.1 as the source: a PXE ROM that asked 127.0.0.2 (a
     // VIP, a secondary address) would drop such DATA as coming from a stranger.
+    // The same through a dual-stack [::] listener, which sees the IPv4 request's
+    // address as ::ffff:127.0.0.2.
     let root = Root::new();
-    for single_port in [false, true] {
+    for (listen, single_port) in [
+        ("0.0.0.0:0", false),
+        ("0.0.0.0:0", true),
+        ("[::]:0", false),
+        ("[::]:0", true),
+    ] {
         let mut s = settings(root.path());
         s.single_port = single_port;
-        let server = TestServer::start(s, "0.0.0.0:0".parse().unwrap());
+        let server = TestServer::start(s, listen.parse().unwrap());
+        let how = format!("{listen} single_port={single_port}");
         let asked: SocketAddr = format!("127.0.0.2:{}", server.addr.port()).parse().unwrap();
         let r = TestClient::new()
             .get(
@@ -445,15 +453,43 @@ fn a_wildcard_listener_answers_from_the_address_the_client_asked() {
                 &Faults::default(),
             )
             .unwrap();
-        assert_eq!(r.data.len(), 1468, "single_port={single_port}");
+        assert_eq!(r.data.len(), 1468, "{how}");
         let tid = r.server_tid.unwrap();
-        assert_eq!(tid.ip(), asked.ip(), "single_port={single_port}");
+        assert_eq!(tid.ip(), asked.ip(), "{how}");
         // Error packets come from there too.
         let (reply, from) = TestClient::new()
             .request(asked, &TestClient::rrq(b"missing.bin", "octet", &[]))
             .unwrap();
         assert_eq!(error_code(&reply), Some(1));
-        assert_eq!(from.ip(), asked.ip(), "single_port={single_port}");
+        assert_eq!(from.ip(), asked.ip(), "{how}");
+    }
+}
+
+#[test]
+fn a_dual_stack_listener_serves_ipv6_clients() {
+    let Ok(sock) = std::net::UdpSocket::bind("[::1]:0") else {
+        eprintln!("skipped: no IPv6 loopback");
+        return;
+    };
+    sock.set_read_timeout(Some(std::time::Duration::from_millis(300)))
+        .unwrap();
+    let client = TestClient { sock };
+    let root = Root::new();
+    for single_port in [false, true] {
+        let mut s = settings(root.path());
+        s.single_port = single_port;
+        let server = TestServer::start(s, "[::]:0".parse().unwrap());
+        let asked: SocketAddr = format!("[::1]:{}", server.addr.port()).parse().unwrap();
+        let r = client
+            .get(
+                asked,
+                "b1468.bin",
+                &[("blksize", "1468")],
+                &Faults::default(),
+            )
+            .unwrap();
+        assert_eq!(r.data.len(), 1468, "single_port={single_port}");
+        assert_eq!(r.server_tid.unwrap().ip(), asked.ip());
     }
 }
 

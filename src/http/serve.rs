@@ -402,7 +402,8 @@ pub async fn serve(
 }
 
 /// The client's address, in every request's extensions (the timeline names machines
-/// that TFTP and the first-stage script know only by address).
+/// that TFTP and the first-stage script know only by address); an IPv4 client of a
+/// dual-stack listener by its IPv4 address, not the v4-mapped one.
 #[derive(Debug, Clone, Copy)]
 pub struct PeerAddr(pub std::net::SocketAddr);
 
@@ -420,6 +421,9 @@ async fn connection<T>(
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let act = activity.clone();
+    // An IPv4 client of a dual-stack [::] listener is known by its IPv4 address, as the
+    // timeline (which DHCPv4 fills) knows it.
+    let peer = std::net::SocketAddr::new(peer.ip().to_canonical(), peer.port());
     let service =
         hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
             act.request_since.store(act.now(), Relaxed);

@@ -86,7 +86,7 @@ struct Listener {
     /// The listener's own address.
     local: SocketAddr,
     /// The address the request was sent to, when the listener is a wildcard.
-    to: Option<std::net::Ipv4Addr>,
+    to: Option<std::net::IpAddr>,
 }
 
 async fn serve_transfer(

@@ -4,7 +4,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
@@ -26,7 +26,7 @@ use crate::net_error::is_transient;
 struct Running {
     p: Prepared,
     /// The local address the request came to, which every reply comes from.
-    local: Option<Ipv4Addr>,
+    local: Option<IpAddr>,
     slot: Slot,
     started: Instant,
     /// Deadline last pushed on the timer heap, to avoid pushing duplicates.
@@ -39,7 +39,7 @@ struct Running {
 /// A request back from file loading, ready to run or refused.
 struct Loaded {
     peer: SocketAddr,
-    local: Option<Ipv4Addr>,
+    local: Option<IpAddr>,
     slot: Slot,
     datagram: Vec<u8>,
     span: Span,
