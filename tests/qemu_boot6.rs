@@ -326,6 +326,31 @@ fn boot_dual_stack(firmware: Firmware, mac: &str, capture: &str) {
         "{m}"
     );
     assert!(lab.problems().is_empty(), "{:?}", lab.problems());
+    // The [::] listeners know an IPv4 client by its IPv4 address, so its TFTP and
+    // first-stage requests join its DHCPv4 timeline.
+    let out = lab
+        .ns
+        .command(common::shardboot_bin().to_str().unwrap())
+        .args(["trace", "--once", "--server", API, "--token-file"])
+        .arg(lab.dir.path().join("tokens"))
+        .arg(mac)
+        .output()
+        .unwrap();
+    let trace = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{trace}");
+    let mut want = vec!["dhcp DISCOVER", "http GET /v1/boot/{mac}/{name}"];
+    if firmware == Firmware::UefiPxe {
+        want.push("tftp RRQ");
+    }
+    if family == "IPv4" {
+        want.push("http GET /boot.ipxe");
+    }
+    for step in want {
+        assert!(
+            trace.contains(step),
+            "{step:?} missing from the trace:\n{trace}"
+        );
+    }
 }
 
 #[test]
