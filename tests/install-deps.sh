@@ -17,6 +17,7 @@ packages=(
   ipxe-qemu         # the iPXE option ROMs of QEMU's NICs
   ovmf              # UEFI firmware for the UEFI PXE and HTTP Boot paths (qemu/vm.sh)
   ndisc6 radvd      # IPv6 router discovery client and a real IPv6 router (tests/ra_responder.rs)
+  tcpdump           # SB_CAPTURE_DIR: pcaps of the QEMU boots (tests/common/qemu.rs Capture)
   chromium          # headless browser for the /ui page (tests/operator_ui.rs)
   postgresql        # the database of the real Ironic (tests/ironic/lab.sh)
   python3-venv      # the venv Ironic is pip-installed into (inside target/)
