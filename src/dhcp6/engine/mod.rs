@@ -309,6 +309,15 @@ impl Engine6 {
             .find(|p| p.contains(ip))
     }
 
+    /// Whether `ip` may be handed to a client of subnet `si` fresh: in this member's
+    /// share, neither held nor excluded.
+    fn free_in_share(&self, si: usize, ip: Ipv6Addr) -> bool {
+        self.subnets[si]
+            .pools
+            .iter()
+            .any(|p| p.in_share(ip) && !p.is_used(ip) && !p.is_blocked(ip))
+    }
+
     fn set_used(&mut self, ip: Ipv6Addr, used: bool) {
         if let Some(p) = self.pool_of(ip) {
             p.set_used(ip, used);
@@ -472,12 +481,9 @@ impl Engine6 {
                 return Some(ip);
             }
         }
-        let hinted = reply::addresses_in(ia).into_iter().find(|ip| {
-            subnet
-                .pools
-                .iter()
-                .any(|p| p.in_share(*ip) && !p.is_used(*ip) && !p.is_blocked(*ip))
-        });
+        let hinted = reply::addresses_in(ia)
+            .into_iter()
+            .find(|ip| self.free_in_share(si, *ip));
         if hinted.is_some() {
             return hinted;
         }
@@ -635,14 +641,7 @@ impl Engine6 {
                 .filter(|ip| asked.is_empty() || asked.contains(ip));
             // A binding lost with a store (or never replicated) is made again when the
             // address it asks for is free in this member's share.
-            let ip = held.or_else(|| {
-                asked.iter().copied().find(|ip| {
-                    self.subnets[si]
-                        .pools
-                        .iter()
-                        .any(|p| p.in_share(*ip) && !p.is_used(*ip) && !p.is_blocked(*ip))
-                })
-            });
+            let ip = held.or_else(|| asked.iter().copied().find(|ip| self.free_in_share(si, *ip)));
             match ip {
                 Some(ip) => {
                     let lease = self.lease((client, ia.id), ip, msg, si, ctx, LeaseState::Bound);
