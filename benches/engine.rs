@@ -205,7 +205,7 @@ fn bench_silent(c: &mut Criterion) {
 
 fn bench_replication(c: &mut Criterion) {
     use shardboot::replication::wire::{decode_batch, encode_batch, Batch, Epoch};
-    use shardboot::store::{Lease, LeaseEffect, LeaseState};
+    use shardboot::store::{Lease, LeaseEffect, LeaseState, SharedChange};
     const PER_BATCH: u32 = 64;
     let lease = |n: u32| Lease {
         ip: Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 18, 1, 0)) + n % 100_000),
@@ -226,7 +226,7 @@ fn bench_replication(c: &mut Criterion) {
         seq: u64::from(seq),
         catch_up: false,
         changes: (0..PER_BATCH)
-            .map(|i| LeaseEffect::Put(lease(seq * PER_BATCH + i)))
+            .map(|i| SharedChange::V4(LeaseEffect::Put(lease(seq * PER_BATCH + i))))
             .collect(),
     };
     let mut group = c.benchmark_group("replication");
@@ -254,7 +254,9 @@ fn bench_replication(c: &mut Criterion) {
                 let batch = decode_batch(&bytes).unwrap();
                 let now = 1_000_000 + batch.seq;
                 for change in &batch.changes {
-                    e.apply_peer_change(change, now, false);
+                    if let SharedChange::V4(change) = change {
+                        e.apply_peer_change(change, now, false);
+                    }
                 }
             },
             BatchSize::SmallInput,

@@ -160,6 +160,7 @@ pub async fn run(
         ));
     }
     let (dhcp_handle, control) = DhcpHandle::channel();
+    let (dhcp6_handle, control6) = crate::dhcp6::shell::Dhcp6Handle::channel();
     if config.http.enabled {
         let mut state = HttpState::new(
             config.clone(),
@@ -172,6 +173,7 @@ pub async fn run(
             handles.clone(),
         );
         state.replication = replication.clone();
+        state.dhcp6 = (!config.subnets6.is_empty()).then(|| dhcp6_handle.clone());
         for listener in crate::http::start(Arc::new(state), shutdown.clone()).await? {
             tasks.run(listener);
         }
@@ -198,6 +200,8 @@ pub async fn run(
                 .then(|| resolver.roster().clone()),
             policies: policies.clone(),
             metrics: handles.dhcp6.clone(),
+            control: Some(control6),
+            replication: replication.clone(),
         };
         tasks.run(crate::dhcp6::shell::run(
             config.clone(),
@@ -277,8 +281,8 @@ pub async fn run(
     first_error.map_or(Ok(()), Err)
 }
 
-/// Lease replication, for a member of several serving DHCP: every lease change goes to
-/// the other members before it is acknowledged.
+/// Lease replication, for a member of several serving DHCPv4 or DHCPv6: every lease
+/// change goes to the other members before it is acknowledged.
 fn replicator(
     config: &Config,
     resolver: &crate::owner::Resolver,
@@ -286,7 +290,7 @@ fn replicator(
     let several = config.members.len() > 1
         || !matches!(config.owner.members, crate::config::MembersSource::Static);
     let me = config.owner.self_name.clone()?;
-    if !(several && config.dhcp.enabled) {
+    if !(several && (config.dhcp.enabled || !config.subnets6.is_empty())) {
         return None;
     }
     let r = crate::replication::Replicator::new(

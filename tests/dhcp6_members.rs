@@ -3,7 +3,10 @@
 //! members' addresses does): each machine is advertised by exactly its responsible
 //! member (the bucket of the MAC in option 79), each address comes from that member's
 //! share, no address goes to two machines; a SIGKILLed member's machines are then
-//! answered by exactly one live member, still without a duplicate.
+//! answered by exactly one live member, still without a duplicate. The members
+//! replicate their v6 leases: the dead member's machines keep their addresses when
+//! they Rebind, and a member restarted on an empty store learns every lease before it
+//! hands out one.
 
 mod common;
 
@@ -332,5 +335,62 @@ fn three_members_serve_relayed_v6_machines_owner_first_without_duplicates() {
     let by_member = boot(&socket, &more, &[0, 1, 2], &["a", "b"], &mut leases);
     assert_eq!(by_member[2], 0);
     assert_eq!(leases.len(), 250);
+
+    // c's machines Rebind (RFC 8415 §18.2.5: their Renews to c go unanswered). a and b
+    // hold c's leases, replicated before c answered its clients, so every one keeps
+    // its address; without them the address lies in no live member's share and the
+    // machine would be told NoBinding.
+    let of_c: Vec<([u8; 6], Ipv6Addr)> = leases
+        .iter()
+        .filter(|(a, _)| share_owner(**a) == Some(2))
+        .map(|(a, m)| (*m, *a))
+        .collect();
+    assert!(of_c.len() > 20, "c bound {} machines", of_c.len());
+    let rebinds: Vec<_> = of_c
+        .iter()
+        .map(|(m, a)| (*m, message(MessageType::Rebind, m, None, Some(*a), 0)))
+        .collect();
+    let replies = relay_round(&socket, &rebinds, &[0, 1, 2], Duration::from_millis(2000));
+    for (m, a) in &of_c {
+        let h = replies.get(m).cloned().unwrap_or_default();
+        assert!(!h.is_empty(), "{m:02x?} rebinding {a}: no reply");
+        for r in &h {
+            assert_eq!(
+                (r.kind, r.addr),
+                (MessageType::Reply, Some(*a)),
+                "{m:02x?} rebinding {a}: {} answered {r:?}",
+                NAMES[r.member]
+            );
+        }
+    }
+    eprintln!(
+        "{} of c's machines rebound with their addresses",
+        of_c.len()
+    );
+
+    // b is rescheduled onto an empty store: it reads every v6 lease from a before it
+    // answers anyone, so the machines it binds next get addresses nobody holds (its
+    // share starts with the ones its earlier run handed out).
+    servers[1].kill9();
+    let fresh = tempfile::tempdir().unwrap();
+    servers[1] = Server::start(&seg.servers, fresh.path(), &config(&seg.member_ifs[1], 1));
+    wait_until("b knows every v6 lease", Duration::from_secs(15), || {
+        seg.metric(member_v4(1), "shardboot_dhcp6_leases")
+            .is_some_and(|n| n >= 250)
+    });
+    // A member starts believing every member alive: b answers as the others once it
+    // has found c dead.
+    wait_until(
+        "a sees b up, b sees c dead",
+        Duration::from_secs(10),
+        || {
+            seg.metric(member_v4(0), "shardboot_member_up{member=\"b\"}") == Some(1)
+                && seg.metric(member_v4(1), "shardboot_member_up{member=\"c\"}") == Some(0)
+        },
+    );
+    let last: Vec<[u8; 6]> = (2000..2060).map(mac).collect();
+    let by_member = boot(&socket, &last, &[0, 1, 2], &["a", "b"], &mut leases);
+    assert!(by_member[1] > 10, "b bound {by_member:?}");
+    assert_eq!(leases.len(), 310);
     drop(servers);
 }

@@ -15,7 +15,7 @@ use shardboot::owner::peer_auth::MemberSecret;
 use shardboot::owner::Resolver;
 use shardboot::replication::wire::{encode_batch, Batch, Epoch, MAX_BODY};
 use shardboot::replication::{BATCH_PATH, SNAPSHOT_PATH};
-use shardboot::store::{Lease, LeaseEffect, LeaseState};
+use shardboot::store::{Lease, LeaseEffect, LeaseState, SharedChange};
 
 const SECRET: &[u8] = b"replication-test-secret-0123456789abcdef\n";
 
@@ -56,6 +56,7 @@ fn start() -> Member {
         chain_check: Default::default(),
         replication: None,
         replays: Default::default(),
+        dhcp6: None,
     });
     Member {
         http: common::HttpOnLoopback::start(state),
@@ -71,7 +72,7 @@ fn batch(seq: u64) -> Vec<u8> {
         },
         seq,
         catch_up: false,
-        changes: vec![LeaseEffect::Put(Lease {
+        changes: vec![SharedChange::V4(LeaseEffect::Put(Lease {
             ip: "198.51.100.7".parse().unwrap(),
             mac: MacAddr([2, 0, 0, 0, 0, 7]),
             state: LeaseState::Bound,
@@ -81,7 +82,7 @@ fn batch(seq: u64) -> Vec<u8> {
             client_id: None,
             machine_id: None,
             arch: None,
-        })],
+        }))],
     })
 }
 

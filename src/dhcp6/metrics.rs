@@ -3,7 +3,7 @@
 use crate::metrics::{header, value, Counter, Gauge, LabeledCounters};
 
 /// Why a datagram was dropped before the engine saw it, or after.
-pub const DROP_REASONS: [&str; 10] = [
+pub const DROP_REASONS: [&str; 11] = [
     "oversized",
     "bad_relay",
     "truncated",
@@ -14,6 +14,7 @@ pub const DROP_REASONS: [&str; 10] = [
     "store_failed",
     "queue_full",
     "receive_buffer_full",
+    "peer_refused",
 ];
 
 /// What the engine decided.
@@ -41,7 +42,7 @@ pub struct Dhcp6Metrics {
     /// Datagrams received.
     pub received: Counter,
     /// Datagrams dropped, by reason.
-    pub dropped: LabeledCounters<10>,
+    pub dropped: LabeledCounters<11>,
     /// Engine decisions, by outcome (`nothing_to_answer` is counted under
     /// `not_responsible`: both are silences another server covers).
     pub outcomes: LabeledCounters<15>,

@@ -66,6 +66,8 @@ pub struct HttpState {
     pub replication: Option<Arc<crate::replication::Replicator>>,
     /// Replication messages already taken, per sender.
     pub replays: crate::replication::ReplayGuard,
+    /// Requests for the DHCPv6 engine (None: no `[[subnet6]]` is served).
+    pub dhcp6: Option<crate::dhcp6::shell::Dhcp6Handle>,
 }
 
 impl HttpState {
@@ -96,6 +98,7 @@ impl HttpState {
             chain_check: ChainChecker::default(),
             replication: None,
             replays: Default::default(),
+            dhcp6: None,
         }
     }
 }

@@ -16,6 +16,7 @@ use tracing::debug;
 use super::HttpState;
 use crate::owner::peer_auth;
 use crate::replication::{wire, BATCH_PATH, SNAPSHOT_PATH};
+use crate::store::{SharedChange, Verdict};
 
 /// A proven, fresh message: its sender, its proof and the decoded batch.
 struct Admitted {
@@ -85,6 +86,33 @@ fn unavailable(why: impl std::fmt::Display) -> Response {
     (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response()
 }
 
+/// Why a family's changes got no verdicts: the answer to give.
+type NoVerdicts = Response;
+
+/// Hands one family's changes to its server; with none here (that family is not
+/// served), they are accepted unstored: this member hands out no such address, so
+/// none of them can clash with its own.
+async fn verdicts_of<C, F, Fut, E1, E2>(
+    changes: Vec<C>,
+    server: Option<F>,
+) -> Result<Vec<Verdict>, NoVerdicts>
+where
+    F: FnOnce(Vec<C>) -> Fut,
+    Fut: std::future::Future<Output = Result<Result<Vec<Verdict>, E1>, E2>>,
+    E1: std::fmt::Display,
+    E2: std::fmt::Display,
+{
+    match server {
+        _ if changes.is_empty() => Ok(Vec::new()),
+        None => Ok(vec![Verdict::Accepted; changes.len()]),
+        Some(apply) => match apply(changes).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(unavailable(e)),
+            Err(e) => Err(unavailable(e)),
+        },
+    }
+}
+
 /// `POST /v1/members/leases`.
 pub async fn take_batch(
     State(s): State<Arc<HttpState>>,
@@ -95,17 +123,47 @@ pub async fn take_batch(
         Ok(a) => a,
         Err(why) => return refuse(&s, why),
     };
-    let Some(dhcp) = &s.dhcp else {
+    if s.dhcp.is_none() && s.dhcp6.is_none() {
         return unavailable("DHCP is off here");
-    };
+    }
     if let Some(r) = &s.replication {
         r.metrics.received.inc();
     }
-    match dhcp.peer_changes(a.batch.changes, a.batch.catch_up).await {
-        Ok(Ok(verdicts)) => answer(&s, &a.proof, wire::encode_answer(&verdicts)),
-        Ok(Err(e)) => unavailable(e),
-        Err(e) => unavailable(e),
+    // Each family to its own server, the verdicts put back in the batch's order.
+    let catch_up = a.batch.catch_up;
+    let mut is_v6 = Vec::with_capacity(a.batch.changes.len());
+    let (mut v4, mut v6) = (Vec::new(), Vec::new());
+    for c in a.batch.changes {
+        is_v6.push(matches!(c, SharedChange::V6(_)));
+        match c {
+            SharedChange::V4(e) => v4.push(e),
+            SharedChange::V6(e) => v6.push(e),
+        }
     }
+    let (four, six) = tokio::join!(
+        verdicts_of(
+            v4,
+            s.dhcp
+                .as_ref()
+                .map(|d| move |c| d.peer_changes(c, catch_up))
+        ),
+        verdicts_of(
+            v6,
+            s.dhcp6
+                .as_ref()
+                .map(|d| move |c| d.peer_changes(c, catch_up))
+        ),
+    );
+    let (four, six) = match (four, six) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(e), _) | (_, Err(e)) => return e,
+    };
+    let (mut four, mut six) = (four.into_iter(), six.into_iter());
+    let verdicts: Vec<Verdict> = is_v6
+        .iter()
+        .filter_map(|&v6| if v6 { six.next() } else { four.next() })
+        .collect();
+    answer(&s, &a.proof, wire::encode_answer(&verdicts))
 }
 
 /// `POST /v1/members/leases/snapshot`.
@@ -118,11 +176,21 @@ pub async fn give_snapshot(
         Ok(a) => a,
         Err(why) => return refuse(&s, why),
     };
-    let Some(dhcp) = &s.dhcp else {
+    if s.dhcp.is_none() && s.dhcp6.is_none() {
         return unavailable("DHCP is off here");
-    };
-    match dhcp.live_leases().await {
-        Ok(leases) => answer(&s, &a.proof, wire::encode_snapshot(&leases)),
-        Err(e) => unavailable(e),
     }
+    let mut snapshot = wire::Snapshot::default();
+    if let Some(dhcp) = &s.dhcp {
+        match dhcp.live_leases().await {
+            Ok(leases) => snapshot.leases = leases,
+            Err(e) => return unavailable(e),
+        }
+    }
+    if let Some(dhcp6) = &s.dhcp6 {
+        match dhcp6.live_leases().await {
+            Ok(leases) => snapshot.leases6 = leases,
+            Err(e) => return unavailable(e),
+        }
+    }
+    answer(&s, &a.proof, wire::encode_snapshot(&snapshot))
 }

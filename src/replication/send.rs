@@ -21,7 +21,8 @@ use crate::config::Member;
 use crate::owner::peer_auth::{self, MemberSecret};
 use crate::owner::roster::Roster;
 use crate::store::{
-    Finish, Flushed, Lease, LeaseEffect, LeaseQuery, Replicate, Store, StoreError, Verdict,
+    Finish, Flushed, Lease6Effect, LeaseEffect, LeaseQuery, Replicate, SharedChange, Store,
+    StoreError, Verdict,
 };
 
 /// Most changes queued for a peer that is behind; beyond, the queue is dropped and the
@@ -33,7 +34,7 @@ const CATCH_UP_EVERY: Duration = Duration::from_millis(500);
 /// Changes a peer has not acknowledged yet.
 #[derive(Debug)]
 struct Backlog {
-    changes: VecDeque<LeaseEffect>,
+    changes: VecDeque<SharedChange>,
     /// Unix seconds since the peer has been behind.
     since: u64,
 }
@@ -52,7 +53,7 @@ struct Peer {
 impl Peer {
     /// Queues changes for a peer that is behind; beyond [`MAX_BACKLOG`] the queue is
     /// dropped for a full resync.
-    fn queue(&mut self, changes: &[LeaseEffect]) {
+    fn queue(&mut self, changes: &[SharedChange]) {
         if let Some(b) = self.behind.as_mut() {
             b.changes.extend(changes.iter().cloned());
             if b.changes.len() > MAX_BACKLOG {
@@ -225,7 +226,7 @@ impl Replicator {
 
     fn next_batches(
         &self,
-        changes: &[LeaseEffect],
+        changes: &[SharedChange],
         catch_up: bool,
     ) -> Vec<(Vec<u8>, String, usize)> {
         changes
@@ -315,14 +316,15 @@ impl Replicator {
         Ok(out)
     }
 
-    /// Asks every other member for every lease it knows (a member starting). Returns
+    /// Asks every other member for every lease it knows, v4 and v6 (a member
+    /// starting: the DHCPv4 and the DHCPv6 server each ask before they serve). Returns
     /// the leases and whether every member answered.
-    pub async fn pull_snapshots(&self) -> (Vec<Lease>, bool) {
+    pub async fn pull_snapshots(&self) -> (wire::Snapshot, bool) {
         let others = {
             let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
             self.others(&mut peers)
         };
-        let mut all = Vec::new();
+        let mut all = wire::Snapshot::default();
         let mut every = true;
         for m in &others {
             let body = wire::encode_batch(&Batch {
@@ -337,9 +339,11 @@ impl Replicator {
                 Err(e) => Err(e),
             };
             match got {
-                Ok(leases) => {
-                    info!(member = %m.name, leases = leases.len(), "leases read from member");
-                    all.extend(leases);
+                Ok(got) => {
+                    info!(member = %m.name, leases = got.leases.len(), leases6 = got.leases6.len(),
+                        "leases read from member");
+                    all.leases.extend(got.leases);
+                    all.leases6.extend(got.leases6);
                 }
                 Err(e) => {
                     every = false;
@@ -386,18 +390,24 @@ impl Replicator {
             // runtime: the store is a disk.
             let now = unix_now();
             let leases = tokio::task::spawn_blocking(move || {
-                store.leases(&LeaseQuery::default(), usize::MAX)
+                let v4 = store.leases(&LeaseQuery::default(), usize::MAX)?;
+                let v6 = store.leases6(None, usize::MAX)?;
+                Ok::<_, StoreError>((v4, v6))
             })
             .await;
-            let Ok(Ok(leases)) = leases else {
+            let Ok(Ok((v4, v6))) = leases else {
                 warn!(member = %member.name, "store not readable for a full resync");
                 return;
             };
-            let changes: Vec<LeaseEffect> = leases
+            let v4 = v4
                 .into_iter()
                 .filter(|l| l.is_active(now))
-                .map(LeaseEffect::Put)
-                .collect();
+                .map(|l| SharedChange::V4(LeaseEffect::Put(l)));
+            let v6 = v6
+                .into_iter()
+                .filter(|l| l.is_active(now))
+                .map(|l| SharedChange::V6(Lease6Effect::Put(l)));
+            let changes: Vec<SharedChange> = v4.chain(v6).collect();
             let n = changes.len();
             let batches = Arc::new(self.next_batches(&changes, true));
             match self.clone().send(member.clone(), batches).await {
@@ -416,7 +426,7 @@ impl Replicator {
             }
         }
         loop {
-            let chunk: Vec<LeaseEffect> = {
+            let chunk: Vec<SharedChange> = {
                 let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
                 let Some(p) = peers.get_mut(&member.name) else {
                     return;
@@ -454,17 +464,25 @@ impl Replicator {
     /// A refusal of a change already answered (sent while the peer was behind): the
     /// peer holds a newer lease on the address. Said loudly; nothing can take the ACK
     /// back.
-    fn count_late_refusals(&self, member: &Member, sent: &[LeaseEffect], verdicts: &[Verdict]) {
+    fn count_late_refusals(&self, member: &Member, sent: &[SharedChange], verdicts: &[Verdict]) {
         for (c, v) in sent.iter().zip(verdicts) {
-            if let (LeaseEffect::Put(ours), Verdict::Refused(holder)) = (c, v) {
-                self.metrics.conflicts.inc();
-                error!(member = %member.name, ip = %ours.ip, ours = %ours.mac, theirs = %holder.mac,
-                    "a lease given while the member was behind conflicts with the member's");
+            match (c, v) {
+                (SharedChange::V4(LeaseEffect::Put(ours)), Verdict::Refused(holder)) => {
+                    self.metrics.conflicts.inc();
+                    error!(member = %member.name, ip = %ours.ip, ours = %ours.mac, theirs = %holder.mac,
+                        "a lease given while the member was behind conflicts with the member's");
+                }
+                (SharedChange::V6(Lease6Effect::Put(ours)), Verdict::Refused6(holder)) => {
+                    self.metrics.conflicts.inc();
+                    error!(member = %member.name, ip = %ours.ip, ours = ?ours.mac, theirs = ?holder.mac,
+                        "a DHCPv6 lease given while the member was behind conflicts with the member's");
+                }
+                _ => {}
             }
         }
     }
 
-    fn fall_behind(&self, name: &str, changes: &[LeaseEffect], why: &SendError) {
+    fn fall_behind(&self, name: &str, changes: &[SharedChange], why: &SendError) {
         let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
         let Some(p) = peers.get_mut(name) else { return };
         if p.behind.is_none() {
@@ -484,7 +502,7 @@ impl Replicator {
 pub struct Hook(pub Arc<Replicator>);
 
 impl Replicate for Hook {
-    fn replicate(&self, changes: Vec<LeaseEffect>, flushed: Flushed, finish: Finish) {
+    fn replicate(&self, changes: Vec<SharedChange>, flushed: Flushed, finish: Finish) {
         let r = self.0.clone();
         let targets: Vec<Member> = {
             let mut peers = r.peers.lock().unwrap_or_else(|p| p.into_inner());
@@ -511,7 +529,7 @@ impl Replicate for Hook {
                 match send.await {
                     Ok(Ok(vs)) => {
                         for (v, out) in vs.into_iter().zip(verdicts.iter_mut()) {
-                            if matches!(v, Verdict::Refused(_)) && *out == Verdict::Accepted {
+                            if v.is_refused() && !out.is_refused() {
                                 r.metrics.refused.inc();
                                 *out = v;
                             }

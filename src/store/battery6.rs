@@ -370,47 +370,98 @@ fn a_store_with_newer_v6_records_is_refused() {
     );
 }
 
-/// A replication hook that records what it is handed and accepts it all.
+/// A replication hook that records what it is handed and refuses the v6 puts on
+/// `refuse` (held by `holder`), accepting everything else.
 #[derive(Debug, Default)]
-struct Recorder(std::sync::Mutex<Vec<LeaseEffect>>);
+struct Recorder {
+    seen: std::sync::Mutex<Vec<super::SharedChange>>,
+    refuse: Option<Lease6>,
+}
 
 impl super::Replicate for Recorder {
-    fn replicate(&self, changes: Vec<LeaseEffect>, flushed: super::Flushed, finish: super::Finish) {
-        self.0.lock().unwrap().extend(changes.iter().cloned());
+    fn replicate(
+        &self,
+        changes: Vec<super::SharedChange>,
+        flushed: super::Flushed,
+        finish: super::Finish,
+    ) {
+        self.seen.lock().unwrap().extend(changes.iter().cloned());
+        let verdicts = changes
+            .iter()
+            .map(|c| match (c, &self.refuse) {
+                (super::SharedChange::V6(Lease6Effect::Put(l)), Some(holder))
+                    if l.ip == holder.ip =>
+                {
+                    super::Verdict::Refused6(holder.clone())
+                }
+                _ => super::Verdict::Accepted,
+            })
+            .collect();
         std::thread::spawn(move || {
             let flush = flushed
                 .blocking_recv()
                 .unwrap_or(Err(super::StoreError::Closed));
-            let verdicts = vec![super::Verdict::Accepted; changes.len()];
             finish(flush, changes, verdicts);
         });
     }
 }
 
-#[test]
-fn the_committer_hands_only_v4_lease_changes_to_the_peers() {
+fn replicated_committer(hook: &Arc<Recorder>) -> (Arc<super::MemoryStore>, super::Committer) {
     let store = Arc::new(super::MemoryStore::new());
-    let hook = Arc::new(Recorder::default());
     let committer = super::Committer::start_replicated(
         store.clone(),
         Arc::default(),
         Some(hook.clone() as Arc<dyn super::Replicate>),
     )
     .unwrap();
+    (store, committer)
+}
+
+#[test]
+fn the_committer_hands_v4_and_v6_lease_changes_to_the_peers_and_nothing_else() {
+    use super::SharedChange;
+    let hook = Arc::new(Recorder::default());
+    let (store, committer) = replicated_committer(&hook);
     let v4 = LeaseEffect::Put(lease(10, 1));
+    let remove6 = Lease6Effect::Remove(lease6(0x11, 1).ip, duid(1));
     committer
         .commit_blocking(vec![
             put6(&lease6(0x10, 1)),
             Change::Lease(v4.clone()),
             Change::ServerDuid(duid(1)),
-            Change::Lease6(Lease6Effect::Remove(lease6(0x11, 1).ip, duid(1))),
+            Change::Lease6(remove6.clone()),
         ])
         .unwrap();
-    // v6 only: nothing goes to the peers, and the commit is answered all the same.
+    // A peer's own change is stored, never handed on.
     committer
-        .commit_blocking(vec![put6(&lease6(0x12, 2))])
+        .commit_blocking(vec![Change::Replica6(Lease6Effect::Put(lease6(0x12, 2)))])
         .unwrap();
-    assert_eq!(*hook.0.lock().unwrap(), vec![v4]);
+    assert_eq!(
+        *hook.seen.lock().unwrap(),
+        vec![
+            SharedChange::V6(Lease6Effect::Put(lease6(0x10, 1))),
+            SharedChange::V4(v4),
+            SharedChange::V6(remove6),
+        ]
+    );
     assert_eq!(low(&store.leases6(None, 10).unwrap()), [0x10, 0x12]);
     assert_eq!(store.server_duid().unwrap(), Some(duid(1)));
+}
+
+#[test]
+fn a_v6_lease_a_peer_refuses_is_durable_here_but_not_acknowledged() {
+    let holder = lease6(0x20, 9);
+    let hook = Arc::new(Recorder {
+        refuse: Some(holder.clone()),
+        ..Recorder::default()
+    });
+    let (store, committer) = replicated_committer(&hook);
+    let ours = lease6(0x20, 1);
+    let err = committer.commit_blocking(vec![put6(&ours)]).unwrap_err();
+    assert!(err.to_string().contains("held by another client"), "{err}");
+    // Another job of the same flush is answered as usual.
+    committer
+        .commit_blocking(vec![put6(&lease6(0x21, 2))])
+        .unwrap();
+    assert_eq!(low(&store.leases6(None, 10).unwrap()), [0x20, 0x21]);
 }

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use tracing::error;
 
-use super::{Change, LeaseEffect, Store, StoreError, Verdict};
+use super::Lease6Effect;
+use super::{Change, LeaseEffect, SharedChange, Store, StoreError, Verdict};
 use crate::metrics::{header, Counter, Gauge, Histogram};
 
 /// Most queued jobs folded into one flush.
@@ -42,15 +43,14 @@ pub trait Replicate: Send + Sync + std::fmt::Debug {
     /// answered (or timed out) and the local flush has ended (`flushed`), `finish` runs,
     /// on another thread, with the flush's result and one verdict per change:
     /// `Refused` when any peer holds the address for another client.
-    fn replicate(&self, changes: Vec<LeaseEffect>, flushed: Flushed, finish: Finish);
+    fn replicate(&self, changes: Vec<SharedChange>, flushed: Flushed, finish: Finish);
 }
 
 /// The local flush's result, sent once it has ended.
 pub type Flushed = tokio::sync::oneshot::Receiver<Result<(), StoreError>>;
-/// What runs once a replicated flush has been answered.
 /// What runs once a replicated flush has been answered: the flush's result, the changes
 /// sent and one verdict per change.
-pub type Finish = Box<dyn FnOnce(Result<(), StoreError>, Vec<LeaseEffect>, Vec<Verdict>) + Send>;
+pub type Finish = Box<dyn FnOnce(Result<(), StoreError>, Vec<SharedChange>, Vec<Verdict>) + Send>;
 
 /// Why a change did not become durable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -189,8 +189,8 @@ impl Committer {
         Self::start_replicated(store, metrics, None)
     }
 
-    /// Starts the committer thread over `store`; with `replicate`, the engine's lease
-    /// changes ([`Change::Lease`]) of every flush also go to the other members.
+    /// Starts the committer thread over `store`; with `replicate`, the engines' lease
+    /// changes ([`Change::Lease`], [`Change::Lease6`]) of every flush also go to the other members.
     pub fn start_replicated(
         store: Arc<dyn Store>,
         metrics: Arc<StoreMetrics>,
@@ -303,15 +303,18 @@ fn commit_loop(
         let mut changes = Vec::with_capacity(jobs.len());
         let mut waiting = Vec::with_capacity(jobs.len());
         // The engine's own lease changes, with the job each came from, for the peers.
-        let mut shared: Vec<LeaseEffect> = Vec::new();
+        let mut shared: Vec<SharedChange> = Vec::new();
         let mut shared_job = Vec::new();
         for (i, job) in jobs.into_iter().enumerate() {
             if replicate.is_some() {
                 for c in &job.changes {
-                    if let Change::Lease(effect) = c {
-                        shared.push(effect.clone());
-                        shared_job.push(i);
-                    }
+                    let effect = match c {
+                        Change::Lease(e) => SharedChange::V4(e.clone()),
+                        Change::Lease6(e) => SharedChange::V6(e.clone()),
+                        _ => continue,
+                    };
+                    shared.push(effect);
+                    shared_job.push(i);
                 }
             }
             changes.extend(job.changes);
@@ -376,18 +379,28 @@ fn answer(
     waiting: Vec<(Instant, Then)>,
     shared_job: &[usize],
     flush: Result<(), StoreError>,
-    changes: &[LeaseEffect],
+    changes: &[SharedChange],
     verdicts: Vec<Verdict>,
 ) {
     let mut refused: Vec<Option<StoreError>> = Vec::new();
     refused.resize_with(waiting.len(), || None);
     for ((verdict, &job), change) in verdicts.into_iter().zip(shared_job).zip(changes) {
-        if let (Verdict::Refused(holder), LeaseEffect::Put(ours)) = (verdict, change) {
-            refused[job].get_or_insert(StoreError::HeldByPeer {
-                ours: Box::new(ours.clone()),
-                holder: Box::new(holder),
-            });
-        }
+        let refusal = match (verdict, change) {
+            (Verdict::Refused(holder), SharedChange::V4(LeaseEffect::Put(ours))) => {
+                StoreError::HeldByPeer {
+                    ours: Box::new(ours.clone()),
+                    holder: Box::new(holder),
+                }
+            }
+            (Verdict::Refused6(holder), SharedChange::V6(Lease6Effect::Put(ours))) => {
+                StoreError::HeldByPeer6 {
+                    ours: Box::new(ours.clone()),
+                    holder: Box::new(holder),
+                }
+            }
+            _ => continue,
+        };
+        refused[job].get_or_insert(refusal);
     }
     for ((_, then), refusal) in waiting.into_iter().zip(&refused) {
         match (&flush, refusal) {

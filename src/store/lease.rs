@@ -89,4 +89,23 @@ pub enum Verdict {
     /// The address is held by another client: this is the lease that holds it. The peer
     /// must not acknowledge its change to its client.
     Refused(Lease),
+    /// The same for a DHCPv6 change: this v6 lease holds the address.
+    Refused6(super::Lease6),
+}
+
+impl Verdict {
+    /// Whether the change was refused.
+    pub fn is_refused(&self) -> bool {
+        !matches!(self, Self::Accepted)
+    }
+}
+
+/// A lease change handed to the other members (lease replication): a DHCPv4 or a
+/// DHCPv6 one, in the order the engines made them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SharedChange {
+    /// A DHCPv4 lease change ([`super::Change::Lease`]).
+    V4(LeaseEffect),
+    /// A DHCPv6 lease change ([`super::Change::Lease6`]).
+    V6(super::Lease6Effect),
 }

@@ -81,10 +81,11 @@ impl Store for MemoryStore {
                     r.host_policies.remove(&mac.0);
                 }
                 Change::Membership(m) => r.membership = Some(m),
-                Change::Lease6(Lease6Effect::Put(l)) => {
+                Change::Lease6(Lease6Effect::Put(l)) | Change::Replica6(Lease6Effect::Put(l)) => {
                     r.leases6.insert(l.ip, l);
                 }
-                Change::Lease6(Lease6Effect::Remove(ip, _)) => {
+                Change::Lease6(Lease6Effect::Remove(ip, _))
+                | Change::Replica6(Lease6Effect::Remove(ip, _)) => {
                     r.leases6.remove(&ip);
                 }
                 // Written once: the first server DUID stays (RFC 8415 §11).

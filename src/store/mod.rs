@@ -28,7 +28,7 @@ pub use codec6::{decode_lease6, encode_lease6, LEASE6_FORMAT_VERSION};
 pub use committer::{
     CommitFailed, Committer, Finish, Flushed, Replicate, StoreMetrics, StoreStatus,
 };
-pub use lease::{Lease, LeaseEffect, LeaseState, Verdict};
+pub use lease::{Lease, LeaseEffect, LeaseState, SharedChange, Verdict};
 pub use lease6::{Lease6, Lease6Effect};
 pub use memory::MemoryStore;
 pub use query::LeaseQuery;
@@ -51,10 +51,13 @@ pub enum Change {
     HostPolicy(MacAddr, Option<HostPolicy>),
     /// The member list this instance now serves with.
     Membership(Membership),
-    /// A DHCPv6 lease written or removed by the DHCPv6 engine. Not replicated (yet):
-    /// the committer hands only [`Change::Lease`] to the other members. A removal
+    /// A DHCPv6 lease written or removed by the DHCPv6 engine; with several members,
+    /// handed to the peers before anyone is answered, as [`Change::Lease`]. A removal
     /// forgets the address whoever holds it, as a v4 removal does.
     Lease6(Lease6Effect),
+    /// A DHCPv6 lease change a peer replicated to this member: stored like its own,
+    /// never handed on.
+    Replica6(Lease6Effect),
     /// The DHCPv6 server's DUID (RFC 8415 §11: it must not change once chosen). Written
     /// once: the first one a store takes stays, and a later, different one is not
     /// written (it is logged); read it back with [`Store::server_duid`] or
@@ -166,6 +169,14 @@ pub enum StoreError {
         ours: Box<Lease>,
         /// The lease that holds the address.
         holder: Box<Lease>,
+    },
+    /// The same for a DHCPv6 lease.
+    #[error("member refused the lease on {}: held by another client until {}", .holder.ip, .holder.expires)]
+    HeldByPeer6 {
+        /// The change that was refused.
+        ours: Box<Lease6>,
+        /// The lease that holds the address.
+        holder: Box<Lease6>,
     },
     /// The state directory cannot be created.
     #[error("state_dir {}: {source}", path.display())]

@@ -57,6 +57,22 @@ pub enum ControlError {
     NoAnswer,
 }
 
+/// Sends the command `make` builds to a server loop and waits for its answer (the
+/// DHCPv4 engine thread here, the DHCPv6 task in `dhcp6::shell`).
+pub(crate) async fn ask<C, T>(
+    tx: &mpsc::Sender<C>,
+    make: impl FnOnce(oneshot::Sender<T>) -> C,
+) -> Result<T, ControlError> {
+    let (done, answer) = oneshot::channel();
+    tx.send(make(done))
+        .await
+        .map_err(|_| ControlError::NotRunning)?;
+    match tokio::time::timeout(ANSWER_TIMEOUT, answer).await {
+        Ok(Ok(v)) => Ok(v),
+        _ => Err(ControlError::NoAnswer),
+    }
+}
+
 /// Where the operator API sends changes for the DHCP engine.
 #[derive(Debug, Clone)]
 pub struct DhcpHandle {
@@ -78,15 +94,7 @@ impl DhcpHandle {
         &self,
         make: impl FnOnce(oneshot::Sender<T>) -> Control,
     ) -> Result<T, ControlError> {
-        let (done, answer) = oneshot::channel();
-        self.tx
-            .send(make(done))
-            .await
-            .map_err(|_| ControlError::NotRunning)?;
-        match tokio::time::timeout(ANSWER_TIMEOUT, answer).await {
-            Ok(Ok(v)) => Ok(v),
-            _ => Err(ControlError::NoAnswer),
-        }
+        ask(&self.tx, make).await
     }
 
     /// Forgets the lease on `ip` (durably): `Ok(false)` when there was none.

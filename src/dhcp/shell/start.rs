@@ -199,9 +199,9 @@ pub async fn prepare(config: &Config, parts: Parts) -> Result<Server, StartError
     // unknown to it, and no transition from an earlier list is needed.
     let mut synced = false;
     if let Some(r) = &replication {
-        let (leases, every) = r.pull_snapshots().await;
+        let (snapshot, every) = r.pull_snapshots().await;
         let mut taken = Vec::new();
-        for l in leases {
+        for l in snapshot.leases {
             if let (_, Some(effect)) = engine.apply_peer_change(&LeaseEffect::Put(l), now, true) {
                 taken.push(Change::Replica(effect));
             }

@@ -13,6 +13,7 @@
 //! by its DUID; only that member answers them.
 
 pub mod bindings;
+mod replica;
 pub mod reply;
 #[cfg(test)]
 mod tests;

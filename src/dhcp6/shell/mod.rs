@@ -4,6 +4,7 @@
 //! commit as v4), then send the reply, wrapped back in the relay layers it came in.
 //! One task owns the engine; decisions are made in arrival order.
 
+mod control;
 pub mod socket;
 
 use std::net::{Ipv6Addr, SocketAddr, SocketAddrV6};
@@ -25,7 +26,8 @@ use crate::config::Config;
 use crate::dhcp::engine::Responsibility;
 use crate::dhcp::responsibility::Responder;
 use crate::mac::MacAddr;
-use crate::store::{Change, Committer, Lease6};
+use crate::store::{Change, Committer, Lease6, Lease6Effect, StoreError};
+pub use control::{Control6Receiver, Dhcp6Handle};
 use socket::{
     bind6, host_addresses6, interface_mac, resolve_interfaces6, Interface6, Socket6Error,
 };
@@ -42,6 +44,9 @@ pub enum Server6Error {
     /// The server DUID could not be made durable.
     #[error("dhcp6: storing the server DUID: {0}")]
     Duid(String),
+    /// The other members' leases could not be made durable here.
+    #[error("dhcp6: storing the other members' leases: {0}")]
+    PeerLeases(String),
     /// A socket failed while serving.
     #[error("dhcp6 socket on {interface}: {source}")]
     Io {
@@ -72,7 +77,15 @@ pub struct Parts6 {
     pub policies: Arc<crate::dhcp::host_policy::HostPolicies>,
     /// Counters.
     pub metrics: Arc<Dhcp6Metrics>,
+    /// Requests from the member channel (lease replication).
+    pub control: Option<Control6Receiver>,
+    /// Lease replication, with several members: every other member's v6 leases are
+    /// read before the first answer.
+    pub replication: Option<Arc<crate::replication::Replicator>>,
 }
+
+/// A lease a peer refused (ours, the holder's), to withdraw in the server loop.
+type Withdrawal = (Box<Lease6>, Box<Lease6>);
 
 struct Listener {
     interface: Interface6,
@@ -131,6 +144,11 @@ pub async fn run(
     for ip in &parts.set_aside {
         engine.hold_back(*ip, now + longest);
     }
+    if let Some(r) = &parts.replication {
+        take_peers_leases(&mut engine, r, &parts.committer).await?;
+    }
+    let (withdraw_tx, mut withdrawals) = tokio::sync::mpsc::unbounded_channel::<Withdrawal>();
+    let mut control = parts.control.take().map(|c| c.0);
     let (tx, mut rx) = tokio::sync::mpsc::channel::<(usize, Vec<u8>, SocketAddrV6)>(4096);
     let mut readers = tokio::task::JoinSet::new();
     for (k, l) in listeners.iter().enumerate() {
@@ -182,16 +200,74 @@ pub async fn run(
                     engine.change_members(list);
                 }
             }
+            Some(cmd) = next_control(&mut control) => {
+                control::apply(&mut engine, cmd, &parts.committer, crate::dhcp::shell::unix_now());
+            }
+            Some((ours, holder)) = withdrawals.recv() => {
+                withdraw(&mut engine, &ours, &holder, &parts.committer);
+            }
             got = rx.recv() => {
                 let Some((k, bytes, from)) = got else { break };
                 let l = &listeners[k];
-                handle(&mut engine, l, &bytes, from, &parts, &metrics);
+                handle(&mut engine, l, &bytes, from, &parts, &withdraw_tx);
             }
         }
     }
     // Whatever was queued is durable and answered before the store closes.
     let _ = parts.committer.commit(Vec::new()).await;
     Ok(())
+}
+
+/// Every v6 lease the other members know, before anything is handed out: a member on
+/// an empty store (rescheduled) must not hand out what another member's client holds.
+async fn take_peers_leases(
+    engine: &mut Engine6,
+    replication: &crate::replication::Replicator,
+    committer: &Committer,
+) -> Result<(), Server6Error> {
+    let (snapshot, every) = replication.pull_snapshots().await;
+    let now = crate::dhcp::shell::unix_now();
+    let taken: Vec<Change> = snapshot
+        .leases6
+        .into_iter()
+        .filter_map(|l| {
+            engine
+                .apply_peer_change(&Lease6Effect::Put(l), now, true)
+                .1
+                .map(Change::Replica6)
+        })
+        .collect();
+    info!(
+        taken = taken.len(),
+        every_member = every,
+        "DHCPv6 leases from the other members"
+    );
+    if !taken.is_empty() {
+        committer
+            .commit(taken)
+            .await
+            .map_err(|e| Server6Error::PeerLeases(e.to_string()))?;
+    }
+    Ok(())
+}
+
+async fn next_control(
+    control: &mut Option<tokio::sync::mpsc::Receiver<control::Control6>>,
+) -> Option<control::Control6> {
+    match control {
+        Some(c) => c.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Withdraws a lease a peer refused (never acknowledged: its reply was withheld).
+fn withdraw(engine: &mut Engine6, ours: &Lease6, holder: &Lease6, committer: &Committer) {
+    warn!(ip = %ours.ip, mac = ?ours.mac, holder = ?holder.mac,
+        "a member holds the IPv6 address for another client: lease withdrawn, not acknowledged");
+    if let Some(effect) = engine.withdraw(ours, holder, crate::dhcp::shell::unix_now()) {
+        // Handed to the peers too: those that took the lease forget it.
+        let _ = committer.submit(vec![Change::Lease6(effect)], |_| {});
+    }
 }
 
 async fn changed(
@@ -226,8 +302,9 @@ fn handle(
     bytes: &[u8],
     from: SocketAddrV6,
     parts: &Parts6,
-    metrics: &Arc<Dhcp6Metrics>,
+    withdraw: &tokio::sync::mpsc::UnboundedSender<Withdrawal>,
 ) {
+    let metrics = &parts.metrics;
     let (responder, committer) = (parts.responder.as_ref(), &parts.committer);
     metrics.received.inc();
     let request = match wire::decode(bytes) {
@@ -291,8 +368,15 @@ fn handle(
         return;
     }
     let changes = effects.into_iter().map(Change::Lease6).collect();
+    let withdraw = withdraw.clone();
     let queued = committer.submit(changes, move |r| match r {
         Ok(()) => count_send(sender.send_to(&bytes, to), &m),
+        // Durable here, but another member's client holds the address: no reply, and
+        // the lease is withdrawn; the client sends again and gets another address.
+        Err(StoreError::HeldByPeer6 { ours, holder }) => {
+            m.dropped.inc("peer_refused");
+            let _ = withdraw.send((ours.clone(), holder.clone()));
+        }
         // Not durable: no reply; the client sends again.
         Err(e) => {
             m.dropped.inc("store_failed");

@@ -296,11 +296,13 @@ impl Store for Trees {
                     any_lease = true;
                     leases.remove(&ip.octets())
                 }
-                Change::Lease6(Lease6Effect::Put(lease)) => {
+                Change::Lease6(Lease6Effect::Put(lease))
+                | Change::Replica6(Lease6Effect::Put(lease)) => {
                     any_lease6 = true;
                     leases6.insert(&lease.ip.octets(), encode_lease6(lease))
                 }
-                Change::Lease6(Lease6Effect::Remove(ip, _)) => {
+                Change::Lease6(Lease6Effect::Remove(ip, _))
+                | Change::Replica6(Lease6Effect::Remove(ip, _)) => {
                     any_lease6 = true;
                     leases6.remove(&ip.octets())
                 }
@@ -362,8 +364,10 @@ impl Store for Trees {
             let mut index = self.index6();
             for change in changes {
                 match change {
-                    Change::Lease6(Lease6Effect::Put(l)) => index.put(l.ip, l.duid.clone()),
-                    Change::Lease6(Lease6Effect::Remove(ip, _)) => index.remove(*ip),
+                    Change::Lease6(Lease6Effect::Put(l))
+                    | Change::Replica6(Lease6Effect::Put(l)) => index.put(l.ip, l.duid.clone()),
+                    Change::Lease6(Lease6Effect::Remove(ip, _))
+                    | Change::Replica6(Lease6Effect::Remove(ip, _)) => index.remove(*ip),
                     _ => {}
                 }
             }

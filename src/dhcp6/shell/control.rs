@@ -1,0 +1,96 @@
+//! What the rest of shardboot asks the DHCPv6 server loop (lease replication, from the
+//! member channel): sent through a [`Dhcp6Handle`], applied by the task that owns the
+//! engine between messages, answered once durable.
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::super::engine::Engine6;
+use crate::dhcp::shell::{ask, ControlError};
+use crate::store::{Change, CommitFailed, Committer, Lease6, Lease6Effect, Verdict};
+
+/// One request, with where its answer goes.
+#[derive(Debug)]
+pub(super) enum Control6 {
+    /// A peer's v6 lease changes: answered once what was taken is durable.
+    PeerChanges {
+        changes: Vec<Lease6Effect>,
+        catch_up: bool,
+        done: oneshot::Sender<Result<Vec<Verdict>, CommitFailed>>,
+    },
+    /// Every live v6 lease, for a member starting.
+    Snapshot { done: oneshot::Sender<Vec<Lease6>> },
+}
+
+/// Where the member channel sends requests for the DHCPv6 engine.
+#[derive(Debug, Clone)]
+pub struct Dhcp6Handle {
+    tx: mpsc::Sender<Control6>,
+}
+
+/// The server loop's end, given to [`super::run`] in [`super::Parts6`].
+#[derive(Debug)]
+pub struct Control6Receiver(pub(super) mpsc::Receiver<Control6>);
+
+impl Dhcp6Handle {
+    /// A handle and the receiver the DHCPv6 server reads.
+    pub fn channel() -> (Self, Control6Receiver) {
+        let (tx, rx) = mpsc::channel(64);
+        (Self { tx }, Control6Receiver(rx))
+    }
+
+    /// Applies a peer's v6 lease changes; the verdicts once what was taken is durable.
+    pub async fn peer_changes(
+        &self,
+        changes: Vec<Lease6Effect>,
+        catch_up: bool,
+    ) -> Result<Result<Vec<Verdict>, CommitFailed>, ControlError> {
+        ask(&self.tx, |done| Control6::PeerChanges {
+            changes,
+            catch_up,
+            done,
+        })
+        .await
+    }
+
+    /// Every v6 lease that holds its address now.
+    pub async fn live_leases(&self) -> Result<Vec<Lease6>, ControlError> {
+        ask(&self.tx, |done| Control6::Snapshot { done }).await
+    }
+}
+
+/// Applies one request in the server loop.
+pub(super) fn apply(engine: &mut Engine6, cmd: Control6, committer: &Committer, now: u64) {
+    match cmd {
+        Control6::PeerChanges {
+            changes,
+            catch_up,
+            done,
+        } => {
+            let mut verdicts = Vec::with_capacity(changes.len());
+            let mut taken = Vec::new();
+            for c in &changes {
+                let (verdict, store) = engine.apply_peer_change(c, now, catch_up);
+                verdicts.push(verdict);
+                taken.extend(store.map(Change::Replica6));
+            }
+            if taken.is_empty() {
+                let _ = done.send(Ok(verdicts));
+                return;
+            }
+            // Answered from the committer thread once durable; not queued (a full
+            // queue): the sender is dropped, the peer hears no answer and sends again.
+            let submitted = committer.submit(taken, move |r| {
+                let _ = done.send(
+                    r.map(|()| verdicts)
+                        .map_err(|e| CommitFailed::Store(e.to_string())),
+                );
+            });
+            if let Err(e) = submitted {
+                tracing::debug!(error = %e, "peer's v6 lease changes not queued");
+            }
+        }
+        Control6::Snapshot { done } => {
+            let _ = done.send(engine.live_leases(now));
+        }
+    }
+}
