@@ -8,39 +8,13 @@ use std::net::{Ipv6Addr, SocketAddrV6, UdpSocket};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::clients::wait_event;
+use common::clients::{wait_addresses_usable, wait_event};
 use common::relay6::{relay_forward, relay_reply};
-use common::{Lab, Netns, Server};
+use common::{Lab, Server};
 use dhcproto::v6::{DhcpOption, Message, MessageType, OptionCode, UnknownOption, IANA};
 use dhcproto::{Encodable, Encoder};
 
 const SERVER6: &str = "fd00:1::1";
-
-/// Waits until no address of `iface` in `ns` is still doing duplicate address
-/// detection: a tentative link-local address cannot send.
-fn wait_addresses_usable(ns: &Netns, iface: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let out = ns
-            .command("ip")
-            .args(["-6", "addr", "show", "dev", iface, "tentative"])
-            .output()
-            .unwrap();
-        let link_local = ns
-            .command("ip")
-            .args(["-6", "addr", "show", "dev", iface, "scope", "link"])
-            .output()
-            .unwrap();
-        if out.stdout.is_empty() && !link_local.stdout.is_empty() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "addresses of {iface} stay tentative"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 /// A dual-stack lab: shardboot serves 192.0.2.0/24 and fd00:1::/64 (and fd00:2::/64,
 /// a link behind a relay) on the server side.

@@ -69,6 +69,9 @@ ranges = ["198.18.1.0 - 198.18.4.255"]
 [[subnet6]]
 network = "fd00:1::/64"
 ranges = ["fd00:1::1000 - fd00:1::1fff"]
+lease_time = 60
+renewal_time = 2
+rebinding_time = 4
 [[subnet6]]
 network = "fd00:2::/64"
 ranges = ["{first} - {last}"]
@@ -277,9 +280,8 @@ fn boot(
     by_member
 }
 
-#[test]
-fn three_members_serve_relayed_v6_machines_owner_first_without_duplicates() {
-    require_root!();
+/// Three members on one bridge, each with its v4 (member URL) and v6 address, serving.
+fn three_members() -> (Segment, Vec<tempfile::TempDir>, Vec<Server>) {
     let addrs: Vec<String> = (0..3).map(|i| format!("{}/16", member_v4(i))).collect();
     let addr_refs: Vec<&str> = addrs.iter().map(String::as_str).collect();
     let seg = Segment::new(&addr_refs);
@@ -293,6 +295,22 @@ fn three_members_serve_relayed_v6_machines_owner_first_without_duplicates() {
             "nodad",
         ]);
     }
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let servers: Vec<Server> = (0..3)
+        .map(|i| Server::start(&seg.servers, dirs[i].path(), &config(&seg.member_ifs[i], i)))
+        .collect();
+    for s in &servers {
+        wait_until("DHCPv6 listening", Duration::from_secs(10), || {
+            s.log_text().contains("DHCPv6 listening")
+        });
+    }
+    (seg, dirs, servers)
+}
+
+#[test]
+fn three_members_serve_relayed_v6_machines_owner_first_without_duplicates() {
+    require_root!();
+    let (seg, _dirs, mut servers) = three_members();
     seg.clients.ip(&[
         "addr",
         "add",
@@ -301,15 +319,6 @@ fn three_members_serve_relayed_v6_machines_owner_first_without_duplicates() {
         &seg.client_if,
         "nodad",
     ]);
-    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let mut servers: Vec<Server> = (0..3)
-        .map(|i| Server::start(&seg.servers, dirs[i].path(), &config(&seg.member_ifs[i], i)))
-        .collect();
-    for s in &servers {
-        wait_until("DHCPv6 listening", Duration::from_secs(10), || {
-            s.log_text().contains("DHCPv6 listening")
-        });
-    }
     let socket = seg
         .clients
         .run(|| UdpSocket::bind(format!("[{RELAY}]:547")).unwrap())
@@ -393,4 +402,97 @@ fn three_members_serve_relayed_v6_machines_owner_first_without_duplicates() {
     assert!(by_member[1] > 10, "b bound {by_member:?}");
     assert_eq!(leases.len(), 310);
     drop(servers);
+}
+
+/// A real client, ISC `dhclient -6` on the members' link (T1 2 s, T2 4 s): bound by
+/// its responsible member, which is then SIGKILLed. Its Renews go unanswered; at T2 it
+/// Rebinds, and a live member, which holds the replicated lease, answers with the same
+/// address, then renews it.
+#[test]
+fn dhclient6_keeps_its_address_when_its_member_dies() {
+    require_root!();
+    let (seg, dirs, mut servers) = three_members();
+    common::clients::wait_addresses_usable(&seg.clients, &seg.client_if);
+    let events = dirs[0].path().join("events6");
+    let hook = common::clients::dhclient_hook(dirs[0].path(), "dhclient6-script", &events);
+    let status = seg
+        .clients
+        .command("dhclient")
+        .args(["-6", "-1", "-sf"])
+        .arg(&hook)
+        .arg("-lf")
+        .arg(dirs[0].path().join("dhclient6.leases"))
+        .arg("-pf")
+        .arg(dirs[0].path().join("dhclient6.pid"))
+        .arg(&seg.client_if)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    let _stop = StopDaemon(dirs[0].path().join("dhclient6.pid"));
+    assert!(status.success(), "dhclient -6 found no server");
+    let bound = common::clients::wait_event(&events, "BOUND6", 1);
+    let (ip, first_server) = (bound[1].clone(), bound[4].clone());
+    let mac: MacAddr = client_mac(&seg).parse().unwrap();
+    let owner = responsible(&mac.0, &NAMES);
+    assert_eq!(
+        share_owner(ip.parse().unwrap()),
+        Some(owner),
+        "{ip} from {}'s share",
+        NAMES[owner]
+    );
+
+    servers[owner].kill9();
+    let rebound = common::clients::wait_event(&events, "REBIND6", 1);
+    assert_eq!(rebound[1], ip, "rebound with its address");
+    assert_ne!(rebound[4], first_server, "answered by another member");
+    // The new server renews it at the next T1.
+    let renews_before = std::fs::read_to_string(&events)
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("RENEW6 ") && l.ends_with(&rebound[4]))
+        .count();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = std::fs::read_to_string(&events).unwrap();
+        let renewed = text
+            .lines()
+            .filter(|l| l.starts_with(&format!("RENEW6 {ip} ")) && l.ends_with(&rebound[4]))
+            .count();
+        if renewed > renews_before {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no renewal by the new server:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Kills the daemon whose pid file this is, when the test ends (pass or fail): it
+/// would outlive the namespaces.
+struct StopDaemon(std::path::PathBuf);
+
+impl Drop for StopDaemon {
+    fn drop(&mut self) {
+        if let Some(pid) = std::fs::read_to_string(&self.0)
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok())
+        {
+            let _ = std::process::Command::new("kill")
+                .args(["-9", &pid.to_string()])
+                .status();
+        }
+    }
+}
+
+fn client_mac(seg: &Segment) -> String {
+    let out = seg
+        .clients
+        .command("cat")
+        .arg(format!("/sys/class/net/{}/address", seg.client_if))
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
