@@ -73,6 +73,39 @@ pub(crate) async fn ask<C, T>(
     }
 }
 
+/// Takes a peer's lease changes into an engine (`apply` gives each one's verdict and
+/// what to store) and answers `done` with the verdicts once what was taken is durable
+/// (the DHCPv4 engine here, the DHCPv6 one in `dhcp6::shell`).
+pub(crate) fn take_peer_changes<C>(
+    changes: &[C],
+    committer: &Committer,
+    done: oneshot::Sender<Result<Vec<Verdict>, CommitFailed>>,
+    mut apply: impl FnMut(&C) -> (Verdict, Option<Change>),
+) {
+    let mut verdicts = Vec::with_capacity(changes.len());
+    let mut taken = Vec::new();
+    for c in changes {
+        let (verdict, store) = apply(c);
+        verdicts.push(verdict);
+        taken.extend(store);
+    }
+    if taken.is_empty() {
+        let _ = done.send(Ok(verdicts));
+        return;
+    }
+    // Answered from the committer thread once durable. Not queued (a full queue): the
+    // sender is dropped with the job, the peer hears no answer and sends again.
+    let submitted = committer.submit(taken, move |r| {
+        let _ = done.send(
+            r.map(|()| verdicts)
+                .map_err(|e| CommitFailed::Store(e.to_string())),
+        );
+    });
+    if let Err(e) = submitted {
+        tracing::debug!(error = %e, "peer's lease changes not queued");
+    }
+}
+
 /// Where the operator API sends changes for the DHCP engine.
 #[derive(Debug, Clone)]
 pub struct DhcpHandle {
@@ -228,29 +261,10 @@ pub(super) fn apply(engine: &mut Engine, cmd: Control, committer: &Committer, no
             catch_up,
             done,
         } => {
-            let mut verdicts = Vec::with_capacity(changes.len());
-            let mut taken = Vec::new();
-            for c in &changes {
+            take_peer_changes(&changes, committer, done, |c| {
                 let (verdict, store) = engine.apply_peer_change(c, now, catch_up);
-                verdicts.push(verdict);
-                taken.extend(store.map(Change::Replica));
-            }
-            if taken.is_empty() {
-                let _ = done.send(Ok(verdicts));
-                return;
-            }
-            // Answered from the committer thread once durable. Not queued (a full
-            // queue): the sender is dropped with the job, the peer hears no answer and
-            // sends again.
-            let submitted = committer.submit(taken, move |r| {
-                let _ = done.send(
-                    r.map(|()| verdicts)
-                        .map_err(|e| CommitFailed::Store(e.to_string())),
-                );
+                (verdict, store.map(Change::Replica))
             });
-            if let Err(e) = submitted {
-                tracing::debug!(error = %e, "peer's lease changes not queued");
-            }
         }
         Control::Snapshot { done } => {
             let _ = done.send(engine.live_leases(now));

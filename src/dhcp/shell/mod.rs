@@ -36,7 +36,7 @@ use super::wire::{self, MAX_REQUEST_LEN};
 use crate::dhcp::engine::reply::Destination;
 use crate::mac::MacAddr;
 use crate::store::{Change, Committer, StoreMetrics, StoreStatus};
-pub(crate) use control::ask;
+pub(crate) use control::{ask, take_peer_changes};
 pub use control::{ControlError, ControlReceiver, DhcpHandle};
 pub use follow::follow_members;
 pub use probe::ProbeError;

@@ -5,7 +5,7 @@
 use tokio::sync::{mpsc, oneshot};
 
 use super::super::engine::Engine6;
-use crate::dhcp::shell::{ask, ControlError};
+use crate::dhcp::shell::{ask, take_peer_changes, ControlError};
 use crate::store::{Change, CommitFailed, Committer, Lease6, Lease6Effect, Verdict};
 
 /// One request, with where its answer goes.
@@ -66,28 +66,10 @@ pub(super) fn apply(engine: &mut Engine6, cmd: Control6, committer: &Committer, 
             catch_up,
             done,
         } => {
-            let mut verdicts = Vec::with_capacity(changes.len());
-            let mut taken = Vec::new();
-            for c in &changes {
+            take_peer_changes(&changes, committer, done, |c| {
                 let (verdict, store) = engine.apply_peer_change(c, now, catch_up);
-                verdicts.push(verdict);
-                taken.extend(store.map(Change::Replica6));
-            }
-            if taken.is_empty() {
-                let _ = done.send(Ok(verdicts));
-                return;
-            }
-            // Answered from the committer thread once durable; not queued (a full
-            // queue): the sender is dropped, the peer hears no answer and sends again.
-            let submitted = committer.submit(taken, move |r| {
-                let _ = done.send(
-                    r.map(|()| verdicts)
-                        .map_err(|e| CommitFailed::Store(e.to_string())),
-                );
+                (verdict, store.map(Change::Replica6))
             });
-            if let Err(e) = submitted {
-                tracing::debug!(error = %e, "peer's v6 lease changes not queued");
-            }
         }
         Control6::Snapshot { done } => {
             let _ = done.send(engine.live_leases(now));
