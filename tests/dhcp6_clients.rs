@@ -8,85 +8,18 @@ use std::net::{Ipv6Addr, SocketAddrV6, UdpSocket};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::clients::{wait_addresses_usable, wait_event};
+use common::clients::wait_event;
+use common::lab6::{in_range, lease6, wait_log, SERVER6};
 use common::relay6::{relay_forward, relay_reply};
-use common::{Lab, Server};
 use dhcproto::v6::{DhcpOption, Message, MessageType, OptionCode, UnknownOption, IANA};
 use dhcproto::{Encodable, Encoder};
-
-const SERVER6: &str = "fd00:1::1";
-
-/// A dual-stack lab: shardboot serves 192.0.2.0/24 and fd00:1::/64 (and fd00:2::/64,
-/// a link behind a relay) on the server side.
-fn v6_lab(subnet6_keys: &str) -> (Lab, tempfile::TempDir, Server) {
-    let lab = Lab::new(&["192.0.2.1/24", "fd00:1::1/64"], &["fd00:1::2/64"]);
-    wait_addresses_usable(&lab.server, &lab.server_if);
-    wait_addresses_usable(&lab.client, &lab.client_if);
-    let dir = tempfile::tempdir().unwrap();
-    let tokens = dir.path().join("tokens");
-    std::fs::write(&tokens, "operator-token-0123456789abcdef\n").unwrap();
-    let cfg = common::config(
-        &lab.server_if,
-        "192.0.2.0/24",
-        "192.0.2.100 - 192.0.2.199",
-        "",
-    ) + &format!(
-        r#"
-[[subnet6]]
-network = "fd00:1::/64"
-ranges = ["fd00:1::100 - fd00:1::1ff"]
-dns = ["{SERVER6}"]
-{subnet6_keys}
-
-[[subnet6]]
-network = "fd00:2::/64"
-ranges = ["fd00:2::100 - fd00:2::1ff"]
-
-[http]
-listen = "[::]:8080"
-insecure_operator_api = true
-token_file = "{}"
-"#,
-        tokens.display()
-    );
-    let server = Server::start(&lab.server, dir.path(), &cfg);
-    wait_log(&server, "DHCPv6 listening");
-    (lab, dir, server)
-}
-
-fn wait_log(server: &Server, line: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !server.log_text().contains(line) {
-        assert!(
-            Instant::now() < deadline,
-            "no {line:?} in\n{}",
-            server.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn lease6(server: &Server, ip: &str) -> serde_json::Value {
-    let leases = server.leases_json_with(&["--v6"]);
-    leases
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|l| l["ip"] == ip)
-        .cloned()
-        .unwrap_or_else(|| panic!("no v6 lease for {ip} in {leases}"))
-}
-
-fn in_range(ip: &str) -> bool {
-    let ip: Ipv6Addr = ip.parse().unwrap();
-    ("fd00:1::100".parse::<Ipv6Addr>().unwrap()..="fd00:1::1ff".parse().unwrap()).contains(&ip)
-}
 
 #[test]
 fn dhclient6_obtains_renews_keeps_its_lease_over_a_restart_and_releases() {
     require_root!();
     // T1 3 s, T2 5 s: the running client renews within the test.
-    let (lab, dir, mut server) = v6_lab("lease_time = 60\nrenewal_time = 3\nrebinding_time = 5\n");
+    let (lab, dir, mut server) =
+        common::lab6::start("lease_time = 60\nrenewal_time = 3\nrebinding_time = 5\n");
     let events = dir.path().join("events6");
     let hook = common::clients::dhclient_hook(dir.path(), "dhclient6-script", &events);
     let dhclient = |extra: &[&str]| {
@@ -184,7 +117,7 @@ fn firmware_solicit(duid: &[u8]) -> Vec<u8> {
 #[test]
 fn a_relayed_firmware_solicit_without_option_61_gets_an_address_of_its_link_and_a_tftp_url() {
     require_root!();
-    let (lab, _dir, server) = v6_lab("");
+    let (lab, _dir, server) = common::lab6::start("");
     let link: Ipv6Addr = "fd00:2::1".parse().unwrap();
     let peer: Ipv6Addr = "fe80::5054:ff:fe12:3456".parse().unwrap();
     let duid = [0, 3, 0, 1, 0x52, 0x54, 0, 0x12, 0x34, 0x56];
@@ -248,7 +181,7 @@ fn a_relayed_firmware_solicit_without_option_61_gets_an_address_of_its_link_and_
 #[test]
 fn malformed_dhcpv6_is_counted_and_dropped_and_the_server_keeps_answering() {
     require_root!();
-    let (lab, _dir, server) = v6_lab("");
+    let (lab, _dir, server) = common::lab6::start("");
     let duid = [0, 3, 0, 1, 0x52, 0x54, 0, 0x12, 0x34, 0x57];
     let good = relay_forward(
         "fd00:2::1".parse().unwrap(),

@@ -412,7 +412,7 @@ fn three_members_serve_relayed_v6_machines_owner_first_without_duplicates() {
 fn dhclient6_keeps_its_address_when_its_member_dies() {
     require_root!();
     let (seg, dirs, mut servers) = three_members();
-    common::clients::wait_addresses_usable(&seg.clients, &seg.client_if);
+    common::lab6::wait_addresses_usable(&seg.clients, &seg.client_if);
     let events = dirs[0].path().join("events6");
     let hook = common::clients::dhclient_hook(dirs[0].path(), "dhclient6-script", &events);
     let status = seg

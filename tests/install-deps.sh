@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   iproute2          # ip netns, veth
   isc-dhcp-client   # dhclient
+  dhcpcd-base       # dhcpcd -6, run only in the tests' namespaces (never the `dhcpcd` package: its service would run DHCP on this host's interfaces)
   udhcpc            # busybox udhcpc
   kea-admin         # perfdhcp
   kea-dhcp4-server  # reference server for benchmarks

@@ -1,8 +1,8 @@
 //! A DHCPv6 datagram through the whole pure path: check and decode (`dhcp6::wire`),
-//! decide (`dhcp6::engine`, two links, rapid commit on one), encode the reply. Nothing
-//! panics; every reply decodes again as the message type it claims; every lease the
-//! engine would store round-trips through the store's record format (what a packet puts
-//! on disk reads back exactly).
+//! decide (`dhcp6::engine`, two links, rapid commit on one, a `[[host]] ip6`
+//! reservation), encode the reply. Nothing panics; every reply decodes again as the
+//! message type it claims; every lease the engine would store round-trips through the
+//! store's record format (what a packet puts on disk reads back exactly).
 #![no_main]
 
 use std::sync::OnceLock;
@@ -26,6 +26,10 @@ domain_search = ["prov.example"]
 network = "fd00:2::/64"
 ranges = ["fd00:2::10 - fd00:2::12"]
 rapid_commit = true
+[[host]]
+mac = "52:54:00:00:00:02"
+ip6 = "fd00:1::30"
+hostname = "node-02"
 "#;
 
 fn config() -> &'static shardboot::config::Config {
@@ -46,7 +50,8 @@ fuzz_target!(|data: &[u8]| {
                 addresses: &addresses,
                 destination: "ff02::1:2".parse().unwrap(),
             },
-            mac: Some(MacAddr([0x52, 0x54, 0, 0, 0, 1])),
+            // Half the inputs come from the machine `[[host]]` reserves fd00:1::30 for.
+            mac: Some(MacAddr([0x52, 0x54, 0, 0, 0, 1 + (data.len() % 2) as u8])),
             responsibility,
             policy: None,
             now,

@@ -280,7 +280,7 @@ impl TryFrom<RawConfig> for Config {
         let subnets = subnet::validate_all(raw.subnets, &mut issues);
         let dhcp6 = dhcp6::validate(raw.dhcp6, &mut issues);
         let subnets6 = subnet6::validate_all(raw.subnets6, &mut issues);
-        let hosts = host::validate_all(raw.hosts, &subnets, &mut issues);
+        let hosts = host::validate_all(raw.hosts, &subnets, &subnets6, &mut issues);
         issues.finish()?;
         Ok(Config {
             state_dir,

@@ -74,7 +74,8 @@ pub fn range6_len(first: Ipv6Addr, last: Ipv6Addr) -> Option<u32> {
     u32::try_from(n).ok().filter(|n| *n <= MAX_RANGE6)
 }
 
-fn ip6(issues: &mut Issues, key: &str, s: &str) -> Option<Ipv6Addr> {
+/// `s` as an IPv6 address, else an issue under `key`.
+pub(super) fn ip6(issues: &mut Issues, key: &str, s: &str) -> Option<Ipv6Addr> {
     match s.trim().parse() {
         Ok(ip) => Some(ip),
         Err(_) => {

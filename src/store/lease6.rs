@@ -27,7 +27,8 @@ pub struct Lease6 {
     pub preferred: u64,
     /// Unix seconds when the valid lifetime ends: the address is free after this.
     pub expires: u64,
-    /// The client's host name (Client FQDN option 39, RFC 4704), if sent.
+    /// The host name: its `[[host]]`'s, else the client's own (Client FQDN option 39,
+    /// RFC 4704), if it sent one.
     pub hostname: Option<String>,
     /// Client system architecture (option 61, else the vendor class), if found.
     pub arch: Option<u16>,

@@ -77,29 +77,3 @@ pub(crate) fn wait_event(events: &Path, event: &str, nth: usize) -> Vec<String> 
         std::thread::sleep(Duration::from_millis(50));
     }
 }
-
-/// Waits until no address of `iface` in `ns` is still doing duplicate address
-/// detection: a tentative link-local address cannot send.
-pub(crate) fn wait_addresses_usable(ns: &Netns, iface: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let out = ns
-            .command("ip")
-            .args(["-6", "addr", "show", "dev", iface, "tentative"])
-            .output()
-            .unwrap();
-        let link_local = ns
-            .command("ip")
-            .args(["-6", "addr", "show", "dev", iface, "scope", "link"])
-            .output()
-            .unwrap();
-        if out.stdout.is_empty() && !link_local.stdout.is_empty() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "addresses of {iface} stay tentative"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}

@@ -7,6 +7,7 @@
 pub(crate) mod api_lab;
 pub(crate) mod clients;
 pub(crate) mod ironic_lab;
+pub(crate) mod lab6;
 pub(crate) mod machines;
 pub(crate) mod members;
 pub(crate) mod powercut;

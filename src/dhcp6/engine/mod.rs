@@ -10,9 +10,13 @@
 //! for a client another member is responsible for gets no Advertise, and the Advertise
 //! of the responsible member carries Preference 255 so the client does not wait for
 //! others (RFC 8415 §18.2.1). Requests, Renews, Releases and Declines name their server
-//! by its DUID; only that member answers them.
+//! by its DUID; only that member answers them. A `[[host]] ip6` reservation (`hosts`)
+//! replaces all of this for its MAC: that address, whichever member answers.
 
 pub mod bindings;
+#[cfg(test)]
+mod host_tests;
+mod hosts;
 mod replica;
 pub mod reply;
 #[cfg(test)]
@@ -184,8 +188,8 @@ pub struct Engine6 {
     decline_hold: u64,
     members: MemberList,
     me: Option<String>,
-    /// `[[host]]` deny flags by MAC, and `dhcp.known_only`.
-    host_denies: std::collections::HashMap<MacAddr, bool>,
+    /// `[[host]]` entries (deny, host name, `ip6`), and `dhcp.known_only`.
+    hosts: hosts::Hosts6,
     known_only: bool,
 }
 
@@ -222,9 +226,16 @@ impl Engine6 {
             decline_hold: u64::from(config.dhcp.decline_hold_secs),
             members,
             me,
-            host_denies: config.hosts.iter().map(|h| (h.mac, h.deny)).collect(),
+            hosts: hosts::Hosts6::new(&config.hosts),
             known_only: config.dhcp.known_only,
         };
+        // A reserved address inside a range is never handed out dynamically.
+        let reserved: Vec<Ipv6Addr> = engine.hosts.reserved().collect();
+        for ip in reserved {
+            if let Some(p) = engine.pool_of(ip) {
+                p.block(ip);
+            }
+        }
         let mut stored = stored;
         // Oldest first, so an IA's newest lease wins its slot.
         stored.sort_by_key(|l| l.starts);
@@ -283,7 +294,7 @@ impl Engine6 {
         for ip in &freed {
             self.set_used(*ip, false);
         }
-        freed.len()
+        freed.len() + self.expire_reserved_offers(now)
     }
 
     /// Shares the ranges by a new member list (Ironic's conductors changed).
@@ -400,8 +411,7 @@ impl Engine6 {
         // Giving addresses back is always heard; everything else follows the filter.
         if !matches!(msg.msg_type(), MessageType::Release | MessageType::Decline) {
             use crate::dhcp::host_policy::{refusal, Refusal};
-            let host_denies = ctx.mac.and_then(|m| self.host_denies.get(&m).copied());
-            match refusal(ctx.policy, host_denies, self.known_only) {
+            match refusal(ctx.policy, self.hosts.deny(ctx.mac), self.known_only) {
                 Some(Refusal::Denied) => return Decision6::ignore(Ignore6::Denied),
                 Some(Refusal::Unknown) => return Decision6::ignore(Ignore6::UnknownClient),
                 None => {}
@@ -446,7 +456,7 @@ impl Engine6 {
             MessageType::Confirm if !ours && !holds_any => {
                 Decision6::ignore(Ignore6::NotResponsible)
             }
-            MessageType::Confirm => self.confirm(msg, si),
+            MessageType::Confirm => self.confirm(msg, si, ctx.mac),
             MessageType::InformationRequest if !ours => Decision6::ignore(Ignore6::NotResponsible),
             MessageType::InformationRequest => {
                 let mut r = reply::start(MessageType::Reply, msg, &self.duid);
@@ -466,17 +476,33 @@ impl Engine6 {
             .server_address(si, &ctx.arrival)
             .and_then(|server| select(classify(msg.opts()), &self.boot, server, None));
         reply::configuration(reply, &self.subnets[si].cfg, boot.as_ref());
+        // RFC 4704 §6: the name goes back only to a client that sent option 39.
+        if let (Some(flags), Some(name)) = (client_fqdn_flags(msg), self.hosts.hostname(ctx.mac)) {
+            reply.opts_mut().insert(reply::fqdn(flags, name));
+        }
     }
 
-    /// The address for `ia` of `client` on subnet `si`: the one it holds (or was
-    /// advertised), else the free one it hints at inside this member's share, else
-    /// the next free one of the share.
-    fn address_for(&mut self, client: &[u8], ia: &IANA, si: usize, now: u64) -> Option<Ipv6Addr> {
+    /// The address for `ia` of `client` on subnet `si`: its machine's reservation (or
+    /// none, if that cannot be given), else the one it holds (or was advertised), else
+    /// the free one it hints at inside this member's share, else the next free one of
+    /// the share.
+    fn address_for(
+        &mut self,
+        client: &[u8],
+        ia: &IANA,
+        si: usize,
+        ctx: &Context6<'_>,
+    ) -> Option<Ipv6Addr> {
+        let now = ctx.now;
+        if let Some(reserved) = self.reserved_address((client, ia.id), ctx.mac, si, now) {
+            return reserved;
+        }
         let subnet = &self.subnets[si];
         if let Some(l) = self.bindings.of_ia(client, ia.id) {
             let ip = l.ip;
             let usable = l.state != LeaseState::Declined
                 && subnet.cfg.in_ranges(ip)
+                && !self.hosts.reserved_for_other(ip, ctx.mac)
                 && (l.is_active(now) || !subnet.pools.iter().any(|p| p.is_used(ip)));
             if usable {
                 return Some(ip);
@@ -520,7 +546,11 @@ impl Engine6 {
             starts: ctx.now,
             preferred,
             expires,
-            hostname: client_fqdn(msg),
+            hostname: self
+                .hosts
+                .hostname(ctx.mac)
+                .map(str::to_string)
+                .or_else(|| client_fqdn(msg)),
             arch: classify(msg.opts()).arch,
         }
     }
@@ -543,7 +573,7 @@ impl Engine6 {
         let mut given = 0;
         let ias = reply::ia_nas(msg);
         for ia in &ias {
-            match self.address_for(client, ia, si, ctx.now) {
+            match self.address_for(client, ia, si, ctx) {
                 Some(ip) => {
                     let state = if kind == MessageType::Advertise {
                         LeaseState::Offered
@@ -640,9 +670,28 @@ impl Engine6 {
                 .filter(|l| l.state == LeaseState::Bound || l.state == LeaseState::Offered)
                 .map(|l| l.ip)
                 .filter(|ip| asked.is_empty() || asked.contains(ip));
-            // A binding lost with a store (or never replicated) is made again when the
-            // address it asks for is free in this member's share.
-            let ip = held.or_else(|| asked.iter().copied().find(|ip| self.free_in_share(si, *ip)));
+            // An address reserved for another machine since it was leased is not
+            // extended: it is withdrawn and released, so its machine can have it.
+            let taken = held.filter(|ip| self.hosts.reserved_for_other(*ip, ctx.mac));
+            if let Some(ip) = taken {
+                if let Some(mut lease) = self.bindings.get(ip).cloned() {
+                    lease.state = LeaseState::Released;
+                    effects.push(Lease6Effect::Put(lease.clone()));
+                    self.bindings.insert(lease);
+                    self.set_used(ip, false);
+                }
+            }
+            let held = held.filter(|ip| Some(*ip) != taken);
+            // A reserved machine is given its address (RFC 8415 §18.3.4 lets a Reply
+            // add one; what it asked about gets lifetimes 0). Otherwise a binding lost
+            // with a store (or never replicated) is made again when the address it asks
+            // for is free in this member's share.
+            let ip = match self.reserved_address((client, ia.id), ctx.mac, si, ctx.now) {
+                Some(reserved) => reserved,
+                None => {
+                    held.or_else(|| asked.iter().copied().find(|ip| self.free_in_share(si, *ip)))
+                }
+            };
             match ip {
                 Some(ip) => {
                     let lease = self.lease((client, ia.id), ip, msg, si, ctx, LeaseState::Bound);
@@ -654,12 +703,13 @@ impl Engine6 {
                 }
                 None => {
                     unknown += 1;
-                    // §18.3.5: addresses not on the link get lifetimes 0; otherwise the
-                    // IA is unknown here (NoBinding: the client solicits again).
+                    // §18.3.5: addresses not on the link get lifetimes 0 (as does one
+                    // taken back for its reservation); otherwise the IA is unknown here
+                    // (NoBinding: the client solicits again).
                     let off_link: Vec<_> = asked
                         .iter()
                         .copied()
-                        .filter(|a| !self.subnets[si].cfg.network.contains(a))
+                        .filter(|a| !self.subnets[si].cfg.network.contains(a) || Some(*a) == taken)
                         .collect();
                     r.opts_mut().insert(reply::ia_status(
                         ia.id,
@@ -670,7 +720,11 @@ impl Engine6 {
                 }
             }
         }
-        if bound == 0 && (unknown == 0 || (rebind && ctx.responsibility != Responsibility::Mine)) {
+        // (A withdrawal for a reservation is answered: its release must be stored.)
+        if bound == 0
+            && effects.is_empty()
+            && (unknown == 0 || (rebind && ctx.responsibility != Responsibility::Mine))
+        {
             return Decision6::ignore(Ignore6::NothingToAnswer);
         }
         self.configure(&mut r, msg, si, ctx);
@@ -749,8 +803,11 @@ impl Engine6 {
         }
     }
 
-    /// Confirm (RFC 8415 §18.3.3): whether the client's addresses fit its link.
-    fn confirm(&self, msg: &Message, si: usize) -> Decision6 {
+    /// Confirm (RFC 8415 §18.3.3): whether the client's addresses fit its link. An
+    /// address reserved for another machine does not, nor, for a machine with a
+    /// reservation, any other than its own: NotOnLink makes the client solicit again,
+    /// and so get the right one.
+    fn confirm(&self, msg: &Message, si: usize, mac: Option<MacAddr>) -> Decision6 {
         let asked: Vec<Ipv6Addr> = reply::ia_nas(msg)
             .into_iter()
             .flat_map(reply::addresses_in)
@@ -758,9 +815,12 @@ impl Engine6 {
         if asked.is_empty() {
             return Decision6::ignore(Ignore6::NothingToAnswer);
         }
-        let on_link = asked
-            .iter()
-            .all(|a| self.subnets[si].cfg.network.contains(a));
+        let own = self.hosts.reservation(mac);
+        let on_link = asked.iter().all(|a| {
+            self.subnets[si].cfg.network.contains(a)
+                && !self.hosts.reserved_for_other(*a, mac)
+                && own.is_none_or(|r| r == *a)
+        });
         let mut r = reply::start(MessageType::Reply, msg, &self.duid);
         r.opts_mut().insert(if on_link {
             reply::status(Status::Success, "addresses are on link")
@@ -789,6 +849,14 @@ fn status_only(status: Status, msg: &str) -> dhcproto::v6::DhcpOptions {
     let mut o = dhcproto::v6::DhcpOptions::new();
     o.insert(reply::status(status, msg));
     o
+}
+
+/// The flags octet of the client's Client FQDN option (39), if it sent one.
+fn client_fqdn_flags(msg: &Message) -> Option<u8> {
+    match msg.opts().get(OptionCode::ClientFqdn)? {
+        DhcpOption::Unknown(u) => Some(u.data().first().copied().unwrap_or(0)),
+        _ => None,
+    }
 }
 
 /// The host name in a Client FQDN option (39, RFC 4704 §4: a flags octet, then the

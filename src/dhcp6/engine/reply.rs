@@ -142,6 +142,23 @@ pub fn vendor_class(enterprise: u32, item: &[u8]) -> DhcpOption {
     DhcpOption::Unknown(UnknownOption::new(OptionCode::VendorClass, data))
 }
 
+/// The server's Client FQDN option (39) naming the client `name` (RFC 4704 §4: a
+/// flags octet, then the name; one label is a partial name, without the terminating
+/// zero). Flags: N, this server updates no DNS, so S is 0, and O says so when the
+/// client's `client_flags` asked for S.
+pub fn fqdn(client_flags: u8, name: &str) -> DhcpOption {
+    const S: u8 = 0x01;
+    const O: u8 = 0x02;
+    const N: u8 = 0x04;
+    let mut data = vec![N | if client_flags & S != 0 { O } else { 0 }];
+    for label in name.split('.').filter(|l| !l.is_empty()) {
+        // `[[host]] hostname` is one DNS label of at most 63 octets.
+        data.push(u8::try_from(label.len()).expect("a DNS label"));
+        data.extend_from_slice(label.as_bytes());
+    }
+    DhcpOption::Unknown(UnknownOption::new(OptionCode::ClientFqdn, data))
+}
+
 /// The addresses inside an IA_NA the client sent (its hints, or what it holds).
 pub fn addresses_in(ia: &IANA) -> Vec<Ipv6Addr> {
     ia.opts

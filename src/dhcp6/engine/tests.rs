@@ -8,22 +8,23 @@ use dhcproto::v6::{
 use super::*;
 use crate::config::Config;
 
-const SERVER_DUID: &[u8] = &[0, 4, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16];
+pub(super) const SERVER_DUID: &[u8] =
+    &[0, 4, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16];
 
-fn config(extra: &str) -> Config {
+pub(super) fn config(extra: &str) -> Config {
     let text = format!(
         "state_dir = \"/tmp/unused\"\n{extra}\n[[subnet6]]\nnetwork = \"fd00:1::/64\"\nranges = [\"fd00:1::10 - fd00:1::13\"]\nlease_time = 1000\ndns = [\"fd00:1::1\"]\n"
     );
     Config::from_toml_with_overrides(&text, &[]).expect("config")
 }
 
-fn engine(extra: &str) -> Engine6 {
+pub(super) fn engine(extra: &str) -> Engine6 {
     Engine6::new(&config(extra), SERVER_DUID.to_vec(), Vec::new(), 1_000)
 }
 
 const ADDRS: &[Ipv6Addr] = &[Ipv6Addr::new(0xfd00, 1, 0, 0, 0, 0, 0, 1)];
 
-fn ctx(now: u64) -> Context6<'static> {
+pub(super) fn ctx(now: u64) -> Context6<'static> {
     Context6 {
         arrival: Arrival {
             interface: "prov0",
@@ -37,11 +38,11 @@ fn ctx(now: u64) -> Context6<'static> {
     }
 }
 
-fn duid(n: u8) -> Vec<u8> {
+pub(super) fn duid(n: u8) -> Vec<u8> {
     vec![0, 3, 0, 1, 0x52, 0x54, 0, 0, 0, n]
 }
 
-fn message(
+pub(super) fn message(
     kind: MessageType,
     client: &[u8],
     server: Option<&[u8]>,
@@ -74,7 +75,7 @@ fn message(
 }
 
 /// The addresses (with valid lifetimes) of the reply's IA_NA `iaid`, and its status.
-fn ia_of(reply: &Message, iaid: u32) -> (Vec<(Ipv6Addr, u32)>, Option<Status>) {
+pub(super) fn ia_of(reply: &Message, iaid: u32) -> (Vec<(Ipv6Addr, u32)>, Option<Status>) {
     let ia = reply::ia_nas(reply)
         .into_iter()
         .find(|ia| ia.id == iaid)
@@ -96,7 +97,7 @@ fn ia_of(reply: &Message, iaid: u32) -> (Vec<(Ipv6Addr, u32)>, Option<Status>) {
     (addrs, status)
 }
 
-fn ip(s: &str) -> Ipv6Addr {
+pub(super) fn ip(s: &str) -> Ipv6Addr {
     s.parse().unwrap()
 }
 
