@@ -265,3 +265,126 @@ fn malformed_dhcpv6_is_counted_and_dropped_and_the_server_keeps_answering() {
     }
     drop(server);
 }
+
+/// Sends `inner` from the client side through the test's relay (link fd00:2::1) and
+/// returns the server's answer, unwrapped.
+fn relayed(lab: &common::Lab, inner: &Message) -> Message {
+    let mut bytes = Vec::new();
+    inner.encode(&mut Encoder::new(&mut bytes)).unwrap();
+    let forward = relay_forward(
+        "fd00:2::1".parse().unwrap(),
+        "fe80::5054:ff:fe00:d1".parse().unwrap(),
+        b"rack1",
+        None,
+        &bytes,
+    );
+    let got = lab
+        .client
+        .run(move || {
+            let s = UdpSocket::bind("[fd00:1::2]:547").unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            let mut buf = [0u8; 4096];
+            for _ in 0..5 {
+                s.send_to(
+                    &forward,
+                    SocketAddrV6::new(SERVER6.parse().unwrap(), 547, 0, 0),
+                )
+                .unwrap();
+                if let Ok((n, _)) = s.recv_from(&mut buf) {
+                    return Some(buf[..n].to_vec());
+                }
+            }
+            None
+        })
+        .join()
+        .unwrap()
+        .expect("a Relay-reply");
+    relay_reply(&got).message
+}
+
+/// The address a reply's IA_NA gives (not one it withdraws with lifetime 0).
+fn ia_address(m: &Message) -> Option<Ipv6Addr> {
+    let Some(DhcpOption::IANA(ia)) = m.opts().get(OptionCode::IANA) else {
+        return None;
+    };
+    ia.opts.iter().find_map(|o| match o {
+        DhcpOption::IAAddr(a) if a.valid_life > 0 => Some(a.addr),
+        _ => None,
+    })
+}
+
+/// A client message with IA_NA 1 holding `addr`, naming `server` if given.
+fn client_message(
+    kind: MessageType,
+    duid: &[u8],
+    server: Option<&[u8]>,
+    addr: Option<Ipv6Addr>,
+) -> Message {
+    let mut m = Message::new_with_id(kind, [9, 9, 9]);
+    m.opts_mut().insert(DhcpOption::ClientId(duid.to_vec()));
+    if let Some(s) = server {
+        m.opts_mut().insert(DhcpOption::ServerId(s.to_vec()));
+    }
+    let mut opts = dhcproto::v6::DhcpOptions::new();
+    if let Some(addr) = addr {
+        opts.insert(DhcpOption::IAAddr(dhcproto::v6::IAAddr {
+            addr,
+            preferred_life: 0,
+            valid_life: 0,
+            opts: Default::default(),
+        }));
+    }
+    m.opts_mut().insert(DhcpOption::IANA(IANA {
+        id: 1,
+        t1: 0,
+        t2: 0,
+        opts,
+    }));
+    m
+}
+
+/// RFC 8415 §18.3.8: a client that finds its address in use (duplicate address
+/// detection) declines it; the server quarantines the address and gives the client
+/// another. (Linux deletes an address that fails DAD under dhcpcd and dhclient, so
+/// neither sends a Decline here; the messages come from the test.)
+#[test]
+fn a_declined_address_is_quarantined_and_the_client_gets_another() {
+    require_root!();
+    let (lab, _dir, server) = common::lab6::start("");
+    let duid = [0, 3, 0, 1, 0x52, 0x54, 0, 0, 0, 0xd1];
+    let adv = relayed(
+        &lab,
+        &client_message(MessageType::Solicit, &duid, None, None),
+    );
+    let first = ia_address(&adv).expect("an address advertised");
+    let Some(DhcpOption::ServerId(sid)) = adv.opts().get(OptionCode::ServerId).cloned() else {
+        panic!("{adv:?}")
+    };
+    let req = client_message(MessageType::Request, &duid, Some(&sid), Some(first));
+    assert_eq!(ia_address(&relayed(&lab, &req)), Some(first));
+    assert_eq!(lease6(&server, &first.to_string())["state"], "bound");
+
+    let decline = client_message(MessageType::Decline, &duid, Some(&sid), Some(first));
+    let answer = relayed(&lab, &decline);
+    assert_eq!(answer.msg_type(), MessageType::Reply);
+    let Some(DhcpOption::StatusCode(status)) = answer.opts().get(OptionCode::StatusCode) else {
+        panic!("{answer:?}")
+    };
+    assert_eq!(status.status, dhcproto::v6::Status::Success);
+    assert_eq!(lease6(&server, &first.to_string())["state"], "declined");
+
+    // Soliciting again, it is given another address; the declined one stays nobody's.
+    let again = relayed(
+        &lab,
+        &client_message(MessageType::Solicit, &duid, None, Some(first)),
+    );
+    let second = ia_address(&again).expect("another address");
+    assert_ne!(second, first, "the declined address was given again");
+    let other = [0, 3, 0, 1, 0x52, 0x54, 0, 0, 0, 0xd2];
+    let theirs = relayed(
+        &lab,
+        &client_message(MessageType::Solicit, &other, None, Some(first)),
+    );
+    assert_ne!(ia_address(&theirs), Some(first), "nor to another client");
+    drop(server);
+}
