@@ -93,6 +93,7 @@ pub(super) fn range6(entry: &str) -> Result<Range6Entry, String> {
 pub(super) struct HostEntry {
     pub macs: Vec<MacAddr>,
     pub ip: Option<Ipv4Addr>,
+    pub ip6: Option<Ipv6Addr>,
     pub hostname: Option<String>,
     pub lease_time: Option<u32>,
     pub ignore: bool,
@@ -199,9 +200,23 @@ pub(super) fn host(entry: &str) -> Result<HostEntry, String> {
             h.ignore = true;
         } else if let Some(t) = f.strip_prefix("set:") {
             h.tags.push(t.to_string());
-        } else if f.starts_with("tag:") || f.starts_with("id:") || f.starts_with('[') {
+        } else if let Some(inner) = f.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
+            // dnsmasq: `[addr]`, a whole address, or `[::n]`, the host part only (for a
+            // `constructor:` range, which is not served).
+            let ip6: Ipv6Addr = inner
+                .parse()
+                .map_err(|_| format!("{f:?}: not an IPv6 address"))?;
+            if u128::from(ip6) >> 64 == 0 {
+                return Err(format!(
+                    "{f:?}: an address's host part only is for constructor ranges, which are not served"
+                ));
+            }
+            if h.ip6.replace(ip6).is_some() {
+                return Err("more than one IPv6 address".into());
+            }
+        } else if f.starts_with("tag:") || f.starts_with("id:") {
             return Err(format!(
-                "{f:?}: tags, client identifiers and IPv6 addresses in host entries are not supported yet"
+                "{f:?}: tags and client identifiers in host entries are not supported yet"
             ));
         } else if let Ok(ip) = f.parse::<Ipv4Addr>() {
             if h.ip.replace(ip).is_some() {
@@ -220,7 +235,7 @@ pub(super) fn host(entry: &str) -> Result<HostEntry, String> {
             "names no MAC address (entries by client id or name only are not supported)".into(),
         );
     }
-    if h.ip.is_some() && h.macs.len() > 1 {
+    if (h.ip.is_some() || h.ip6.is_some()) && h.macs.len() > 1 {
         return Err("one address for several MACs is not supported".into());
     }
     Ok(h)
@@ -311,5 +326,17 @@ mod tests {
         assert!(host("id:01:02,192.0.2.9").is_err());
         assert!(host("52:54:00:aa:bb:0g,192.0.2.9").is_err());
         assert!(host("52:54:00:aa:bb:03,52:54:00:aa:bb:04,192.0.2.9").is_err());
+        // IPv6 as dnsmasq writes it: bracketed, beside or instead of the IPv4 one.
+        let h = host("52:54:00:aa:bb:05,192.0.2.51,[fd00:1::51],node-5").unwrap();
+        assert_eq!(h.ip6, Some("fd00:1::51".parse().unwrap()));
+        assert_eq!(h.ip, Some("192.0.2.51".parse().unwrap()));
+        assert!(host("52:54:00:aa:bb:05,[fd00:1::zz]")
+            .unwrap_err()
+            .contains("not an IPv6 address"));
+        assert!(host("52:54:00:aa:bb:05,[::51]")
+            .unwrap_err()
+            .contains("constructor"));
+        assert!(host("52:54:00:aa:bb:05,[fd00::1],[fd00::2]").is_err());
+        assert!(host("52:54:00:aa:bb:03,52:54:00:aa:bb:04,[fd00::9]").is_err());
     }
 }

@@ -47,6 +47,9 @@ pub(super) fn hosts(
             if let Some(ip) = h.ip {
                 t.insert("ip".into(), Value::String(ip.to_string()));
             }
+            if let Some(ip6) = h.ip6 {
+                t.insert("ip6".into(), Value::String(ip6.to_string()));
+            }
             if let Some(n) = &h.hostname {
                 t.insert("hostname".into(), Value::String(n.clone()));
             }

@@ -332,6 +332,37 @@ fn ipv6_ranges_become_subnet6_and_an_ipv6_ironic_ip_the_boot_url() {
     assert_eq!(cfg.dhcp6.interfaces, ["prov0"]);
     assert!(cfg.ra.enabled, "firmware is told to ask DHCPv6");
 
+    // A host entry with a bracketed IPv6 address reserves it for DHCPv6.
+    let cfg = load(&env(&[
+        (
+            "DHCP_RANGE",
+            "192.0.2.10,192.0.2.100,255.255.255.0;fd2e:6f44:5dd8:c956::14,fd2e:6f44:5dd8:c956::c8,64",
+        ),
+        (
+            "DHCP_HOSTS",
+            "52:54:00:aa:bb:01,192.0.2.50,[fd2e:6f44:5dd8:c956::50],node-1",
+        ),
+    ]))
+    .unwrap();
+    assert_eq!(cfg.hosts[0].ip, Some(ip("192.0.2.50")));
+    assert_eq!(
+        cfg.hosts[0].ip6,
+        Some("fd2e:6f44:5dd8:c956::50".parse().unwrap())
+    );
+    let refused = problems(&env(&[
+        (
+            "DHCP_RANGE",
+            "fd2e:6f44:5dd8:c956::14,fd2e:6f44:5dd8:c956::c8,64",
+        ),
+        ("DHCP_HOSTS", "52:54:00:aa:bb:01,[fd00:99::50]"),
+    ]));
+    assert!(
+        refused
+            .iter()
+            .any(|l| l.starts_with("DHCP_HOSTS: ") && l.contains("subnet6")),
+        "{refused:?}"
+    );
+
     // IPv6 only: no v4 DHCP, and iPXE chains Ironic's script at the v6 address.
     let cfg = load(&env(&[
         ("PROVISIONING_IP", "fd2e:6f44:5dd8:c956::2/64"),
