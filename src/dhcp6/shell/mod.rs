@@ -5,6 +5,7 @@
 //! One task owns the engine; decisions are made in arrival order.
 
 mod control;
+mod report;
 pub mod socket;
 
 use std::net::{Ipv6Addr, SocketAddr, SocketAddrV6};
@@ -82,6 +83,8 @@ pub struct Parts6 {
     /// Lease replication, with several members: every other member's v6 leases are
     /// read before the first answer.
     pub replication: Option<Arc<crate::replication::Replicator>>,
+    /// Every machine's timeline, told of each decision for a client with a MAC.
+    pub timeline: Arc<crate::timeline::Timeline>,
 }
 
 /// A lease a peer refused (ours, the holder's), to withdraw in the server loop.
@@ -326,7 +329,8 @@ fn handle(
         source: request.hops.is_empty().then_some(*from.ip()),
         duid,
     };
-    let mac = client_mac(&clues).map(|(m, _)| m);
+    let found = client_mac(&clues);
+    let mac = found.map(|(m, _)| m);
     let responsibility = match responder {
         None => Responsibility::Mine,
         Some(r) => {
@@ -354,6 +358,11 @@ fn handle(
     };
     let decision = engine.handle_message(msg, &request.hops, &ctx);
     metrics.outcome(&decision.outcome);
+    if let Some((mac, via)) = found {
+        parts
+            .timeline
+            .record(mac, report::report(msg, &decision, via));
+    }
     debug!(from = %from.ip(), kind = ?msg.msg_type(), mac = ?mac, outcome = ?decision.outcome, "DHCPv6");
     let Decision6 { reply, effects, .. } = decision;
     let Some(reply) = reply else { return };
