@@ -1,6 +1,7 @@
 //! DHCPv6 against real clients: ISC `dhclient -6` across a veth pair between two
 //! namespaces (obtain, renew, restart of the server, release), and a relay of the
-//! test's own (Relay-forward from a remote link, firmware without option 61).
+//! test's own (Relay-forward from a remote link, firmware without option 61; boot URLs
+//! naming the address the relay sent to; the machine's timeline).
 
 mod common;
 
@@ -19,7 +20,18 @@ const SERVER6: &str = "fd00:1::1";
 /// A dual-stack lab: shardboot serves 192.0.2.0/24 and fd00:1::/64 (and fd00:2::/64,
 /// a link behind a relay) on the server side.
 fn v6_lab(subnet6_keys: &str) -> (Lab, tempfile::TempDir, Server) {
-    let lab = Lab::new(&["192.0.2.1/24", "fd00:1::1/64"], &["fd00:1::2/64"]);
+    v6_lab_on(&[], &[], subnet6_keys)
+}
+
+/// [`v6_lab`] with more addresses on the server's and the client's side.
+fn v6_lab_on(
+    server_addrs: &[&str],
+    client_addrs: &[&str],
+    subnet6_keys: &str,
+) -> (Lab, tempfile::TempDir, Server) {
+    let server_addrs = [&["192.0.2.1/24", "fd00:1::1/64"][..], server_addrs].concat();
+    let client_addrs = [&["fd00:1::2/64"][..], client_addrs].concat();
+    let lab = Lab::new(&server_addrs, &client_addrs);
     wait_addresses_usable(&lab.server, &lab.server_if);
     wait_addresses_usable(&lab.client, &lab.client_if);
     let dir = tempfile::tempdir().unwrap();
@@ -242,6 +254,90 @@ fn a_relayed_firmware_solicit_without_option_61_gets_an_address_of_its_link_and_
         url.ends_with(".efi"),
         "an EFI binary for architecture 7: {url}"
     );
+    drop(server);
+}
+
+/// Sends `forward` from the relay's address (fd00:1::2, port 547) to `server` until a
+/// Relay-reply comes back.
+fn relay_exchange(lab: &Lab, server: Ipv6Addr, forward: Vec<u8>) -> Option<Vec<u8>> {
+    lab.client
+        .run(move || {
+            let s = UdpSocket::bind("[fd00:1::2]:547").unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            let mut buf = [0u8; 4096];
+            for _ in 0..5 {
+                s.send_to(&forward, SocketAddrV6::new(server, 547, 0, 0))
+                    .unwrap();
+                if let Ok((n, _)) = s.recv_from(&mut buf) {
+                    return Some(buf[..n].to_vec());
+                }
+            }
+            None
+        })
+        .join()
+        .unwrap()
+}
+
+fn boot_url(m: &Message) -> String {
+    match m.opts().get(OptionCode::OptBootfileUrl) {
+        Some(DhcpOption::Unknown(u)) => String::from_utf8(u.data().to_vec()).unwrap(),
+        other => panic!("no boot file URL: {other:?}"),
+    }
+}
+
+/// The server has an address on each of two routed networks; relays reach it on either.
+/// The boot URL names the address each relay sent to (the datagram's destination,
+/// IPV6_PKTINFO), which is the one that relay's clients can reach, not just the first
+/// address of the interface. Each client's DHCPv6 exchange is in its timeline.
+#[test]
+fn a_relayed_client_is_told_to_boot_from_the_address_its_relay_reached() {
+    require_root!();
+    let (lab, _dir, server) = v6_lab_on(&["fd00:9::1/64"], &["fd00:9::2/64"], "");
+    let link: Ipv6Addr = "fd00:2::1".parse().unwrap();
+    for (n, to) in ["fd00:1::1", "fd00:9::1"].into_iter().enumerate() {
+        let mac = [0x52, 0x54, 0, 0x12, 0x35, n as u8];
+        let duid = [&[0, 3, 0, 1][..], &mac].concat();
+        let peer = "fe80::1".parse().unwrap();
+        let forward = relay_forward(link, peer, b"p", None, &firmware_solicit(&duid));
+        let reply = relay_exchange(&lab, to.parse().unwrap(), forward).unwrap_or_else(|| {
+            panic!(
+                "no Relay-reply from {to}:
+{}",
+                server.log_text()
+            )
+        });
+        let url = boot_url(&relay_reply(&reply).message);
+        assert!(
+            url.starts_with(&format!("tftp://[{to}]/")),
+            "to {to}: {url}"
+        );
+
+        // The machine's timeline (its MAC from the DUID-LL) has the Solicit, the
+        // address advertised and the URL.
+        let mac = shardboot::mac::MacAddr(mac);
+        let out = lab
+            .server
+            .command("curl")
+            .args(["-s", "-m", "2", "--noproxy", "*", "-H"])
+            .arg("Authorization: Bearer operator-token-0123456789abcdef")
+            .arg(format!("http://192.0.2.1:8080/v1/machines/{mac}/events"))
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stdout)));
+        let e = &v["events"][0];
+        assert_eq!(
+            (&e["source"], &e["what"], &e["outcome"]),
+            (&"dhcp6".into(), &"SOLICIT".into(), &"advertise".into()),
+            "{v}"
+        );
+        assert!(e["ip"].as_str().unwrap().starts_with("fd00:2::"), "{v}");
+        assert_eq!(
+            e["detail"],
+            format!("mac from duid; boot file {url}").as_str(),
+            "{v}"
+        );
+    }
     drop(server);
 }
 
