@@ -202,6 +202,7 @@ pub async fn run(
             metrics: handles.dhcp6.clone(),
             control: Some(control6),
             replication: replication.clone(),
+            timeline: handles.timeline.clone(),
         };
         tasks.run(crate::dhcp6::shell::run(
             config.clone(),

@@ -1,6 +1,15 @@
-//! Socket buffer sizing shared by the UDP listeners.
+//! Socket options shared by the UDP listeners: buffer sizing, the kernel's drop count,
+//! and each datagram's destination (IP_PKTINFO, Linux ip(7); IPV6_PKTINFO, RFC 3542 §6,
+//! ipv6(7)) for sockets bound to the unspecified address.
 
-use std::os::fd::AsRawFd;
+use std::io::{self, IoSliceMut};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::{AsFd, AsRawFd};
+
+use nix::sys::socket::SockaddrStorage;
+use nix::sys::socket::{recvmsg, setsockopt, sockopt, ControlMessageOwned, MsgFlags};
+use tokio::io::Interest;
+use tokio::net::UdpSocket;
 
 /// Asks for a receive buffer of `bytes`. A boot storm (a rack powering on) sends
 /// thousands of datagrams within milliseconds, more than a default buffer holds. With
@@ -59,6 +68,91 @@ pub fn receive_drops(socket: &impl AsRawFd) -> Option<u32> {
     (rc == 0 && len as usize > DROPS * 4).then_some(info[DROPS])
 }
 
+/// Where a datagram arrived, as IP_PKTINFO / IPV6_PKTINFO report it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arrived {
+    /// On an IPv4 socket.
+    V4 {
+        /// The datagram's destination (`ipi_addr`): a broadcast, or one of ours.
+        destination: Ipv4Addr,
+        /// The local address the kernel would answer from (`ipi_spec_dst`; 0 where
+        /// Linux leaves it so, as on loopback).
+        local: Ipv4Addr,
+    },
+    /// On an IPv6 socket (an IPv4 datagram on a dual-stack one: its v4-mapped
+    /// destination).
+    V6 {
+        /// The datagram's destination (`ipi6_addr`): a multicast group, or one of ours.
+        destination: Ipv6Addr,
+        /// The interface it came in on.
+        interface: u32,
+    },
+}
+
+/// Asks the kernel to report each datagram's destination on `socket` (IP_PKTINFO for
+/// IPv4, IPV6_RECVPKTINFO for IPv6, which on a dual-stack socket covers both).
+pub fn enable_pktinfo(socket: &impl AsFd, ipv6: bool) -> io::Result<()> {
+    if ipv6 {
+        setsockopt(socket, sockopt::Ipv6RecvPacketInfo, &true)?;
+    } else {
+        setsockopt(socket, sockopt::Ipv4PacketInfo, &true)?;
+    }
+    Ok(())
+}
+
+/// Room for one packet-info control message, for [`recv_pktinfo`]; allocated once per
+/// receiving loop, not per datagram.
+pub fn pktinfo_space() -> Vec<u8> {
+    nix::cmsg_space!(libc::in6_pktinfo)
+}
+
+/// Like `recv_from`, plus where the datagram arrived (`None` when [`enable_pktinfo`]
+/// was not asked for). `space` is from [`pktinfo_space`].
+pub async fn recv_pktinfo(
+    socket: &UdpSocket,
+    buf: &mut [u8],
+    space: &mut Vec<u8>,
+) -> io::Result<(usize, SocketAddr, Option<Arrived>)> {
+    socket
+        .async_io(Interest::READABLE, || {
+            let mut iov = [IoSliceMut::new(&mut *buf)];
+            let msg = recvmsg::<SockaddrStorage>(
+                socket.as_raw_fd(),
+                &mut iov,
+                Some(&mut *space),
+                MsgFlags::empty(),
+            )?;
+            let arrived = msg.cmsgs()?.find_map(|c| match c {
+                ControlMessageOwned::Ipv4PacketInfo(info) => Some(Arrived::V4 {
+                    destination: Ipv4Addr::from(u32::from_be(info.ipi_addr.s_addr)),
+                    local: Ipv4Addr::from(u32::from_be(info.ipi_spec_dst.s_addr)),
+                }),
+                ControlMessageOwned::Ipv6PacketInfo(info) => Some(Arrived::V6 {
+                    destination: Ipv6Addr::from(info.ipi6_addr.s6_addr),
+                    interface: info.ipi6_ifindex,
+                }),
+                _ => None,
+            });
+            // Linux always reports a UDP source; if not, the datagram cannot be
+            // answered and is dropped like any other stray (EHOSTUNREACH is transient).
+            let peer = msg
+                .address
+                .as_ref()
+                .and_then(socket_addr)
+                .ok_or_else(|| io::Error::from_raw_os_error(libc::EHOSTUNREACH))?;
+            Ok((msg.bytes, peer, arrived))
+        })
+        .await
+}
+
+fn socket_addr(a: &SockaddrStorage) -> Option<SocketAddr> {
+    if let Some(v4) = a.as_sockaddr_in() {
+        return Some(SocketAddr::V4(SocketAddrV4::from(*v4)));
+    }
+    a.as_sockaddr_in6()
+        .map(|v6| SocketAddr::V6(SocketAddrV6::from(*v6)))
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -86,5 +180,31 @@ mod tests {
         }
         let dropped = super::receive_drops(&rx).unwrap();
         assert!(dropped > 0 && dropped < 200, "{dropped}");
+    }
+
+    #[tokio::test]
+    async fn each_datagram_says_where_it_was_sent() {
+        use super::{enable_pktinfo, pktinfo_space, recv_pktinfo, Arrived};
+        use std::net::{Ipv4Addr, Ipv6Addr};
+        let rx = tokio::net::UdpSocket::bind("[::]:0").await.unwrap();
+        enable_pktinfo(&rx, true).unwrap();
+        let port = rx.local_addr().unwrap().port();
+        let (mut buf, mut space) = ([0u8; 16], pktinfo_space());
+        // An IPv4 datagram on the dual-stack socket: its v4-mapped destination.
+        for (from, to) in [
+            ("[::1]:0", Ipv6Addr::LOCALHOST),
+            ("127.0.0.1:0", Ipv4Addr::LOCALHOST.to_ipv6_mapped()),
+        ] {
+            let tx = std::net::UdpSocket::bind(from).unwrap();
+            let dest = std::net::SocketAddr::new(to.to_canonical(), port);
+            tx.send_to(b"hello", dest).unwrap();
+            let (n, peer, arrived) = recv_pktinfo(&rx, &mut buf, &mut space).await.unwrap();
+            assert_eq!(&buf[..n], b"hello");
+            assert_eq!(peer.port(), tx.local_addr().unwrap().port());
+            assert!(
+                matches!(arrived, Some(Arrived::V6 { destination, .. }) if destination == to),
+                "{to}: {arrived:?}"
+            );
+        }
     }
 }

@@ -4,16 +4,18 @@
 //! first question when a machine fails to boot: "what did it ask, and what did it get?".
 //!
 //! Bounded: at most [`PER_MAC`] events per MAC and [`TOTAL`] in all; past the total the
-//! oldest event of all goes first. An event is about 96 octets plus its detail text
+//! oldest event of all goes first. An event is about 104 octets plus its detail text
 //! (a file name and options, or a URL: at most [`MAX_DETAIL`]), so the whole timeline
-//! stays under 20 MiB. TFTP and the first-stage script know only the client's address:
-//! the MAC is the one DHCP last gave that address to.
+//! stays under 27 MiB. TFTP and the first-stage script know only the client's address:
+//! the MAC is the one DHCP (v4 or v6) last gave that address to, or for an IPv6
+//! link-local address with a modified EUI-64 interface identifier, the MAC it is made
+//! from (as `dhcp6::client_mac` reads a DHCPv6 client's source).
 //!
 //! Every value is shardboot's own (a label, an address, a URL it built) or is escaped
 //! before it is stored, so an event can be shown as it is.
 
 use std::collections::{HashMap, VecDeque};
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -36,6 +38,8 @@ const IPS_PER_MAC: usize = 8;
 pub enum Source {
     /// DHCPv4.
     Dhcp,
+    /// DHCPv6.
+    Dhcp6,
     /// TFTP.
     Tftp,
     /// The HTTP boot routes.
@@ -51,16 +55,17 @@ pub struct Event {
     pub at_ms: u64,
     /// Which listener.
     pub source: Source,
-    /// What the machine asked: a DHCP message type, `RRQ`, an HTTP route.
+    /// What the machine asked: a DHCP or DHCPv6 message type, `RRQ`, an HTTP route.
     pub what: &'static str,
-    /// What it got: `offer`, `ack`, `silent`, `complete`, `200`, …
+    /// What it got: `offer`, `ack`, `advertise`, `reply`, `silent`, `complete`, `200`, …
     pub outcome: &'static str,
     /// Why, for a silence or a failure (`not_responsible`, `timeout`, `miss`, …).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub why: Option<&'static str>,
-    /// The address given (DHCP) or the client's (TFTP, HTTP).
+    /// The address given (DHCP, DHCPv6: the first of the reply's) or the client's
+    /// (TFTP, HTTP).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub ip: Option<Ipv4Addr>,
+    pub ip: Option<IpAddr>,
     /// A file with its options, an owner and the URL chained, …
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<Box<str>>,
@@ -78,7 +83,7 @@ pub struct Report {
     /// Why.
     pub why: Option<&'static str>,
     /// The address.
-    pub ip: Option<Ipv4Addr>,
+    pub ip: Option<IpAddr>,
     /// Free text, escaped and cut to [`MAX_DETAIL`] when recorded.
     pub detail: Option<String>,
 }
@@ -89,17 +94,17 @@ struct Inner {
     /// Every kept event's MAC and seq, oldest first.
     order: VecDeque<(MacAddr, u64)>,
     /// The MAC each address was last given to.
-    by_ip: HashMap<Ipv4Addr, MacAddr>,
+    by_ip: HashMap<IpAddr, MacAddr>,
     /// The addresses each MAC was given, newest last (at most [`IPS_PER_MAC`]), so a
     /// MAC's entries in `by_ip` go with it without a pass over every address: with tens
     /// of thousands of machines that pass cost more than everything else per packet.
-    ips_of: HashMap<MacAddr, VecDeque<Ipv4Addr>>,
+    ips_of: HashMap<MacAddr, VecDeque<IpAddr>>,
     seq: u64,
 }
 
 impl Inner {
     /// `ip` was given to `mac`.
-    fn remember_ip(&mut self, ip: Ipv4Addr, mac: MacAddr) {
+    fn remember_ip(&mut self, ip: IpAddr, mac: MacAddr) {
         self.by_ip.insert(ip, mac);
         let ips = self.ips_of.entry(mac).or_default();
         if ips.contains(&ip) {
@@ -138,22 +143,22 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// `text` with every control or non-ASCII character escaped, at most [`MAX_DETAIL`].
+/// `text` with every control or non-ASCII character escaped, at most [`MAX_DETAIL`]
+/// (the escaped text is ASCII: octets and characters are the same count). One
+/// allocation: DHCPv6 keeps a detail for every message.
 fn clean(text: &str) -> Box<str> {
-    let mut out: String = text
-        .chars()
-        .flat_map(|c| {
-            let printable = c.is_ascii_graphic() || c == ' ';
-            let escaped: Vec<char> = if printable {
-                vec![c]
-            } else {
-                c.escape_default().collect()
-            };
-            escaped
-        })
-        .take(MAX_DETAIL)
-        .collect();
-    out.shrink_to_fit();
+    let mut out = String::with_capacity(text.len().min(MAX_DETAIL));
+    for c in text.chars() {
+        if c.is_ascii_graphic() || c == ' ' {
+            out.push(c);
+        } else {
+            out.extend(c.escape_default());
+        }
+        if out.len() >= MAX_DETAIL {
+            out.truncate(MAX_DETAIL);
+            break;
+        }
+    }
     out.into_boxed_str()
 }
 
@@ -169,13 +174,13 @@ impl Timeline {
         let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         g.seq += 1;
         let seq = g.seq;
-        if report.source == Source::Dhcp {
-            if let Some(ip) = report
-                .ip
-                .filter(|_| matches!(report.outcome, "offer" | "ack"))
-            {
-                g.remember_ip(ip, mac);
-            }
+        let given = match report.source {
+            Source::Dhcp => matches!(report.outcome, "offer" | "ack"),
+            Source::Dhcp6 => matches!(report.outcome, "advertise" | "reply"),
+            Source::Tftp | Source::Http => false,
+        };
+        if let Some(ip) = report.ip.filter(|_| given) {
+            g.remember_ip(ip, mac);
         }
         let ring = g.macs.entry(mac).or_default();
         if ring.len() == PER_MAC {
@@ -212,13 +217,20 @@ impl Timeline {
         }
     }
 
-    /// Records `report` for the MAC that DHCP last gave `ip` to; `false` (nothing
-    /// recorded) when no MAC is known for it.
-    pub fn record_for_ip(&self, ip: Ipv4Addr, report: Report) -> bool {
+    /// Records `report` for the MAC that DHCP or DHCPv6 last gave `ip` to, else (an
+    /// IPv6 link-local address with a modified EUI-64 interface identifier) the MAC in
+    /// it; `false` (nothing recorded) when no MAC is known for it. An IPv4-mapped IPv6
+    /// address is its IPv4 address.
+    pub fn record_for_ip(&self, ip: impl Into<IpAddr>, report: Report) -> bool {
+        let ip = ip.into().to_canonical();
         let mac = {
             let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
             g.by_ip.get(&ip).copied()
         };
+        let mac = mac.or_else(|| match ip {
+            IpAddr::V6(v6) => crate::dhcp6::client_mac::link_local_mac(v6),
+            IpAddr::V4(_) => None,
+        });
         match mac {
             Some(mac) => {
                 self.record(mac, report);
@@ -254,6 +266,8 @@ impl Timeline {
 
 #[cfg(test)]
 mod tests {
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
     use super::*;
 
     fn dhcp(what: &'static str, outcome: &'static str, ip: Option<Ipv4Addr>) -> Report {
@@ -262,8 +276,16 @@ mod tests {
             what,
             outcome,
             why: None,
-            ip,
+            ip: ip.map(IpAddr::V4),
             detail: None,
+        }
+    }
+
+    fn dhcp6(what: &'static str, outcome: &'static str, ip: Option<Ipv6Addr>) -> Report {
+        Report {
+            source: Source::Dhcp6,
+            ip: ip.map(IpAddr::V6),
+            ..dhcp(what, outcome, None)
         }
     }
 
@@ -280,7 +302,7 @@ mod tests {
             what: "RRQ",
             outcome: "complete",
             why: None,
-            ip: Some(ip),
+            ip: Some(ip.into()),
             detail: Some("snponly.efi blksize=1468\n\u{1b}[31m".into()),
         };
         assert!(t.record_for_ip(ip, tftp.clone()));
@@ -298,6 +320,8 @@ mod tests {
 
     #[test]
     fn bounded_per_machine_and_in_all() {
+        // What the module's size bound counts on (an address of either family).
+        assert!(std::mem::size_of::<Event>() <= 104);
         let t = Timeline::default();
         for i in 0..(PER_MAC as u64 + 10) {
             t.record_at(A, dhcp("DISCOVER", "offer", None), i);
@@ -369,5 +393,67 @@ mod tests {
         assert!(t.record_for_ip(ip(2_000_000 + IPS_PER_MAC + 4), rrq()));
         assert!(!t.record_for_ip(ip(2_000_000), rrq()));
         assert_eq!(t.inner.lock().unwrap().by_ip.len(), IPS_PER_MAC);
+    }
+
+    #[test]
+    fn an_ipv6_boot_is_found_by_its_dhcpv6_address_or_its_link_local_mac() {
+        let t = Timeline::default();
+        let given: Ipv6Addr = "fd00:1::105".parse().unwrap();
+        let rrq = |ip: IpAddr| Report {
+            source: Source::Tftp,
+            ip: Some(ip),
+            ..dhcp("RRQ", "complete", None)
+        };
+        // Nothing given yet: a global address finds no machine, a silence gives none.
+        assert!(!t.record_for_ip(given, rrq(given.into())));
+        t.record_at(A, dhcp6("SOLICIT", "silent", Some(given)), 1);
+        assert!(!t.record_for_ip(given, rrq(given.into())));
+        t.record_at(A, dhcp6("SOLICIT", "advertise", Some(given)), 2);
+        t.record_at(A, dhcp6("REQUEST", "reply", Some(given)), 3);
+        assert!(t.record_for_ip(given, rrq(given.into())));
+        // The link-local address firmware makes from its NIC (modified EUI-64) names
+        // the MAC without any DHCP; one that is not EUI-64, or not link-local, does not.
+        let eui64: Ipv6Addr = "fe80::5054:ff:fe00:1".parse().unwrap();
+        assert!(t.record_for_ip(
+            eui64,
+            Report {
+                source: Source::Http,
+                ..rrq(eui64.into())
+            }
+        ));
+        let (b, b_ip) = (MacAddr([0x52, 0x54, 0, 0, 0, 2]), "fe80::5054:ff:fe00:2");
+        let b_ip: Ipv6Addr = b_ip.parse().unwrap();
+        assert!(t.record_for_ip(b_ip, rrq(b_ip.into())));
+        assert_eq!(t.events(&b, 0).len(), 1);
+        for other in ["fe80::1234:5678:9abc:def0", "fd00:1::5054:ff:fe00:3"] {
+            let ip: Ipv6Addr = other.parse().unwrap();
+            assert!(!t.record_for_ip(ip, rrq(ip.into())), "{other}");
+        }
+        let sources: Vec<(Source, &str)> =
+            t.events(&A, 0).iter().map(|e| (e.source, e.what)).collect();
+        assert_eq!(
+            sources,
+            [
+                (Source::Dhcp6, "SOLICIT"),
+                (Source::Dhcp6, "SOLICIT"),
+                (Source::Dhcp6, "REQUEST"),
+                (Source::Tftp, "RRQ"),
+                (Source::Http, "RRQ"),
+            ]
+        );
+        // The JSON names the source and the address as an operator reads them.
+        let json = serde_json::to_value(&t.events(&A, 0)[2]).unwrap();
+        assert_eq!(json["source"], "dhcp6");
+        assert_eq!(json["ip"], "fd00:1::105");
+    }
+
+    #[test]
+    fn an_ipv4_client_of_a_dual_stack_listener_is_its_ipv4_address() {
+        let t = Timeline::default();
+        let ip = Ipv4Addr::new(192, 0, 2, 100);
+        t.record_at(A, dhcp("REQUEST", "ack", Some(ip)), 1);
+        let mapped = IpAddr::V6(ip.to_ipv6_mapped());
+        assert!(t.record_for_ip(mapped, dhcp("RRQ", "complete", None)));
+        assert_eq!(t.events(&A, 0).len(), 2);
     }
 }

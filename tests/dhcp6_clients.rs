@@ -1,6 +1,7 @@
 //! DHCPv6 against real clients: ISC `dhclient -6` across a veth pair between two
 //! namespaces (obtain, renew, restart of the server, release), and a relay of the
-//! test's own (Relay-forward from a remote link, firmware without option 61).
+//! test's own (Relay-forward from a remote link, firmware without option 61; boot URLs
+//! naming the address the relay sent to; the machine's timeline; a Decline).
 
 mod common;
 
@@ -122,26 +123,7 @@ fn a_relayed_firmware_solicit_without_option_61_gets_an_address_of_its_link_and_
     let peer: Ipv6Addr = "fe80::5054:ff:fe12:3456".parse().unwrap();
     let duid = [0, 3, 0, 1, 0x52, 0x54, 0, 0x12, 0x34, 0x56];
     let forward = relay_forward(link, peer, b"rack7-port3", None, &firmware_solicit(&duid));
-    let reply = lab
-        .client
-        .run(move || {
-            let s = UdpSocket::bind("[fd00:1::2]:547").unwrap();
-            s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-            let mut buf = [0u8; 4096];
-            for _ in 0..5 {
-                s.send_to(
-                    &forward,
-                    SocketAddrV6::new(SERVER6.parse().unwrap(), 547, 0, 0),
-                )
-                .unwrap();
-                if let Ok((n, _)) = s.recv_from(&mut buf) {
-                    return Some(buf[..n].to_vec());
-                }
-            }
-            None
-        })
-        .join()
-        .unwrap()
+    let reply = relay_exchange(&lab, SERVER6.parse().unwrap(), forward)
         .unwrap_or_else(|| panic!("no Relay-reply:\n{}", server.log_text()));
     let reply = relay_reply(&reply);
     assert_eq!(reply.link, link, "link-address echoed");
@@ -266,6 +248,27 @@ fn malformed_dhcpv6_is_counted_and_dropped_and_the_server_keeps_answering() {
     drop(server);
 }
 
+/// Sends `forward` from the relay's address (fd00:1::2, port 547) to `server` until a
+/// Relay-reply comes back.
+fn relay_exchange(lab: &common::Lab, server: Ipv6Addr, forward: Vec<u8>) -> Option<Vec<u8>> {
+    lab.client
+        .run(move || {
+            let s = UdpSocket::bind("[fd00:1::2]:547").unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            let mut buf = [0u8; 4096];
+            for _ in 0..5 {
+                s.send_to(&forward, SocketAddrV6::new(server, 547, 0, 0))
+                    .unwrap();
+                if let Ok((n, _)) = s.recv_from(&mut buf) {
+                    return Some(buf[..n].to_vec());
+                }
+            }
+            None
+        })
+        .join()
+        .unwrap()
+}
+
 /// Sends `inner` from the client side through the test's relay (link fd00:2::1) and
 /// returns the server's answer, unwrapped.
 fn relayed(lab: &common::Lab, inner: &Message) -> Message {
@@ -278,27 +281,7 @@ fn relayed(lab: &common::Lab, inner: &Message) -> Message {
         None,
         &bytes,
     );
-    let got = lab
-        .client
-        .run(move || {
-            let s = UdpSocket::bind("[fd00:1::2]:547").unwrap();
-            s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-            let mut buf = [0u8; 4096];
-            for _ in 0..5 {
-                s.send_to(
-                    &forward,
-                    SocketAddrV6::new(SERVER6.parse().unwrap(), 547, 0, 0),
-                )
-                .unwrap();
-                if let Ok((n, _)) = s.recv_from(&mut buf) {
-                    return Some(buf[..n].to_vec());
-                }
-            }
-            None
-        })
-        .join()
-        .unwrap()
-        .expect("a Relay-reply");
+    let got = relay_exchange(lab, SERVER6.parse().unwrap(), forward).expect("a Relay-reply");
     relay_reply(&got).message
 }
 
@@ -386,5 +369,73 @@ fn a_declined_address_is_quarantined_and_the_client_gets_another() {
         &client_message(MessageType::Solicit, &other, None, Some(first)),
     );
     assert_ne!(ia_address(&theirs), Some(first), "nor to another client");
+    drop(server);
+}
+
+fn boot_url(m: &Message) -> String {
+    match m.opts().get(OptionCode::OptBootfileUrl) {
+        Some(DhcpOption::Unknown(u)) => String::from_utf8(u.data().to_vec()).unwrap(),
+        other => panic!("no boot file URL: {other:?}"),
+    }
+}
+
+/// The server has an address on each of two routed networks; relays reach it on either.
+/// The boot URL names the address each relay sent to (the datagram's destination,
+/// IPV6_PKTINFO), which is the one that relay's clients can reach, not just the first
+/// address of the interface. Each client's DHCPv6 exchange is in its timeline.
+#[test]
+fn a_relayed_client_is_told_to_boot_from_the_address_its_relay_reached() {
+    require_root!();
+    let lab = common::lab6::lab(&["fd00:1::2/64", "fd00:9::2/64"]);
+    lab.server.ip(&[
+        "-6",
+        "addr",
+        "add",
+        "fd00:9::1/64",
+        "dev",
+        &lab.server_if,
+        "nodad",
+    ]);
+    let (_dir, server) = common::lab6::serve(&lab, "", "");
+    let link: Ipv6Addr = "fd00:2::1".parse().unwrap();
+    for (n, to) in ["fd00:1::1", "fd00:9::1"].into_iter().enumerate() {
+        let mac = [0x52, 0x54, 0, 0x12, 0x35, n as u8];
+        let duid = [&[0, 3, 0, 1][..], &mac].concat();
+        let peer = "fe80::1".parse().unwrap();
+        let forward = relay_forward(link, peer, b"p", None, &firmware_solicit(&duid));
+        let reply = relay_exchange(&lab, to.parse().unwrap(), forward)
+            .unwrap_or_else(|| panic!("no Relay-reply from {to}:\n{}", server.log_text()));
+        let url = boot_url(&relay_reply(&reply).message);
+        assert!(
+            url.starts_with(&format!("tftp://[{to}]/")),
+            "to {to}: {url}"
+        );
+
+        // The machine's timeline (its MAC from the DUID-LL) has the Solicit, the
+        // address advertised and the URL.
+        let mac = shardboot::mac::MacAddr(mac);
+        let out = lab
+            .server
+            .command("curl")
+            .args(["-s", "-m", "2", "--noproxy", "*", "-H"])
+            .arg(format!("Authorization: Bearer {}", common::lab6::TOKEN))
+            .arg(format!("http://192.0.2.1:8080/v1/machines/{mac}/events"))
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stdout)));
+        let e = &v["events"][0];
+        assert_eq!(
+            (&e["source"], &e["what"], &e["outcome"]),
+            (&"dhcp6".into(), &"SOLICIT".into(), &"advertise".into()),
+            "{v}"
+        );
+        assert!(e["ip"].as_str().unwrap().starts_with("fd00:2::"), "{v}");
+        assert_eq!(
+            e["detail"],
+            format!("mac from duid; boot file {url}").as_str(),
+            "{v}"
+        );
+    }
     drop(server);
 }

@@ -166,6 +166,37 @@ lease_time = 3600
         serde_json::from_str(&body).unwrap_or(serde_json::Value::Null)
     }
 
+    /// The machine's timeline as `shardboot trace --once` prints it.
+    fn trace(&self, mac: &str) -> String {
+        let out = self
+            .ns
+            .command(common::shardboot_bin().to_str().unwrap())
+            .args(["trace", "--once", "--server", API, "--token-file"])
+            .arg(self.dir.path().join("tokens"))
+            .arg(mac)
+            .output()
+            .unwrap();
+        let trace = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(out.status.success(), "{trace}");
+        trace
+    }
+
+    /// Checks that the machine's timeline holds each of `steps` (`source what outcome
+    /// …`, words separated by one space).
+    fn check_timeline(&self, mac: &str, steps: &[&str]) {
+        let trace = self.trace(mac);
+        let lines: Vec<String> = trace
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .collect();
+        for step in steps {
+            assert!(
+                lines.iter().any(|l| l.contains(step)),
+                "{step:?} missing from the trace:\n{trace}"
+            );
+        }
+    }
+
     /// Log lines at WARN or ERROR, but the one the test's own choice causes (the
     /// operator API in clear on the boot listener, to read it from the namespace).
     fn problems(&self) -> Vec<String> {
@@ -261,6 +292,19 @@ fn uefi_pxe_over_ipv6_loads_ipxe_over_tftp_and_boots_to_the_per_node_config() {
         metric(&m, "shardboot_dhcp6_outcomes_total{outcome=\"bound\"} ") >= 2,
         "{m}"
     );
+    // An IPv6-only boot in the machine's timeline: its DHCPv6 exchanges (the MAC from
+    // OVMF's EUI-64 link-local source: its DUID is a DUID-UUID), then the TFTP
+    // download and the HTTP requests from the address DHCPv6 gave it.
+    lab.check_timeline(
+        mac,
+        &[
+            "dhcp6 SOLICIT advertise fd00:1::",
+            "dhcp6 REQUEST reply fd00:1::",
+            "tftp RRQ complete fd00:1::",
+            "http GET /boot.ipxe",
+            "http GET /v1/boot/{mac}/{name}",
+        ],
+    );
 }
 
 #[test]
@@ -286,6 +330,15 @@ fn uefi_http_boot_over_ipv6_loads_ipxe_over_http_and_boots_to_the_per_node_confi
     assert!(
         console.contains("URI: http://[fd00:1::1]:8080/ipxe/snponly.efi"),
         "{console}"
+    );
+    lab.check_timeline(
+        mac,
+        &[
+            "dhcp6 SOLICIT",
+            "dhcp6 REQUEST",
+            "http GET /ipxe/{*file}",
+            "http GET /v1/boot/{mac}/{name}",
+        ],
     );
 }
 
@@ -328,16 +381,7 @@ fn boot_dual_stack(firmware: Firmware, mac: &str, capture: &str) {
     assert!(lab.problems().is_empty(), "{:?}", lab.problems());
     // The [::] listeners know an IPv4 client by its IPv4 address, so its TFTP and
     // first-stage requests join its DHCPv4 timeline.
-    let out = lab
-        .ns
-        .command(common::shardboot_bin().to_str().unwrap())
-        .args(["trace", "--once", "--server", API, "--token-file"])
-        .arg(lab.dir.path().join("tokens"))
-        .arg(mac)
-        .output()
-        .unwrap();
-    let trace = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(out.status.success(), "{trace}");
+    let trace = lab.trace(mac);
     let mut want = vec!["dhcp DISCOVER", "http GET /v1/boot/{mac}/{name}"];
     if firmware == Firmware::UefiPxe {
         want.push("tftp RRQ");

@@ -314,15 +314,15 @@ pub(crate) fn note_by_address(
     status: &'static str,
     detail: Option<String>,
 ) {
-    if let Some(Extension(serve::PeerAddr(std::net::SocketAddr::V4(v4)))) = peer {
+    if let Some(Extension(serve::PeerAddr(addr))) = peer {
         s.handles.timeline.record_for_ip(
-            *v4.ip(),
+            addr.ip(),
             crate::timeline::Report {
                 source: crate::timeline::Source::Http,
                 what,
                 outcome: status,
                 why: None,
-                ip: Some(*v4.ip()),
+                ip: Some(addr.ip()),
                 detail,
             },
         );
@@ -378,10 +378,7 @@ async fn boot_mac(
         res.source,
         chain.map_or(String::new(), |c| format!(" chain={}", c.url))
     );
-    let ip = match peer {
-        Some(Extension(serve::PeerAddr(std::net::SocketAddr::V4(v4)))) => Some(*v4.ip()),
-        _ => None,
-    };
+    let ip = peer.map(|Extension(serve::PeerAddr(addr))| addr.ip());
     s.handles.timeline.record(
         mac,
         crate::timeline::Report {

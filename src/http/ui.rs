@@ -1,7 +1,8 @@
 //! `GET /ui`: a read-only page for people who would rather look than read JSON: the
-//! lease table and this member's pool use, fetched by the browser from the operator API
-//! with the operator's token. The page and its script hold no data and are public; the
-//! data needs the token like every other API call.
+//! v4 and DHCPv6 lease tables, this member's pool use and a machine's timeline, fetched
+//! by the browser from the operator API with the operator's token. The page and its
+//! script hold no data and are public; the data needs the token like every other API
+//! call.
 
 use axum::http::header;
 use axum::response::{IntoResponse, Response};

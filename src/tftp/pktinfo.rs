@@ -10,16 +10,15 @@
 //! IPv6 one, and Linux sends from it when told so (`ip_cmsg_send` takes IPV6_PKTINFO
 //! for a mapped destination).
 
-use std::io::{self, IoSlice, IoSliceMut};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::io::{self, IoSlice};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsFd, AsRawFd};
 
-use nix::sys::socket::{
-    recvmsg, sendmsg, setsockopt, sockopt, ControlMessage, ControlMessageOwned, MsgFlags,
-    SockaddrIn, SockaddrIn6, SockaddrLike, SockaddrStorage,
-};
+use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags, SockaddrIn, SockaddrIn6, SockaddrLike};
 use tokio::io::Interest;
 use tokio::net::UdpSocket;
+
+use crate::sockopt::Arrived;
 
 /// Asks the kernel to report each datagram's local address, for a socket bound to the
 /// unspecified address of its family (on any other the answer is already fixed).
@@ -27,10 +26,10 @@ use tokio::net::UdpSocket;
 pub(super) fn enable(socket: &UdpSocket) -> bool {
     match socket.local_addr() {
         Ok(SocketAddr::V4(a)) if a.ip().is_unspecified() => {
-            setsockopt(&socket.as_fd(), sockopt::Ipv4PacketInfo, &true).is_ok()
+            crate::sockopt::enable_pktinfo(&socket.as_fd(), false).is_ok()
         }
         Ok(SocketAddr::V6(a)) if a.ip().is_unspecified() => {
-            setsockopt(&socket.as_fd(), sockopt::Ipv6RecvPacketInfo, &true).is_ok()
+            crate::sockopt::enable_pktinfo(&socket.as_fd(), true).is_ok()
         }
         _ => false,
     }
@@ -46,47 +45,20 @@ pub(super) async fn recv(
         let (n, peer) = socket.recv_from(buf).await?;
         return Ok((n, peer, None));
     }
-    socket
-        .async_io(Interest::READABLE, || {
-            let mut iov = [IoSliceMut::new(buf)];
-            let mut space = nix::cmsg_space!(libc::in6_pktinfo);
-            let msg = recvmsg::<SockaddrStorage>(
-                socket.as_raw_fd(),
-                &mut iov,
-                Some(&mut space),
-                MsgFlags::empty(),
-            )?;
-            let local = msg.cmsgs()?.find_map(|c| match c {
-                ControlMessageOwned::Ipv4PacketInfo(info) => reply_source(&info).map(IpAddr::V4),
-                ControlMessageOwned::Ipv6PacketInfo(info) => reply_source6(&info),
-                _ => None,
-            });
-            // Linux always reports a UDP source; if not, the datagram cannot be
-            // answered and is dropped like any other stray (EHOSTUNREACH is transient).
-            let peer = msg
-                .address
-                .as_ref()
-                .and_then(socket_addr)
-                .ok_or_else(|| io::Error::from_raw_os_error(libc::EHOSTUNREACH))?;
-            Ok((msg.bytes, peer, local))
-        })
-        .await
-}
-
-fn socket_addr(a: &SockaddrStorage) -> Option<SocketAddr> {
-    if let Some(v4) = a.as_sockaddr_in() {
-        return Some(SocketAddr::V4(SocketAddrV4::from(*v4)));
-    }
-    a.as_sockaddr_in6()
-        .map(|v6| SocketAddr::V6(SocketAddrV6::from(*v6)))
+    let mut space = crate::sockopt::pktinfo_space();
+    let (n, peer, arrived) = crate::sockopt::recv_pktinfo(socket, buf, &mut space).await?;
+    let local = arrived.and_then(|a| match a {
+        Arrived::V4 { destination, local } => reply_source(local, destination).map(IpAddr::V4),
+        Arrived::V6 { destination, .. } => reply_source6(destination),
+    });
+    Ok((n, peer, local))
 }
 
 /// The address to answer from for an IPv6 socket: the request's destination, unless
 /// it cannot be a source (multicast, unspecified, a mapped IPv4 broadcast) or is
 /// link-local (a transfer socket bound to it would need the interface as its scope;
 /// the kernel picks that interface's link-local address for a link-local peer anyway).
-fn reply_source6(info: &libc::in6_pktinfo) -> Option<IpAddr> {
-    let to = Ipv6Addr::from(info.ipi6_addr.s6_addr);
+fn reply_source6(to: Ipv6Addr) -> Option<IpAddr> {
     if let Some(v4) = to.to_ipv4_mapped() {
         let usable = !v4.is_unspecified() && !v4.is_broadcast() && !v4.is_multicast();
         return usable.then_some(IpAddr::V6(to));
@@ -98,9 +70,7 @@ fn reply_source6(info: &libc::in6_pktinfo) -> Option<IpAddr> {
 /// The address to answer from: the kernel's local address for the request
 /// (`ipi_spec_dst`: the destination of a unicast, the interface's address for a
 /// broadcast), else, where Linux leaves that 0 (seen on loopback), the destination.
-fn reply_source(info: &libc::in_pktinfo) -> Option<Ipv4Addr> {
-    let to = Ipv4Addr::from(u32::from_be(info.ipi_addr.s_addr));
-    let spec = Ipv4Addr::from(u32::from_be(info.ipi_spec_dst.s_addr));
+fn reply_source(spec: Ipv4Addr, to: Ipv4Addr) -> Option<Ipv4Addr> {
     [spec, to]
         .into_iter()
         .find(|a| !a.is_unspecified() && !a.is_broadcast() && !a.is_multicast())
@@ -169,18 +139,9 @@ pub(super) fn transfer_ip(listener: SocketAddr, request_to: Option<IpAddr>) -> I
 mod tests {
     use super::*;
 
-    fn info6(addr: &str) -> libc::in6_pktinfo {
-        libc::in6_pktinfo {
-            ipi6_addr: libc::in6_addr {
-                s6_addr: addr.parse::<Ipv6Addr>().unwrap().octets(),
-            },
-            ipi6_ifindex: 2,
-        }
-    }
-
     #[test]
     fn an_ipv6_request_is_answered_from_its_destination_when_that_can_be_a_source() {
-        let source = |a: &str| reply_source6(&info6(a));
+        let source = |a: &str| reply_source6(a.parse().unwrap());
         assert_eq!(source("fd00:1::1"), Some("fd00:1::1".parse().unwrap()));
         // An IPv4 request on a dual-stack socket: its mapped destination.
         assert_eq!(

@@ -86,17 +86,16 @@ pub(crate) fn finish(
     let t = &p.transfer;
     let (label, why) = outcome_label(&outcome, t.status());
     // An IPv4 client on a dual-stack listener is the same machine as over IPv4.
-    if let (Some(timeline), std::net::IpAddr::V4(v4)) =
-        (&metrics.timeline, peer.ip().to_canonical())
-    {
+    if let Some(timeline) = &metrics.timeline {
+        let ip = peer.ip().to_canonical();
         timeline.record_for_ip(
-            v4,
+            ip,
             crate::timeline::Report {
                 source: crate::timeline::Source::Tftp,
                 what: "RRQ",
                 outcome: label,
                 why,
-                ip: Some(v4),
+                ip: Some(ip),
                 detail: Some(format!(
                     "{} blksize={} windowsize={} sent={}",
                     p.file,

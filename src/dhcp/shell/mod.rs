@@ -914,7 +914,7 @@ fn timeline_report(
         what,
         outcome,
         why,
-        ip,
+        ip: ip.map(std::net::IpAddr::V4),
         detail,
     }
 }

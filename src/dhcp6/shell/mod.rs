@@ -5,6 +5,7 @@
 //! One task owns the engine; decisions are made in arrival order.
 
 mod control;
+mod report;
 pub mod socket;
 
 use std::net::{Ipv6Addr, SocketAddr, SocketAddrV6};
@@ -82,6 +83,8 @@ pub struct Parts6 {
     /// Lease replication, with several members: every other member's v6 leases are
     /// read before the first answer.
     pub replication: Option<Arc<crate::replication::Replicator>>,
+    /// Every machine's timeline, told of each decision for a client with a MAC.
+    pub timeline: Arc<crate::timeline::Timeline>,
 }
 
 /// A lease a peer refused (ours, the holder's), to withdraw in the server loop.
@@ -149,23 +152,27 @@ pub async fn run(
     }
     let (withdraw_tx, mut withdrawals) = tokio::sync::mpsc::unbounded_channel::<Withdrawal>();
     let mut control = parts.control.take().map(|c| c.0);
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<(usize, Vec<u8>, SocketAddrV6)>(4096);
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Datagram>(4096);
     let mut readers = tokio::task::JoinSet::new();
     for (k, l) in listeners.iter().enumerate() {
         let (socket, tx, name) = (l.socket.clone(), tx.clone(), l.interface.name.clone());
         readers.spawn(async move {
             let mut buf = vec![0u8; wire::MAX_DATAGRAM + 1];
+            let mut space = crate::sockopt::pktinfo_space();
             loop {
-                let (n, from) =
-                    socket
-                        .recv_from(&mut buf)
+                let (n, from, arrived) =
+                    crate::sockopt::recv_pktinfo(&socket, &mut buf, &mut space)
                         .await
                         .map_err(|source| Server6Error::Io {
                             interface: name.clone(),
                             source,
                         })?;
                 let SocketAddr::V6(from) = from else { continue };
-                if tx.send((k, buf[..n].to_vec(), from)).await.is_err() {
+                let to = match arrived {
+                    Some(crate::sockopt::Arrived::V6 { destination, .. }) => destination,
+                    _ => Ipv6Addr::UNSPECIFIED,
+                };
+                if tx.send((k, buf[..n].to_vec(), from, to)).await.is_err() {
                     return Ok(());
                 }
             }
@@ -207,9 +214,9 @@ pub async fn run(
                 withdraw(&mut engine, &ours, &holder, &parts.committer);
             }
             got = rx.recv() => {
-                let Some((k, bytes, from)) = got else { break };
+                let Some((k, bytes, from, to)) = got else { break };
                 let l = &listeners[k];
-                handle(&mut engine, l, &bytes, from, &parts, &withdraw_tx);
+                handle(&mut engine, l, &bytes, (from, to), &parts, &withdraw_tx);
             }
         }
     }
@@ -270,6 +277,9 @@ fn withdraw(engine: &mut Engine6, ours: &Lease6, holder: &Lease6, committer: &Co
     }
 }
 
+/// A received datagram: the listener's index, the bytes, its source and destination.
+type Datagram = (usize, Vec<u8>, SocketAddrV6, Ipv6Addr);
+
 async fn changed(
     roster: &mut Option<tokio::sync::watch::Receiver<Arc<crate::owner::roster::RosterView>>>,
 ) -> Option<()> {
@@ -300,7 +310,7 @@ fn handle(
     engine: &mut Engine6,
     l: &Listener,
     bytes: &[u8],
-    from: SocketAddrV6,
+    (from, destination): (SocketAddrV6, Ipv6Addr),
     parts: &Parts6,
     withdraw: &tokio::sync::mpsc::UnboundedSender<Withdrawal>,
 ) {
@@ -326,7 +336,8 @@ fn handle(
         source: request.hops.is_empty().then_some(*from.ip()),
         duid,
     };
-    let mac = client_mac(&clues).map(|(m, _)| m);
+    let found = client_mac(&clues);
+    let mac = found.map(|(m, _)| m);
     let responsibility = match responder {
         None => Responsibility::Mine,
         Some(r) => {
@@ -345,7 +356,7 @@ fn handle(
         arrival: Arrival {
             interface: &l.interface.name,
             addresses: &l.interface.addresses,
-            destination: Ipv6Addr::UNSPECIFIED,
+            destination,
         },
         mac,
         responsibility,
@@ -354,6 +365,11 @@ fn handle(
     };
     let decision = engine.handle_message(msg, &request.hops, &ctx);
     metrics.outcome(&decision.outcome);
+    if let Some((mac, via)) = found {
+        parts
+            .timeline
+            .record(mac, report::report(msg, &decision, via));
+    }
     debug!(from = %from.ip(), kind = ?msg.msg_type(), mac = ?mac, outcome = ?decision.outcome, "DHCPv6");
     let Decision6 { reply, effects, .. } = decision;
     let Some(reply) = reply else { return };

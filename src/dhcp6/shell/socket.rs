@@ -1,6 +1,7 @@
 //! One DHCPv6 socket per served interface: bound to [::]:547 with SO_BINDTODEVICE and
 //! joined to All_DHCP_Relay_Agents_and_Servers (ff02::1:2, RFC 8415 §7.1) on that
-//! interface, so it hears its own link's clients and the relays that send to it.
+//! interface, so it hears its own link's clients and the relays that send to it, and
+//! is told each datagram's destination (IPV6_RECVPKTINFO).
 
 use std::net::{Ipv6Addr, SocketAddr, SocketAddrV6};
 
@@ -124,6 +125,9 @@ pub fn bind6(
     // Replies to clients on the link go to their link-local address; multicast loops
     // are not ours to hear.
     s.set_multicast_loop_v6(false).map_err(err)?;
+    // Each datagram's destination: ff02::1:2 from a client on the link, one of our
+    // addresses from a relay (or a client unicasting), which the engine tells apart.
+    crate::sockopt::enable_pktinfo(&s, true).map_err(err)?;
     s.set_nonblocking(true).map_err(err)?;
     s.bind(&SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, port, 0, 0)).into())
         .map_err(err)?;

@@ -1,7 +1,7 @@
 // shardboot /ui: a read-only view of the operator API. The token comes from the form or
 // the page fragment (#token=..., which browsers never send to the server) and is kept
-// in sessionStorage only. Everything shown is set with textContent: host names come
-// from DHCP clients and must never become markup.
+// in sessionStorage only. Everything shown is set with textContent: host names and
+// DUIDs come from DHCP clients and must never become markup.
 "use strict";
 (function () {
   const $ = (id) => document.getElementById(id);
@@ -72,6 +72,24 @@
     }
   }
 
+  // The DHCPv6 leases (/v1/leases6): one row per IA, the DUID in hex as the API gives it.
+  async function loadLeases6(token) {
+    const body = $("leases6");
+    body.replaceChildren();
+    let cursor = null;
+    let shown = 0;
+    do {
+      const q = "/v1/leases6?limit=1000" + (cursor ? "&cursor=" + encodeURIComponent(cursor) : "");
+      const page = await api(q, token);
+      for (const l of page.leases) {
+        row(body, [l.ip, l.duid, l.iaid, l.mac, l.state, expiry(l.expires), l.hostname]);
+        shown += 1;
+      }
+      cursor = page.next_cursor;
+    } while (cursor && shown < MAX_ROWS);
+    $("status6").textContent = shown + " DHCPv6 leases" + (cursor ? " (first " + MAX_ROWS + " shown)" : "");
+  }
+
   async function load() {
     const token = currentToken();
     if (!token) {
@@ -99,6 +117,7 @@
         cursor = page.next_cursor;
       } while (cursor && shown < MAX_ROWS);
       $("status").textContent = shown + " leases" + (cursor ? " (first " + MAX_ROWS + " shown)" : "");
+      await loadLeases6(token);
       await loadMachine(token, sessionStorage.getItem("shardboot-machine"));
     } catch (e) {
       $("status").textContent = e.message;
