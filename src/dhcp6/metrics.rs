@@ -18,7 +18,7 @@ pub const DROP_REASONS: [&str; 11] = [
 ];
 
 /// What the engine decided.
-pub const OUTCOMES: [&str; 15] = [
+pub const OUTCOMES: [&str; 17] = [
     "advertise",
     "bound",
     "released",
@@ -34,6 +34,8 @@ pub const OUTCOMES: [&str; 15] = [
     "other_server",
     "denied",
     "unknown_client",
+    "use_multicast",
+    "unicast",
 ];
 
 /// The DHCPv6 listener's counters.
@@ -45,7 +47,7 @@ pub struct Dhcp6Metrics {
     pub dropped: LabeledCounters<11>,
     /// Engine decisions, by outcome (`nothing_to_answer` is counted under
     /// `not_responsible`: both are silences another server covers).
-    pub outcomes: LabeledCounters<15>,
+    pub outcomes: LabeledCounters<17>,
     /// Replies sent.
     pub sent: Counter,
     /// Replies the socket refused.
@@ -89,6 +91,8 @@ impl Dhcp6Metrics {
             Outcome6::Ignored(Ignore6::OtherServer) => "other_server",
             Outcome6::Ignored(Ignore6::Denied) => "denied",
             Outcome6::Ignored(Ignore6::UnknownClient) => "unknown_client",
+            Outcome6::UseMulticast => "use_multicast",
+            Outcome6::Ignored(Ignore6::Unicast) => "unicast",
         };
         self.outcomes.inc(label);
     }

@@ -88,6 +88,10 @@ pub enum Ignore6 {
     Denied,
     /// `dhcp.known_only` and nothing names the machine (or it shows no MAC).
     UnknownClient,
+    /// A Solicit, Rebind, Confirm or Information-request a client on the link sent
+    /// to one of our addresses rather than to the multicast group (RFC 8415 §16:
+    /// discarded).
+    Unicast,
 }
 
 impl Ignore6 {
@@ -101,6 +105,7 @@ impl Ignore6 {
             Self::NothingToAnswer => "nothing_to_answer",
             Self::Denied => "denied",
             Self::UnknownClient => "unknown_client",
+            Self::Unicast => "unicast",
         }
     }
 }
@@ -124,6 +129,8 @@ pub enum Outcome6 {
     NoAddresses,
     /// A Reply saying the client's binding is not known.
     NoBinding,
+    /// A Reply telling a client that sent to a unicast address to use multicast.
+    UseMulticast,
     /// No reply.
     Ignored(Ignore6),
 }
@@ -407,6 +414,28 @@ impl Engine6 {
                 return Decision6::ignore(Ignore6::OtherServer)
             }
             _ => {}
+        }
+        // RFC 8415 §16, §18.4: this server never offers Server Unicast, so a client on
+        // the link must multicast; what it unicast anyway is discarded, or, for the
+        // messages that name this server, answered UseMulticast. A relay's message
+        // arrives by unicast by design.
+        let unicast = hops.is_empty()
+            && !ctx.arrival.destination.is_multicast()
+            && !ctx.arrival.destination.is_unspecified();
+        if unicast {
+            if !named {
+                return Decision6::ignore(Ignore6::Unicast);
+            }
+            let mut r = reply::start(MessageType::Reply, msg, &self.duid);
+            r.opts_mut().insert(reply::status(
+                Status::UseMulticast,
+                "send to All_DHCP_Relay_Agents_and_Servers",
+            ));
+            return Decision6 {
+                reply: Some(r),
+                effects: Vec::new(),
+                outcome: Outcome6::UseMulticast,
+            };
         }
         // Giving addresses back is always heard; everything else follows the filter.
         if !matches!(msg.msg_type(), MessageType::Release | MessageType::Decline) {

@@ -369,6 +369,66 @@ fn messages_for_another_server_or_missing_identifiers_are_dropped() {
     );
 }
 
+/// RFC 8415 §16, §18.4: this server offers no Server Unicast, so a client on the link
+/// that unicasts anyway is not served: a Solicit, Rebind, Confirm or
+/// Information-request is dropped; a Request, Renew, Release or Decline to this server
+/// is told UseMulticast and changes nothing. A relay unicasts by design.
+#[test]
+fn a_client_that_unicasts_is_told_to_multicast_and_a_relay_is_not() {
+    let mut e = engine("");
+    let c = duid(1);
+    let unicast = |now| {
+        let mut x = ctx(now);
+        x.arrival.destination = ADDRS[0];
+        x
+    };
+    for kind in [
+        MessageType::Solicit,
+        MessageType::Rebind,
+        MessageType::Confirm,
+        MessageType::InformationRequest,
+    ] {
+        let d = e.handle_message(
+            &message(kind, &c, None, Some((1, None))),
+            &[],
+            &unicast(1_000),
+        );
+        assert_eq!(d.outcome, Outcome6::Ignored(Ignore6::Unicast), "{kind:?}");
+        assert!(d.reply.is_none());
+    }
+    let req = message(MessageType::Request, &c, Some(SERVER_DUID), Some((1, None)));
+    let d = e.handle_message(&req, &[], &unicast(1_000));
+    assert_eq!(d.outcome, Outcome6::UseMulticast);
+    assert!(d.effects.is_empty(), "no lease for a unicast Request");
+    let r = on_the_wire(d.reply.unwrap());
+    assert_eq!(r.msg_type(), MessageType::Reply);
+    match r.opts().get(OptionCode::StatusCode) {
+        Some(DhcpOption::StatusCode(s)) => assert_eq!(s.status, Status::UseMulticast),
+        other => panic!("{other:?}"),
+    }
+    // The same Request to the multicast group binds.
+    let d = e.handle_message(&req, &[], &ctx(1_000));
+    assert_eq!(d.outcome, Outcome6::Bound(1));
+    // Through a relay the server's own address is the destination: served.
+    let hop = super::RelayHop {
+        hop_count: 0,
+        link_addr: ip("fd00:1::1"),
+        peer_addr: ip("fe80::1"),
+        interface_id: None,
+        client_link_layer: None,
+    };
+    let d = e.handle_message(
+        &message(MessageType::Solicit, &duid(2), None, Some((1, None))),
+        &[hop],
+        &unicast(1_000),
+    );
+    assert!(
+        matches!(d.outcome, Outcome6::Advertise(1)),
+        "{:?}",
+        d.outcome
+    );
+}
+
 #[test]
 fn another_members_client_gets_no_advertise_but_its_own_binding_is_kept() {
     let mut e = engine("");

@@ -33,6 +33,7 @@ pub(super) fn report(msg: &Message, d: &Decision6, via: MacSource) -> Report {
         Outcome6::Informed => ("reply", Some("information")),
         Outcome6::NoAddresses => ("reply", Some("no_addresses")),
         Outcome6::NoBinding => ("reply", Some("no_binding")),
+        Outcome6::UseMulticast => ("reply", Some("use_multicast")),
         Outcome6::Ignored(r) => ("silent", Some(r.as_str())),
     };
     // The first address the reply gives (firmware asks for one IA_NA), only when it
