@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Where shardboot's CPU goes in the DHCP closed loop (issue 19: "profile first"): the
+# same veth pair and closed loop as benches/dhcp_vs.sh, shardboot alone, with its CPU
+# split by thread (from /proc) and `perf record -g` over the whole run. Prints the CPU
+# per exchange of each thread and perf's top symbols; the perf data stays in
+# $PERF_OUT (default /tmp/shardboot-dhcp.perf) for `perf report -i`. Run as root.
+#
+#   benches/profile_dhcp.sh [seconds]
+#
+# Traffic stays inside the two namespaces veth_pair.sh makes; the load is bounded by
+# its --seconds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"
+secs=${1:-10}
+window=${WINDOW:-256}
+load_clients=${LOAD_CLIENTS:-10000}
+perf_out=${PERF_OUT:-/tmp/shardboot-dhcp.perf}
+command -v perf >/dev/null || { echo "perf is not installed" >&2; exit 1; }
+
+cargo build --release --locked -q
+cargo build --release --locked -q --example dhcp_load
+target=${CARGO_TARGET_DIR:-$PWD/target}
+bin="$target/release/shardboot"
+load="$target/release/examples/dhcp_load"
+
+tag="sbpf$$"
+. benches/veth_pair.sh
+
+# Each thread's name and its user+system ticks.
+thread_ticks() {
+  local t
+  for t in /proc/"$1"/task/*; do
+    printf '%s %s\n' "$(tr ' ' '_' < "$t/comm")" "$(awk '{print $14 + $15}' "$t/stat")"
+  done | awk '{ s[$1] += $2 } END { for (n in s) print n, s[n] }' | sort
+}
+
+start shardboot
+before=$(thread_ticks "$server_pid")
+perf record -q -g -F 999 -p "$server_pid" -o "$perf_out" -- sleep "$((secs + 1))" 2>/dev/null &
+perf_pid=$!
+out=$(timeout $((secs + 30)) ip netns exec "$cli" "$load" --relay 198.18.0.2 --server 198.18.0.1 \
+      --seconds "$secs" --window "$window" --clients "$load_clients" 2>&1 || true)
+after=$(thread_ticks "$server_pid")
+wait "$perf_pid" || true
+stop
+n=$(echo "$out" | awk '/^exchanges/ {print $2; exit}')
+echo "$out" | grep '^exchanges' || { echo "the closed loop did not run:"; echo "$out"; exit 1; }
+hz=$(getconf CLK_TCK)
+echo
+echo "server CPU per exchange by thread ($n exchanges, ${secs} s, $window in flight)"
+join <(echo "$before") <(echo "$after") | awk -v n="$n" -v hz="$hz" '
+  { d = $3 - $2; total += d; if (d > 0) printf "  %-20s %7.1f us\n", $1, d / hz * 1e6 / n }
+  END { printf "  %-20s %7.1f us\n", "all threads", total / hz * 1e6 / n }'
+echo
+echo "perf: top symbols (self time, all threads)"
+perf report -i "$perf_out" --no-children --sort comm,sym --stdio 2>/dev/null \
+  | grep -E '^ +[0-9]' | head -40
