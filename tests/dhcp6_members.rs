@@ -38,13 +38,11 @@ fn member_v6(i: usize) -> Ipv6Addr {
 }
 
 fn config(interface: &str, i: usize) -> String {
-    let mut members = String::new();
-    for (k, n) in NAMES.iter().enumerate() {
-        members.push_str(&format!(
-            "[[member]]\nname = \"{n}\"\nhttp_url = \"http://{}:8080\"\n",
-            member_v4(k)
-        ));
-    }
+    let members: Vec<(&str, String)> = NAMES
+        .iter()
+        .enumerate()
+        .map(|(k, n)| (*n, member_v4(k)))
+        .collect();
     format!(
         r#"
 [dhcp]
@@ -52,17 +50,7 @@ interfaces = ["{interface}"]
 takeover_secs = 3
 [dhcp6]
 interfaces = ["{interface}"]
-[tftp]
-enabled = false
-[http]
-listen = "{ip}:8080"
-[health]
-interval_ms = 300
-timeout_ms = 250
-dead_after = 2
-[owner]
-self = "{name}"
-{secret}{members}
+{tables}
 [[subnet]]
 network = "198.18.0.0/16"
 ranges = ["198.18.1.0 - 198.18.4.255"]
@@ -76,9 +64,7 @@ rebinding_time = 4
 network = "fd00:2::/64"
 ranges = ["{first} - {last}"]
 "#,
-        ip = member_v4(i),
-        name = NAMES[i],
-        secret = common::member_secret_line(),
+        tables = common::members::segment_member_tables(member_v4(i), NAMES[i], &members),
         first = RANGE.0,
         last = RANGE.1,
     )

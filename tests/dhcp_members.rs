@@ -50,37 +50,23 @@ fn config(interface: &str, i: usize) -> String {
 }
 
 fn config_with(interface: &str, i: usize, names: &[&str]) -> String {
-    let mut members = String::new();
-    for (k, n) in names.iter().enumerate() {
-        members.push_str(&format!(
-            "[[member]]\nname = \"{n}\"\nhttp_url = \"http://{}:8080\"\n",
-            member_ip(k)
-        ));
-    }
+    let members: Vec<(&str, String)> = names
+        .iter()
+        .enumerate()
+        .map(|(k, n)| (*n, member_ip(k).to_string()))
+        .collect();
     format!(
         r#"
 [dhcp]
 interfaces = ["{interface}"]
 takeover_secs = {TAKEOVER_SECS}
-[tftp]
-enabled = false
-[http]
-listen = "{ip}:8080"
-[health]
-interval_ms = 300
-timeout_ms = 250
-dead_after = 2
-[owner]
-self = "{name}"
-{secret}{members}
+{tables}
 [[subnet]]
 network = "198.18.0.0/16"
 ranges = ["198.18.1.0 - 198.18.4.255"]
 lease_time = 3600
 "#,
-        ip = member_ip(i),
-        name = NAMES[i],
-        secret = common::member_secret_line(),
+        tables = common::members::segment_member_tables(member_ip(i), NAMES[i], &members),
     )
 }
 

@@ -178,3 +178,25 @@ pub(crate) fn write_members_file(path: &std::path::Path, members: &[(&str, Strin
     std::fs::write(&tmp, text).unwrap();
     std::fs::rename(&tmp, path).unwrap();
 }
+
+/// The tables every member on a test segment shares: no TFTP, HTTP (the member URL) on
+/// `ip`:8080, health probes every 300 ms (dead after two misses), `self = me`, the
+/// member secret, and a `[[member]]` per `(name, address)` at that address's :8080.
+pub(crate) fn segment_member_tables(
+    ip: impl std::fmt::Display,
+    me: &str,
+    members: &[(&str, String)],
+) -> String {
+    let mut out = format!(
+        "[tftp]\nenabled = false\n[http]\nlisten = \"{ip}:8080\"\n\
+         [health]\ninterval_ms = 300\ntimeout_ms = 250\ndead_after = 2\n\
+         [owner]\nself = \"{me}\"\n{}",
+        super::member_secret_line()
+    );
+    for (name, addr) in members {
+        out.push_str(&format!(
+            "[[member]]\nname = \"{name}\"\nhttp_url = \"http://{addr}:8080\"\n"
+        ));
+    }
+    out
+}
