@@ -7,6 +7,9 @@
 #
 #   benches/profile_dhcp.sh [seconds]
 #
+# PERF=0 leaves perf out (the per-thread split alone, without perf's own cost); SB_BIN
+# runs another build of shardboot (a before/after comparison of one lever).
+#
 # Traffic stays inside the two namespaces veth_pair.sh makes; the load is bounded by
 # its --seconds.
 set -euo pipefail
@@ -16,12 +19,13 @@ secs=${1:-10}
 window=${WINDOW:-256}
 load_clients=${LOAD_CLIENTS:-10000}
 perf_out=${PERF_OUT:-/tmp/shardboot-dhcp.perf}
-command -v perf >/dev/null || { echo "perf is not installed" >&2; exit 1; }
+use_perf=${PERF:-1}
+[ "$use_perf" = 0 ] || command -v perf >/dev/null || { echo "perf is not installed" >&2; exit 1; }
 
 cargo build --release --locked -q
 cargo build --release --locked -q --example dhcp_load
 target=${CARGO_TARGET_DIR:-$PWD/target}
-bin="$target/release/shardboot"
+bin=${SB_BIN:-$target/release/shardboot}
 load="$target/release/examples/dhcp_load"
 
 tag="sbpf$$"
@@ -37,12 +41,15 @@ thread_ticks() {
 
 start shardboot
 before=$(thread_ticks "$server_pid")
-perf record -q -g -F 999 -p "$server_pid" -o "$perf_out" -- sleep "$((secs + 1))" 2>/dev/null &
-perf_pid=$!
+perf_pid=
+if [ "$use_perf" != 0 ]; then
+  perf record -q -g -F 999 -p "$server_pid" -o "$perf_out" -- sleep "$((secs + 1))" 2>/dev/null &
+  perf_pid=$!
+fi
 out=$(timeout $((secs + 30)) ip netns exec "$cli" "$load" --relay 198.18.0.2 --server 198.18.0.1 \
       --seconds "$secs" --window "$window" --clients "$load_clients" 2>&1 || true)
 after=$(thread_ticks "$server_pid")
-wait "$perf_pid" || true
+[ -z "$perf_pid" ] || wait "$perf_pid" || true
 stop
 n=$(echo "$out" | awk '/^exchanges/ {print $2; exit}')
 echo "$out" | grep '^exchanges' || { echo "the closed loop did not run:"; echo "$out"; exit 1; }
@@ -52,6 +59,7 @@ echo "server CPU per exchange by thread ($n exchanges, ${secs} s, $window in fli
 join <(echo "$before") <(echo "$after") | awk -v n="$n" -v hz="$hz" '
   { d = $3 - $2; total += d; if (d > 0) printf "  %-20s %7.1f us\n", $1, d / hz * 1e6 / n }
   END { printf "  %-20s %7.1f us\n", "all threads", total / hz * 1e6 / n }'
+[ "$use_perf" != 0 ] || exit 0
 echo
 echo "perf: top symbols (self time, all threads)"
 perf report -i "$perf_out" --no-children --sort comm,sym --stdio 2>/dev/null \

@@ -3,10 +3,10 @@
 //! request (route, owner, resolver, status, chained URL), with time, for the operator's
 //! first question when a machine fails to boot: "what did it ask, and what did it get?".
 //!
-//! Bounded: at most [`PER_MAC`] events per MAC and [`TOTAL`] in all; past the total the
-//! oldest event of all goes first. An event is about 104 octets plus its detail text
-//! (a file name and options, or a URL: at most [`MAX_DETAIL`]), so the whole timeline
-//! stays under 27 MiB. TFTP and the first-stage script know only the client's address:
+//! Bounded: at most [`PER_MAC`] events shown per MAC and [`TOTAL`] kept in all; past
+//! the total the oldest event of all goes first. An event is about 136 octets with its
+//! links plus its detail text (a file name and options, or a URL: at most
+//! [`MAX_DETAIL`]), so the whole timeline stays under 30 MiB. TFTP and the first-stage script know only the client's address:
 //! the MAC is the one DHCP (v4 or v6) last gave that address to, or for an IPv6
 //! link-local address with a modified EUI-64 interface identifier, the MAC it is made
 //! from (as `dhcp6::client_mac` reads a DHCPv6 client's source).
@@ -14,7 +14,7 @@
 //! Every value is shardboot's own (a label, an address, a URL it built) or is escaped
 //! before it is stored, so an event can be shown as it is.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -88,45 +88,87 @@ pub struct Report {
     pub detail: Option<String>,
 }
 
+#[derive(Debug)]
+struct Slot {
+    mac: MacAddr,
+    event: Event,
+    /// The slot and seq of the same machine's event before this one.
+    prev: Option<(u32, u64)>,
+    /// The same machine has a later event: overwriting this slot leaves it some.
+    superseded: bool,
+}
+
+#[derive(Debug)]
+struct Machine {
+    /// The slot and seq of its newest event.
+    newest: (u32, u64),
+    /// The addresses it was given, newest last (at most [`IPS_PER_MAC`]); exactly the
+    /// addresses `by_ip` maps to it, so they go with it without a pass over every
+    /// address (with tens of thousands of machines that pass cost more than everything
+    /// else per packet).
+    ips: Vec<IpAddr>,
+    /// The newest of `ips`, kept here: most events name the address the machine was
+    /// given last, and this answers that without reading the list.
+    last_ip: Option<IpAddr>,
+}
+
+/// Every event in one ring of [`TOTAL`] slots, oldest overwritten first, each linked to
+/// its machine's previous one. Recording costs one lookup of the machine and a write
+/// at the ring's head; the machine whose event is overwritten is looked up only when
+/// that was its last (one map per machine and a fixed ring, where a queue per machine,
+/// an order queue and an address list per machine cost four or five random cache
+/// misses per event: the largest user-space cost of a DHCP exchange under load).
 #[derive(Debug, Default)]
 struct Inner {
-    macs: HashMap<MacAddr, VecDeque<Event>>,
-    /// Every kept event's MAC and seq, oldest first.
-    order: VecDeque<(MacAddr, u64)>,
+    slots: Vec<Slot>,
+    /// The slot the next event goes to once the ring is full.
+    head: usize,
+    machines: HashMap<MacAddr, Machine>,
     /// The MAC each address was last given to.
     by_ip: HashMap<IpAddr, MacAddr>,
-    /// The addresses each MAC was given, newest last (at most [`IPS_PER_MAC`]), so a
-    /// MAC's entries in `by_ip` go with it without a pass over every address: with tens
-    /// of thousands of machines that pass cost more than everything else per packet.
-    ips_of: HashMap<MacAddr, VecDeque<IpAddr>>,
     seq: u64,
 }
 
 impl Inner {
-    /// `ip` was given to `mac`.
-    fn remember_ip(&mut self, ip: IpAddr, mac: MacAddr) {
-        self.by_ip.insert(ip, mac);
-        let ips = self.ips_of.entry(mac).or_default();
-        if ips.contains(&ip) {
-            return;
+    /// Frees the slot the next event goes to; returns its index. A machine whose last
+    /// event goes is forgotten, with its addresses.
+    fn take_slot(&mut self) -> Option<usize> {
+        if self.slots.len() < TOTAL {
+            return None;
         }
-        ips.push_back(ip);
-        if ips.len() > IPS_PER_MAC {
-            if let Some(old) = ips.pop_front() {
-                if self.by_ip.get(&old) == Some(&mac) {
-                    self.by_ip.remove(&old);
+        let i = self.head;
+        self.head = (i + 1) % TOTAL;
+        let old = &self.slots[i];
+        if !old.superseded {
+            let (mac, seq) = (old.mac, old.event.seq);
+            if self.machines.get(&mac).is_some_and(|m| m.newest.1 == seq) {
+                if let Some(m) = self.machines.remove(&mac) {
+                    for ip in m.ips {
+                        self.by_ip.remove(&ip);
+                    }
                 }
             }
         }
+        Some(i)
     }
 
-    /// `mac` has no event left: its addresses no longer find it (unless given to
-    /// another MAC since).
-    fn forget_ips(&mut self, mac: &MacAddr) {
-        for ip in self.ips_of.remove(mac).unwrap_or_default() {
-            if self.by_ip.get(&ip) == Some(mac) {
-                self.by_ip.remove(&ip);
+    /// `ip` was given to `mac` (which has an entry): `by_ip` and the machines' address
+    /// lists change only when the address is new to it.
+    fn remember_ip(&mut self, ip: IpAddr, mac: MacAddr) {
+        if let Some(other) = self.by_ip.insert(ip, mac).filter(|o| *o != mac) {
+            if let Some(m) = self.machines.get_mut(&other) {
+                m.ips.retain(|x| *x != ip);
+                m.last_ip = m.ips.last().copied();
             }
+        }
+        let Some(m) = self.machines.get_mut(&mac) else {
+            return;
+        };
+        m.ips.push(ip);
+        m.last_ip = Some(ip);
+        if m.ips.len() > IPS_PER_MAC {
+            let old = m.ips.remove(0);
+            self.by_ip.remove(&old);
         }
     }
 }
@@ -179,41 +221,48 @@ impl Timeline {
             Source::Dhcp6 => matches!(report.outcome, "advertise" | "reply"),
             Source::Tftp | Source::Http => false,
         };
-        if let Some(ip) = report.ip.filter(|_| given) {
-            g.remember_ip(ip, mac);
-        }
-        let ring = g.macs.entry(mac).or_default();
-        if ring.len() == PER_MAC {
-            ring.pop_front();
-        }
-        ring.push_back(Event {
-            seq,
-            at_ms,
-            source: report.source,
-            what: report.what,
-            outcome: report.outcome,
-            why: report.why,
-            ip: report.ip,
-            detail,
+        let taken = g.take_slot();
+        let index = taken.unwrap_or(g.slots.len());
+        let inner = &mut *g;
+        let machine = inner.machines.entry(mac).or_insert(Machine {
+            newest: (u32::MAX, 0),
+            ips: Vec::new(),
+            last_ip: None,
         });
-        g.order.push_back((mac, seq));
-        while g.order.len() > TOTAL {
-            let Some((old, old_seq)) = g.order.pop_front() else {
-                break;
-            };
-            let empty = match g.macs.get_mut(&old) {
-                Some(ring) => {
-                    if ring.front().is_some_and(|e| e.seq == old_seq) {
-                        ring.pop_front();
-                    }
-                    ring.is_empty()
-                }
-                None => false,
-            };
-            if empty {
-                g.macs.remove(&old);
-                g.forget_ips(&old);
-            }
+        let (prev_index, prev_seq) = machine.newest;
+        let prev = inner
+            .slots
+            .get_mut(prev_index as usize)
+            .filter(|p| p.event.seq == prev_seq)
+            .map(|p| {
+                p.superseded = true;
+                (prev_index, prev_seq)
+            });
+        machine.newest = (index as u32, seq);
+        let new_ip = report
+            .ip
+            .filter(|ip| given && machine.last_ip != Some(*ip) && !machine.ips.contains(ip));
+        let slot = Slot {
+            mac,
+            event: Event {
+                seq,
+                at_ms,
+                source: report.source,
+                what: report.what,
+                outcome: report.outcome,
+                why: report.why,
+                ip: report.ip,
+                detail,
+            },
+            prev,
+            superseded: false,
+        };
+        match taken {
+            Some(i) => inner.slots[i] = slot,
+            None => inner.slots.push(slot),
+        }
+        if let Some(ip) = new_ip {
+            inner.remember_ip(ip, mac);
         }
     }
 
@@ -240,21 +289,33 @@ impl Timeline {
         }
     }
 
-    /// The events of `mac` after `after` (a seq), oldest first.
+    /// The events of `mac` after `after` (a seq), oldest first: its newest
+    /// [`PER_MAC`] at most.
     pub fn events(&self, mac: &MacAddr, after: u64) -> Vec<Event> {
         let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        g.macs
-            .get(mac)
-            .map(|r| r.iter().filter(|e| e.seq > after).cloned().collect())
-            .unwrap_or_default()
+        let mut out = Vec::new();
+        let mut at = g.machines.get(mac).map(|m| m.newest);
+        while let Some((i, seq)) = at {
+            let Some(slot) = g.slots.get(i as usize) else {
+                break;
+            };
+            if out.len() == PER_MAC || seq <= after || slot.event.seq != seq {
+                break;
+            }
+            out.push(slot.event.clone());
+            at = slot.prev;
+        }
+        out.reverse();
+        out
     }
 
-    /// Events kept in all.
+    /// Events recorded and not yet overwritten (at most [`TOTAL`]; a machine shows its
+    /// newest [`PER_MAC`] of them).
     pub fn len(&self) -> usize {
         self.inner
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .order
+            .slots
             .len()
     }
 
@@ -322,6 +383,11 @@ mod tests {
     fn bounded_per_machine_and_in_all() {
         // What the module's size bound counts on (an address of either family).
         assert!(std::mem::size_of::<Event>() <= 104);
+        assert!(
+            std::mem::size_of::<Slot>() <= 136,
+            "{}",
+            std::mem::size_of::<Slot>()
+        );
         let t = Timeline::default();
         for i in 0..(PER_MAC as u64 + 10) {
             t.record_at(A, dhcp("DISCOVER", "offer", None), i);
@@ -393,6 +459,34 @@ mod tests {
         assert!(t.record_for_ip(ip(2_000_000 + IPS_PER_MAC + 4), rrq()));
         assert!(!t.record_for_ip(ip(2_000_000), rrq()));
         assert_eq!(t.inner.lock().unwrap().by_ip.len(), IPS_PER_MAC);
+    }
+
+    #[test]
+    fn an_address_given_back_finds_its_new_machine_after_the_old_is_forgotten() {
+        let t = Timeline::default();
+        let b = MacAddr([0x52, 0x54, 0, 0, 0, 2]);
+        let ip = Ipv4Addr::new(192, 0, 2, 100);
+        let rrq = || Report {
+            source: Source::Tftp,
+            ..dhcp("RRQ", "complete", None)
+        };
+        t.record_at(A, dhcp("REQUEST", "ack", Some(ip)), 1);
+        t.record_at(b, dhcp("REQUEST", "ack", Some(ip)), 2);
+        assert!(t.record_for_ip(ip, rrq()));
+        assert_eq!(t.events(&b, 0).len(), 2, "the address went to b");
+        t.record_at(A, dhcp("REQUEST", "ack", Some(ip)), 3);
+        // b's events are all overwritten by A's: b is forgotten, the address stays A's.
+        for n in 0..TOTAL {
+            t.record_at(A, dhcp("DISCOVER", "silent", None), 4 + n as u64);
+        }
+        assert!(t.events(&b, 0).is_empty());
+        let before = t.events(&A, 0).len();
+        assert!(t.record_for_ip(ip, rrq()));
+        assert_eq!(t.events(&A, 0).len(), before, "PER_MAC shown at most");
+        assert_eq!(t.events(&A, 0).last().map(|e| e.what), Some("RRQ"));
+        let g = t.inner.lock().unwrap();
+        assert_eq!(g.machines.len(), 1);
+        assert_eq!(g.by_ip.get(&IpAddr::V4(ip)), Some(&A));
     }
 
     #[test]
