@@ -9,6 +9,10 @@
 #
 #   benches/dhcp_members.sh [seconds] [perfdhcp-rate]
 #
+# THREADS=1 also prints each thread's CPU per exchange, summed over the members (where
+# replication's cost goes); PERF_OUT=<file> does that and records `perf record -g` over
+# the three members' run.
+#
 # Traffic stays inside the namespaces made here; every run is bounded by perfdhcp -p.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -77,6 +81,16 @@ EOF
 }
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# Each thread name's user+system ticks, summed over the given processes (sled-io-N
+# threads under one name).
+thread_ticks() {
+  local p t
+  for p in "$@"; do
+    for t in /proc/"$p"/task/*; do
+      printf '%s %s\n' "$(tr ' ' '_' < "$t/comm" | sed 's/-[0-9]*$//')" "$(awk '{print $14 + $15}' "$t/stat")"
+    done
+  done | awk '{ s[$1] += $2 } END { for (n in s) print n, s[n] }' | sort
+}
 run() { # member-count → "<4-way/s> <CPU us/exchange> <duplicates>"
   local n=$1 out before=0 after=0 acks
   pids=()
@@ -88,8 +102,24 @@ run() { # member-count → "<4-way/s> <CPU us/exchange> <duplicates>"
   done
   sleep 2
   for p in "${pids[@]}"; do before=$((before + $(cpu_ticks "$p"))); done
+  local perf_pid="" threads_before=""
+  local split=${THREADS:-}
+  [ -z "${PERF_OUT:-}" ] || split=1
+  [ -z "$split" ] || threads_before=$(thread_ticks "${pids[@]}")
+  if [ -n "${PERF_OUT:-}" ] && [ "$n" -gt 1 ]; then
+    perf record -q -g -F 999 -p "$(IFS=,; echo "${pids[*]}")" -o "$PERF_OUT" -- sleep "$secs" 2>/dev/null &
+    perf_pid=$!
+  fi
   out=$(cd "$work" && ip netns exec "$cli" perfdhcp -4 -r "$rate" -R "$clients" -p "$secs" -W 1000000 -l "$c" 2>&1 || true)
   for p in "${pids[@]}"; do after=$((after + $(cpu_ticks "$p"))); done
+  [ -z "$perf_pid" ] || wait "$perf_pid" || true
+  if [ -n "$split" ]; then
+    local n_acks
+    n_acks=$(echo "$out" | awk '/REQUEST-ACK/ {f=1} f && /received packets/ {print $3; exit}')
+    echo "CPU per exchange by thread, summed over the $n members:" >&2
+    join <(echo "$threads_before") <(thread_ticks "${pids[@]}") | awk -v n="${n_acks:-1}" -v hz="$(getconf CLK_TCK)" '
+      { d = $3 - $2; if (d > 0) printf "  %-20s %7.1f us\n", $1, d / hz * 1e6 / n }' >&2
+  fi
   # Replication round trips of every member, as one histogram (n > 1 only).
   local metrics=""
   for i in $(seq 0 $((n - 1))); do

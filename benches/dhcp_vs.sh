@@ -40,33 +40,35 @@ measure() { # name → prints "<4-way/s> <server CPU µs per exchange>"
 }
 
 # Closed loop: examples/dhcp_load keeps $window exchanges in flight, so the server, not
-# the generator, sets the pace. Prints "<4-way/s> <server CPU µs per exchange> <lost> <duplicates>".
+# the generator, sets the pace. Prints "<4-way/s> <server CPU µs per exchange> <lost>
+# <duplicates> <of which kernel µs>".
 measure_closed() {
-  local out before after
-  before=$(cpu_ticks "$server_pid")
+  local out before after sys_before sys_after
+  before=$(cpu_ticks "$server_pid"); sys_before=$(sys_ticks "$server_pid")
   out=$(timeout $((secs + 30)) ip netns exec "$cli" "$load" --relay 198.18.0.2 --server 198.18.0.1 --seconds "$secs" \
         --window "$window" --clients "$load_clients" 2>&1 || true)
-  after=$(cpu_ticks "$server_pid")
+  after=$(cpu_ticks "$server_pid"); sys_after=$(sys_ticks "$server_pid")
   echo "$out" > "$work/load-$1.txt"
   # dhcp_load prints "exchanges N rate R/s lost L naks K duplicates D ...".
   local n rate lost dups
   read -r _ n _ rate _ lost _ _ _ dups _ <<< "$(echo "$out" | grep '^exchanges' || echo "exchanges 0 rate n/a lost n/a naks n/a duplicates n/a")"
   echo "${rate%/s}" \
        "$(awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v n="${n:-0}" 'BEGIN { if (n > 0) printf "%.1f", t / hz * 1e6 / n; else print "n/a" }')" \
-       "$lost" "$dups"
+       "$lost" "$dups" \
+       "$(awk -v t=$((sys_after - sys_before)) -v hz="$(getconf CLK_TCK)" -v n="${n:-0}" 'BEGIN { if (n > 0) printf "%.1f", t / hz * 1e6 / n; else print "n/a" }')"
 }
 
 start shardboot
 read -r r_sb c_sb <<< "$(measure shardboot)"
-read -r l_sb lc_sb lost_sb dup_sb <<< "$(measure_closed shardboot)"; stop
+read -r l_sb lc_sb lost_sb dup_sb lk_sb <<< "$(measure_closed shardboot)"; stop
 
 start dnsmasq
 read -r r_dm c_dm <<< "$(measure dnsmasq)"
-read -r l_dm lc_dm lost_dm dup_dm <<< "$(measure_closed dnsmasq)"; stop
+read -r l_dm lc_dm lost_dm dup_dm lk_dm <<< "$(measure_closed dnsmasq)"; stop
 
 start kea
 read -r r_kea c_kea <<< "$(measure kea)"
-read -r l_kea lc_kea lost_kea dup_kea <<< "$(measure_closed kea)"; stop
+read -r l_kea lc_kea lost_kea dup_kea lk_kea <<< "$(measure_closed kea)"; stop
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.1f", a / b; else print "n/a" }'; }
 echo
@@ -79,11 +81,12 @@ echo "rate      shardboot / Kea: $(ratio "$r_sb" "$r_kea")x   shardboot / dnsmas
 echo "CPU cost  Kea / shardboot: $(ratio "$c_kea" "$c_sb")x   dnsmasq / shardboot: $(ratio "$c_dm" "$c_sb")x"
 echo
 echo "closed loop (examples/dhcp_load, $window exchanges in flight, $load_clients clients, ${secs} s each)"
-printf '%-10s %12s %22s %8s %11s\n' server "4-way/s" "server CPU us/exchange" lost duplicates
-printf '%-10s %12s %22s %8s %11s\n' shardboot "$l_sb" "$lc_sb" "$lost_sb" "$dup_sb" \
-  dnsmasq "$l_dm" "$lc_dm" "$lost_dm" "$dup_dm" kea "$l_kea" "$lc_kea" "$lost_kea" "$dup_kea"
+printf '%-10s %12s %22s %16s %8s %11s\n' server "4-way/s" "server CPU us/exchange" "of which kernel" lost duplicates
+printf '%-10s %12s %22s %16s %8s %11s\n' shardboot "$l_sb" "$lc_sb" "$lk_sb" "$lost_sb" "$dup_sb" \
+  dnsmasq "$l_dm" "$lc_dm" "$lk_dm" "$lost_dm" "$dup_dm" kea "$l_kea" "$lc_kea" "$lk_kea" "$lost_kea" "$dup_kea"
 echo "rate      shardboot / Kea: $(ratio "$l_sb" "$l_kea")x   shardboot / dnsmasq: $(ratio "$l_sb" "$l_dm")x"
 row "DHCP closed loop ($window in flight), 4-way exchanges/s" "$l_sb" "$l_kea" "Kea" higher
 row "DHCP closed loop, server CPU per exchange" "$lc_sb" "$lc_kea" "Kea" lower " µs"
+row "DHCP closed loop, server kernel CPU per exchange" "$lk_sb" "$lk_kea" "Kea" lower " µs"
 row "DHCP closed loop, 4-way exchanges/s" "$l_sb" "$l_dm" "dnsmasq" higher
 row "DHCP perfdhcp -r $rate, server CPU per exchange" "$c_sb" "$c_kea" "Kea" lower " µs"

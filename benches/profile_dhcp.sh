@@ -31,12 +31,12 @@ load="$target/release/examples/dhcp_load"
 tag="sbpf$$"
 . benches/veth_pair.sh
 
-# Each thread's name and its user+system ticks.
+# Each thread's name with its user and its system ticks.
 thread_ticks() {
   local t
   for t in /proc/"$1"/task/*; do
-    printf '%s %s\n' "$(tr ' ' '_' < "$t/comm")" "$(awk '{print $14 + $15}' "$t/stat")"
-  done | awk '{ s[$1] += $2 } END { for (n in s) print n, s[n] }' | sort
+    printf '%s %s\n' "$(tr ' ' '_' < "$t/comm")" "$(awk '{print $14, $15}' "$t/stat")"
+  done | awk '{ u[$1] += $2; k[$1] += $3 } END { for (n in u) print n, u[n], k[n] }' | sort
 }
 
 start shardboot
@@ -56,9 +56,12 @@ echo "$out" | grep '^exchanges' || { echo "the closed loop did not run:"; echo "
 hz=$(getconf CLK_TCK)
 echo
 echo "server CPU per exchange by thread ($n exchanges, ${secs} s, $window in flight)"
+printf '  %-20s %9s %9s %9s\n' thread user kernel both
 join <(echo "$before") <(echo "$after") | awk -v n="$n" -v hz="$hz" '
-  { d = $3 - $2; total += d; if (d > 0) printf "  %-20s %7.1f us\n", $1, d / hz * 1e6 / n }
-  END { printf "  %-20s %7.1f us\n", "all threads", total / hz * 1e6 / n }'
+  function us(t) { return t / hz * 1e6 / n }
+  { du = $4 - $2; dk = $5 - $3; tu += du; tk += dk
+    if (du + dk > 0) printf "  %-20s %6.1f us %6.1f us %6.1f us\n", $1, us(du), us(dk), us(du + dk) }
+  END { printf "  %-20s %6.1f us %6.1f us %6.1f us\n", "all threads", us(tu), us(tk), us(tu + tk) }'
 [ "$use_perf" != 0 ] || exit 0
 echo
 echo "perf: top symbols (self time, all threads)"

@@ -6,7 +6,7 @@
 # `on_exit`). Traffic stays inside the two namespaces.
 #
 # Before sourcing: `tag` (a short unique prefix). Defines srv, cli, sif, cif, work,
-# server_pid, start NAME [COMMAND…], stop, cpu_ticks PID, on_exit COMMAND.
+# server_pid, start NAME [COMMAND…], stop, cpu_ticks PID, sys_ticks PID, on_exit COMMAND.
 
 srv="$tag-s"; cli="$tag-c"; sif="${tag}s"; cif="${tag}c"
 work=$(mktemp -d)
@@ -81,3 +81,6 @@ stop() {
   server_pid=
 }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# The kernel's part of it (system time): on veth it includes the receiving side's
+# softirq work, which runs in the sender's context.
+sys_ticks() { awk '{print $15}' "/proc/$1/stat"; }
