@@ -22,3 +22,4 @@ pub mod sockopt;
 pub mod store;
 pub mod tftp;
 pub mod timeline;
+pub mod udp_batch;

@@ -11,6 +11,7 @@ use tracing::error;
 use super::Lease6Effect;
 use super::{Change, LeaseEffect, SharedChange, Store, StoreError, Verdict};
 use crate::metrics::{header, Counter, Gauge, Histogram};
+use crate::udp_batch::{Counted, Replies};
 
 /// Most queued jobs folded into one flush.
 const MAX_BATCH: usize = 16_384;
@@ -33,7 +34,35 @@ struct Job {
     changes: Vec<Change>,
     queued: Instant,
     then: Then,
+    reply: Option<Reply>,
 }
+
+/// A datagram that leaves once its job's changes are durable and no peer refused them
+/// (a DHCP ACK), sent together with the other replies of the same flush
+/// ([`crate::udp_batch`]): one trip through the kernel for many where one `sendto`
+/// each cost more than the flush.
+pub struct Reply {
+    /// The socket it leaves by.
+    pub socket: Arc<std::net::UdpSocket>,
+    /// Told whether it was sent.
+    pub counted: Arc<dyn Counted>,
+    /// Where it goes.
+    pub to: std::net::SocketAddr,
+    /// The datagram.
+    pub bytes: Vec<u8>,
+}
+
+impl std::fmt::Debug for Reply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reply")
+            .field("to", &self.to)
+            .field("len", &self.bytes.len())
+            .finish()
+    }
+}
+
+/// One job's answer: when it was queued, what runs, and the reply that leaves.
+type Waiting = (Instant, Then, Option<Reply>);
 
 /// Hands lease changes to the other members while the local flush runs (lease
 /// replication): an ACK then waits for both, so a peer knows every acknowledged lease
@@ -222,7 +251,33 @@ impl Committer {
             changes,
             queued: Instant::now(),
             then: Box::new(then),
+            reply: None,
         }
+    }
+
+    fn queue(&self, job: Job) -> Result<(), CommitFailed> {
+        match self.jobs.try_send(job) {
+            Ok(()) => Ok(()),
+            Err(mpsc::TrySendError::Full(_)) => {
+                self.metrics.queue_full.inc();
+                Err(CommitFailed::QueueFull)
+            }
+            Err(mpsc::TrySendError::Disconnected(_)) => Err(CommitFailed::Stopped),
+        }
+    }
+
+    /// [`Committer::submit`] with a reply that is sent once the changes are durable
+    /// (and no peer refused them), with the other replies of the same flush; `then`
+    /// runs in every case, before the replies leave.
+    pub fn submit_with_reply(
+        &self,
+        changes: Vec<Change>,
+        reply: Option<Reply>,
+        then: impl FnOnce(Result<(), &StoreError>) + Send + 'static,
+    ) -> Result<(), CommitFailed> {
+        let mut job = Self::job(changes, then);
+        job.reply = reply;
+        self.queue(job)
     }
 
     /// Queues `changes`; `then` runs once they are durable or have failed. Without
@@ -232,14 +287,7 @@ impl Committer {
         changes: Vec<Change>,
         then: impl FnOnce(Result<(), &StoreError>) + Send + 'static,
     ) -> Result<(), CommitFailed> {
-        match self.jobs.try_send(Self::job(changes, then)) {
-            Ok(()) => Ok(()),
-            Err(mpsc::TrySendError::Full(_)) => {
-                self.metrics.queue_full.inc();
-                Err(CommitFailed::QueueFull)
-            }
-            Err(mpsc::TrySendError::Disconnected(_)) => Err(CommitFailed::Stopped),
-        }
+        self.queue(Self::job(changes, then))
     }
 
     /// Makes `changes` durable and waits for it, blocking this thread (start-up, and the
@@ -318,7 +366,7 @@ fn commit_loop(
                 }
             }
             changes.extend(job.changes);
-            waiting.push((job.queued, job.then));
+            waiting.push((job.queued, job.then, job.reply));
         }
         if metrics.status.is_failing() {
             if let Err(e) = store.recover() {
@@ -328,7 +376,7 @@ fn commit_loop(
         // With peers: the changes go out now, the flush runs meanwhile, and the answers
         // wait on another thread for both, so this thread goes on to the next batch
         // (a peer's own changes, which its answer to ours may wait for, among them).
-        let queued: Vec<Instant> = waiting.iter().map(|(q, _)| *q).collect();
+        let queued: Vec<Instant> = waiting.iter().map(|(q, _, _)| *q).collect();
         let mut waiting = Some(waiting);
         let answer_later = match replicate {
             Some(r) if !shared.is_empty() => {
@@ -376,7 +424,7 @@ fn commit_loop(
 /// held, a peer's refusal of one of its lease changes (`shared_job[i]` is the job of
 /// the i-th replicated change, `verdicts[i]` its verdict).
 fn answer(
-    waiting: Vec<(Instant, Then)>,
+    waiting: Vec<Waiting>,
     shared_job: &[usize],
     flush: Result<(), StoreError>,
     changes: &[SharedChange],
@@ -402,12 +450,20 @@ fn answer(
         };
         refused[job].get_or_insert(refusal);
     }
-    for ((_, then), refusal) in waiting.into_iter().zip(&refused) {
+    let mut replies = Replies::default();
+    for ((_, then, reply), refusal) in waiting.into_iter().zip(&refused) {
         match (&flush, refusal) {
             (Ok(()), Some(refusal)) => then(Err(refusal)),
-            _ => then(flush.as_ref().map(|_| ())),
+            (Ok(()), None) => {
+                if let Some(r) = reply {
+                    replies.push(&r.socket, &r.counted, r.to, &r.bytes);
+                }
+                then(Ok(()))
+            }
+            (Err(e), _) => then(Err(e)),
         }
     }
+    replies.send();
 }
 
 /// One attempt to bring a failing store back: reopen what a failure left broken, then

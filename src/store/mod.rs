@@ -26,7 +26,7 @@ use crate::mac::MacAddr;
 pub use codec::{decode_lease, encode_lease, CodecError, LEASE_FORMAT_VERSION};
 pub use codec6::{decode_lease6, encode_lease6, LEASE6_FORMAT_VERSION};
 pub use committer::{
-    CommitFailed, Committer, Finish, Flushed, Replicate, StoreMetrics, StoreStatus,
+    CommitFailed, Committer, Finish, Flushed, Replicate, Reply, StoreMetrics, StoreStatus,
 };
 pub use lease::{Lease, LeaseEffect, LeaseState, SharedChange, Verdict};
 pub use lease6::{Lease6, Lease6Effect};

@@ -36,6 +36,7 @@ use super::wire::{self, MAX_REQUEST_LEN};
 use crate::dhcp::engine::reply::Destination;
 use crate::mac::MacAddr;
 use crate::store::{Change, Committer, StoreMetrics, StoreStatus};
+use crate::udp_batch::{Counted, Outbox};
 pub(crate) use control::{ask, take_peer_changes};
 pub use control::{ControlError, ControlReceiver, DhcpHandle};
 pub use follow::follow_members;
@@ -204,6 +205,7 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
         committer: &committer,
         metrics: &metrics,
         withdraw: &withdraw_tx,
+        outboxes: std::cell::RefCell::new(sockets.iter().map(|_| Outbox::default()).collect()),
     };
     let mut buf = vec![0u8; MAX_REQUEST_LEN + 1];
     // Pool usage and lease count from the start, not only after the first tick.
@@ -284,6 +286,9 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
                     }
                 }
             }
+            // The burst's replies leave together (udp_batch: one trip through the
+            // kernel for many); a burst is at most READ_BURST datagrams.
+            outputs.flush().await;
         }
         if stats_dirty && (!busy || published.elapsed() >= PUBLISH_EVERY) {
             publish(&engine, &metrics);
@@ -351,19 +356,21 @@ fn submit(
         listener,
         reply,
     } = pending;
-    let socket = reply.as_ref().map(|_| sockets[listener].clone());
+    // Sent by the committer with the flush's other replies, never waiting for room:
+    // the committer must not stall on one slow socket.
+    let reply = reply.map(|(bytes, to)| crate::store::Reply {
+        socket: sockets[listener].clone(),
+        counted: metrics.clone(),
+        to,
+        bytes,
+    });
     let metrics = metrics.clone();
     let withdraw = withdraw.clone();
-    let _ = committer.submit(changes, move |r| match (r, reply, socket) {
-        (Ok(()), Some((bytes, to)), Some(socket)) => {
-            // Never waits for room: the committer must not stall on one slow socket.
-            count_send(socket.send_to(&bytes, to), to, &metrics);
-        }
-        (Err(crate::store::StoreError::HeldByPeer { ours, holder }), _, _) => {
+    let _ = committer.submit_with_reply(changes, reply, move |r| {
+        if let Err(crate::store::StoreError::HeldByPeer { ours, holder }) = r {
             metrics.peer_refused.inc();
             let _ = withdraw.send((ours.clone(), holder.clone()));
         }
-        _ => {}
     });
 }
 
@@ -468,9 +475,22 @@ struct Outputs<'a> {
     committer: &'a Committer,
     metrics: &'a Arc<DhcpMetrics>,
     withdraw: &'a tokio::sync::mpsc::UnboundedSender<Withdrawal>,
+    /// Replies of the burst being read, per socket (OFFERs, NAKs: those that wait for
+    /// no flush), sent together once the burst ends ([`Outputs::flush`]).
+    outboxes: std::cell::RefCell<Vec<Outbox>>,
 }
 
 impl Outputs<'_> {
+    /// Sends the replies queued by [`Outputs::act`], each socket's together.
+    async fn flush(&self) {
+        for (i, socket) in self.sockets.iter().enumerate() {
+            // Out of the cell while it waits for room: nothing else touches it then.
+            let mut outbox = std::mem::take(&mut self.outboxes.borrow_mut()[i]);
+            flush(socket, &mut outbox, self.metrics).await;
+            self.outboxes.borrow_mut()[i] = outbox;
+        }
+    }
+
     /// Carries out `action` (`out`: the encoded reply of a `Send`). A probe that cannot
     /// be sent ends at once, into `ended`. Returns whether state the operator reads
     /// changed.
@@ -484,7 +504,7 @@ impl Outputs<'_> {
         match action {
             Action::Nothing => false,
             Action::Send(listener, to) => {
-                send_now(&self.sockets[listener], out, to, self.metrics).await;
+                self.outboxes.borrow_mut()[listener].push(to, out);
                 true
             }
             Action::Commit(p) => {
@@ -953,20 +973,33 @@ fn echo_relay_information(request: &[u8], reply: &mut Reply) {
     }
 }
 
-async fn send_now(socket: &UdpSocket, bytes: &[u8], to: SocketAddr, metrics: &DhcpMetrics) {
-    let res = match socket.try_send_to(bytes, to) {
-        Err(e) if e.kind() == ErrorKind::WouldBlock => socket.send_to(bytes, to).await,
-        other => other,
-    };
-    count_send(res, to, metrics);
+impl Counted for DhcpMetrics {
+    fn counted(&self, to: SocketAddr, result: Result<(), &std::io::Error>) {
+        match result {
+            Ok(()) => self.sent.inc(),
+            Err(e) => {
+                self.send_errors.inc();
+                debug!(%to, error = %e, "send failed");
+            }
+        }
+    }
 }
 
-fn count_send(res: std::io::Result<usize>, to: SocketAddr, metrics: &DhcpMetrics) {
-    match res {
-        Ok(_) => metrics.sent.inc(),
-        Err(e) => {
-            metrics.send_errors.inc();
-            debug!(%to, error = %e, "send failed");
+/// Sends what `outbox` holds, waiting for room in the socket's buffer as a single
+/// reply would.
+async fn flush(socket: &UdpSocket, outbox: &mut Outbox, metrics: &DhcpMetrics) {
+    while !outbox.is_empty() {
+        match socket.try_io(tokio::io::Interest::WRITABLE, || {
+            outbox.send(socket, metrics)
+        }) {
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                if let Err(e) = socket.writable().await {
+                    debug!(error = %e, dropped = outbox.len(), "replies not sent");
+                    metrics.send_errors.add(outbox.len() as u64);
+                    outbox.clear();
+                }
+            }
+            _ => return,
         }
     }
 }

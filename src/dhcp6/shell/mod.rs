@@ -28,6 +28,7 @@ use crate::dhcp::engine::Responsibility;
 use crate::dhcp::responsibility::Responder;
 use crate::mac::MacAddr;
 use crate::store::{Change, Committer, Lease6, Lease6Effect, StoreError};
+use crate::udp_batch::Counted;
 pub use control::{Control6Receiver, Dhcp6Handle};
 use socket::{
     bind6, host_addresses6, interface_mac, resolve_interfaces6, Interface6, Socket6Error,
@@ -380,13 +381,20 @@ fn handle(
     let sender = l.sender.clone();
     let m = metrics.clone();
     if effects.is_empty() {
-        count_send(sender.send_to(&bytes, to), &m);
+        count_send(sender.send_to(&bytes, to), to, &m);
         return;
     }
     let changes = effects.into_iter().map(Change::Lease6).collect();
     let withdraw = withdraw.clone();
-    let queued = committer.submit(changes, move |r| match r {
-        Ok(()) => count_send(sender.send_to(&bytes, to), &m),
+    // Sent by the committer with the flush's other replies (udp_batch).
+    let reply = crate::store::Reply {
+        socket: sender,
+        counted: m.clone(),
+        to: to.into(),
+        bytes,
+    };
+    let queued = committer.submit_with_reply(changes, Some(reply), move |r| match r {
+        Ok(()) => {}
         // Durable here, but another member's client holds the address: no reply, and
         // the lease is withdrawn; the client sends again and gets another address.
         Err(StoreError::HeldByPeer6 { ours, holder }) => {
@@ -404,10 +412,16 @@ fn handle(
     }
 }
 
-fn count_send(r: std::io::Result<usize>, metrics: &Dhcp6Metrics) {
-    match r {
-        Ok(_) => metrics.sent.inc(),
-        Err(_) => metrics.send_errors.inc(),
+fn count_send(r: std::io::Result<usize>, to: SocketAddrV6, metrics: &Dhcp6Metrics) {
+    metrics.counted(to.into(), r.as_ref().map(|_| ()));
+}
+
+impl crate::udp_batch::Counted for Dhcp6Metrics {
+    fn counted(&self, _: SocketAddr, result: Result<(), &std::io::Error>) {
+        match result {
+            Ok(()) => self.sent.inc(),
+            Err(_) => self.send_errors.inc(),
+        }
     }
 }
 
