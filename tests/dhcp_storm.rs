@@ -129,3 +129,100 @@ fn a_storm_beyond_the_receive_buffer_is_counted_and_the_rest_served() {
     }
     drop(server);
 }
+
+/// A burst of machines on the server's own link, each asking for a broadcast reply (as
+/// PXE firmware does): the OFFERs of one read burst leave together (`udp_batch`, one
+/// GSO send for a run to 255.255.255.255), and each machine still gets its own OFFER,
+/// whole, as a datagram of its own.
+#[test]
+fn a_burst_of_machines_on_the_link_gets_every_broadcast_offer_whole() {
+    require_root!();
+    const MACHINES: u32 = 200;
+    let lab = Lab::new(&["198.18.0.1/16"], &["198.18.0.2/16"]);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = common::config(
+        &lab.server_if,
+        "198.18.0.0/16",
+        "198.18.1.0 - 198.18.255.254",
+        "",
+    );
+    let server = Server::start(&lab.server, dir.path(), &cfg);
+    let pid = server.pid().unwrap();
+    let client_if = lab.client_if.clone();
+    // The client side: one socket on port 68 of the client's link, as every machine's
+    // firmware has (the replies are broadcast: it reads them all).
+    let socket = lab
+        .client
+        .run(move || {
+            let s =
+                socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+            s.set_reuse_address(true).unwrap();
+            s.set_broadcast(true).unwrap();
+            s.bind_device(Some(client_if.as_bytes())).unwrap();
+            s.bind(&std::net::SocketAddr::from((Ipv4Addr::UNSPECIFIED, 68)).into())
+                .unwrap();
+            let s: std::net::UdpSocket = s.into();
+            shardboot::sockopt::enlarge_recv_buffer(&s, 8 << 20);
+            s.set_read_timeout(Some(Duration::from_millis(200)))
+                .unwrap();
+            s
+        })
+        .join()
+        .unwrap();
+    let discover = |n: u32| {
+        let z = Ipv4Addr::UNSPECIFIED;
+        let mut m = dhcproto::v4::Message::new_with_id(0x5b00_0000 + n, z, z, z, z, &mac(n));
+        m.set_flags(dhcproto::v4::Flags::default().set_broadcast());
+        m.opts_mut().insert(dhcproto::v4::DhcpOption::MessageType(
+            dhcproto::v4::MessageType::Discover,
+        ));
+        dhcproto::Encodable::to_vec(&m).unwrap()
+    };
+    // Every DISCOVER queued while the server cannot read, so that it reads them in
+    // bursts and its OFFERs go out in runs.
+    signal(pid, "-STOP");
+    for n in 0..MACHINES {
+        socket
+            .send_to(&discover(n), (Ipv4Addr::BROADCAST, 67))
+            .unwrap();
+    }
+    signal(pid, "-CONT");
+    let mut offers = std::collections::HashMap::new();
+    let mut buf = [0u8; 1500];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while offers.len() < MACHINES as usize && Instant::now() < deadline {
+        let Ok((len, _)) = socket.recv_from(&mut buf) else {
+            continue;
+        };
+        let m: dhcproto::v4::Message =
+            dhcproto::Decodable::from_bytes(&buf[..len]).expect("each datagram one whole reply");
+        if m.opcode() != dhcproto::v4::Opcode::BootReply {
+            continue; // our own DISCOVERs, looped back to the broadcast socket
+        }
+        assert_eq!(m.opts().msg_type(), Some(dhcproto::v4::MessageType::Offer));
+        let n = m.xid() - 0x5b00_0000;
+        assert_eq!(
+            &m.chaddr()[..6],
+            &mac(n),
+            "the OFFER for xid {:#x} names its machine",
+            m.xid()
+        );
+        assert!(
+            offers.insert(n, m.yiaddr()).is_none(),
+            "one OFFER per machine"
+        );
+    }
+    assert_eq!(
+        offers.len(),
+        MACHINES as usize,
+        "every machine got its OFFER"
+    );
+    let addresses: HashSet<Ipv4Addr> = offers.values().copied().collect();
+    assert_eq!(addresses.len(), offers.len(), "no address offered twice");
+    let sent = metric(
+        &curl(&lab.server, "http://127.0.0.1:8080/metrics", None),
+        "shardboot_dhcp_sent_total",
+    );
+    assert_eq!(sent, u64::from(MACHINES), "each OFFER counted once as sent");
+    drop(server);
+}
