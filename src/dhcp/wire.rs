@@ -152,11 +152,13 @@ struct Walk {
 /// Walks the TLV option area (RFC 2132 §2) up to End (or the end of the packet).
 fn walk_options(mut opts: &[u8]) -> Result<Walk, DropReason> {
     let mut walk = Walk::default();
-    let mut seen = [false; 256];
+    // A bit per code: 32 octets to clear per packet, where a flag and a total per code
+    // were 2 KiB (the walk runs on every datagram).
+    let mut seen = [0u64; 4];
     // RFC 3396: repeated instances are concatenated (dhcproto does so), so the fixed
     // lengths hold for the total too: three well-formed 3-octet option 94s are one
-    // 9-octet option 94 (found by `fuzz/` dhcp_engine).
-    let mut totals = [0usize; 256];
+    // 9-octet option 94 (found by `fuzz/` dhcp_engine). Kept for those codes only.
+    let mut totals = [0usize; FIXED_LENGTH_CODES.len()];
     while let Some((&code, rest)) = opts.split_first() {
         match code {
             0 => opts = rest,
@@ -175,9 +177,13 @@ fn walk_options(mut opts: &[u8]) -> Result<Walk, DropReason> {
                     walk.message_types += 1;
                 }
                 walk.has_relay_agent_info |= code == 82;
-                totals[usize::from(code)] += len;
+                if let Some(i) = FIXED_LENGTH_CODES.iter().position(|c| *c == code) {
+                    totals[i] += len;
+                }
                 // RFC 3396 §6: several instances of one code are one option, split.
-                if !std::mem::replace(&mut seen[usize::from(code)], true) {
+                let (word, bit) = (usize::from(code / 64), 1u64 << (code % 64));
+                if seen[word] & bit == 0 {
+                    seen[word] |= bit;
                     walk.distinct_codes += 1;
                 }
                 opts = &rest[len..];
@@ -186,10 +192,11 @@ fn walk_options(mut opts: &[u8]) -> Result<Walk, DropReason> {
     }
     // RFC 2131 requires an End option, but some clients omit it when the packet ends
     // exactly at the last option; accept that.
-    let concatenated_ok = (1..255u8)
-        // A repeated 53 is refused as ambiguous, below.
-        .filter(|c| *c != 53 && seen[usize::from(*c)])
-        .all(|c| fixed_length_ok(c, totals[usize::from(c)]));
+    // A repeated 53 is refused as ambiguous, by the caller; absent codes total 0.
+    let concatenated_ok = FIXED_LENGTH_CODES
+        .iter()
+        .zip(totals)
+        .all(|(c, total)| total == 0 || fixed_length_ok(*c, total));
     if concatenated_ok {
         Ok(walk)
     } else {
@@ -208,6 +215,10 @@ pub(super) fn sub_options_tile(mut value: &[u8]) -> bool {
     }
     value.is_empty()
 }
+
+/// The codes besides 53 whose length [`fixed_length_ok`] restricts (every other code's
+/// length is free).
+const FIXED_LENGTH_CODES: [u8; 7] = [80, 81, 94, 152, 153, 154, 155];
 
 /// Whether `len` is a length the option's RFC allows, for the options whose length
 /// dhcproto checks only with `debug_assert!`: in a build with debug assertions a wrong
@@ -291,6 +302,18 @@ fn pad(buf: &mut Vec<u8>) {
 mod tests {
     use super::*;
     use dhcproto::v4::{DhcpOption, Opcode, OptionCode};
+
+    #[test]
+    fn the_fixed_length_codes_are_every_code_whose_length_is_checked() {
+        for code in 0..=255u8 {
+            let checked = (0..=1472).any(|len| !fixed_length_ok(code, len));
+            assert_eq!(
+                checked,
+                code == 53 || FIXED_LENGTH_CODES.contains(&code),
+                "code {code}"
+            );
+        }
+    }
 
     #[test]
     fn a_raw_option_is_every_instance_concatenated_as_sent() {
