@@ -42,6 +42,22 @@ fn kernel_drops(lab: &Lab) -> u64 {
         .sum()
 }
 
+/// The lab (server 198.18.0.1, client 198.18.0.2) with shardboot serving 198.18.0.0/16
+/// (`extra`: more of its `[dhcp]` table), and the server's pid.
+fn started(extra: &str) -> (Lab, tempfile::TempDir, Server, u32) {
+    let lab = Lab::new(&["198.18.0.1/16"], &["198.18.0.2/16"]);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = common::config(
+        &lab.server_if,
+        "198.18.0.0/16",
+        "198.18.1.0 - 198.18.255.254",
+        extra,
+    );
+    let server = Server::start(&lab.server, dir.path(), &cfg);
+    let pid = server.pid().unwrap();
+    (lab, dir, server, pid)
+}
+
 fn signal(pid: u32, sig: &str) {
     let ok = Command::new("kill")
         .args([sig, &pid.to_string()])
@@ -54,16 +70,7 @@ fn signal(pid: u32, sig: &str) {
 #[test]
 fn a_storm_beyond_the_receive_buffer_is_counted_and_the_rest_served() {
     require_root!();
-    let lab = Lab::new(&["198.18.0.1/16"], &["198.18.0.2/16"]);
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = common::config(
-        &lab.server_if,
-        "198.18.0.0/16",
-        "198.18.1.0 - 198.18.255.254",
-        &format!("{RELAYS}receive_buffer_kib = 256\n"),
-    );
-    let server = Server::start(&lab.server, dir.path(), &cfg);
-    let pid = server.pid().unwrap();
+    let (lab, _dir, server, pid) = started(&format!("{RELAYS}receive_buffer_kib = 256\n"));
     let metrics = || curl(&lab.server, "http://127.0.0.1:8080/metrics", None);
     let counted = || {
         metric(
@@ -138,16 +145,7 @@ fn a_storm_beyond_the_receive_buffer_is_counted_and_the_rest_served() {
 fn a_burst_of_machines_on_the_link_gets_every_broadcast_offer_whole() {
     require_root!();
     const MACHINES: u32 = 200;
-    let lab = Lab::new(&["198.18.0.1/16"], &["198.18.0.2/16"]);
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = common::config(
-        &lab.server_if,
-        "198.18.0.0/16",
-        "198.18.1.0 - 198.18.255.254",
-        "",
-    );
-    let server = Server::start(&lab.server, dir.path(), &cfg);
-    let pid = server.pid().unwrap();
+    let (lab, _dir, server, pid) = started("");
     let client_if = lab.client_if.clone();
     // The client side: one socket on port 68 of the client's link, as every machine's
     // firmware has (the replies are broadcast: it reads them all).
