@@ -74,6 +74,9 @@ pub enum AppError {
     /// The TFTP server stopped with an error.
     #[error(transparent)]
     Tftp(#[from] tftp::TftpError),
+    /// The shared lease store cannot be used.
+    #[error(transparent)]
+    Shared(#[from] crate::shared::SharedError),
 }
 
 /// The tasks of a running instance. The first to fail stops the others.
@@ -110,22 +113,51 @@ pub async fn run(
         source,
     };
     let store = store::open(&config.state_dir).map_err(store_err)?;
-    let snapshot = store.load().map_err(store_err)?;
+    let mut snapshot = store.load().map_err(store_err)?;
+    // With a shared lease store: the database's bindings over this member's cache,
+    // before anything is answered.
+    let mut shared = None;
+    let mut followed_since = 0;
+    if let Some(settings) = &config.store.shared {
+        let s = crate::shared::SharedStore::connect(
+            settings,
+            member_name(&config),
+            handles.store.clone(),
+            &shutdown,
+        )
+        .await?;
+        let loaded = s.load(dhcp::unix_now()).await?;
+        info!(
+            leases = loaded.leases.len(),
+            leases6 = loaded.leases6.len(),
+            "bindings read from the shared lease store"
+        );
+        loaded.over(&mut snapshot.leases, &mut snapshot.leases6);
+        followed_since = loaded.newest_ms;
+        shared = Some(s);
+    }
     handles
         .store
         .set_aside
         .set((snapshot.set_aside.len() + snapshot.set_aside6.len()) as u64);
     let (resolver, owner_tasks) = crate::owner::start(&config, &shutdown)?;
     owner_tasks.into_iter().for_each(|t| tasks.background(t));
-    let replication = replicator(&config, &resolver);
-    let committer = Committer::start_replicated(
-        store.clone(),
-        handles.store.clone(),
-        replication
+    // The database replaces member-to-member replication where it is configured.
+    let replication = shared
+        .is_none()
+        .then(|| replicator(&config, &resolver))
+        .flatten();
+    let hook = match &shared {
+        Some(s) => Some(Arc::new(crate::shared::hook::Hook::start(
+            s.clone(),
+            &tokio::runtime::Handle::current(),
+        )) as Arc<dyn store::Replicate>),
+        None => replication
             .clone()
             .map(|r| Arc::new(crate::replication::Hook(r)) as Arc<dyn store::Replicate>),
-    )
-    .map_err(AppError::Committer)?;
+    };
+    let committer = Committer::start_replicated(store.clone(), handles.store.clone(), hook)
+        .map_err(AppError::Committer)?;
     if let Some(r) = &replication {
         tasks.background(r.clone().catch_up(store.clone(), shutdown.clone()));
     }
@@ -173,6 +205,7 @@ pub async fn run(
             handles.clone(),
         );
         state.replication = replication.clone();
+        state.shared = shared.clone();
         state.dhcp6 = (!config.subnets6.is_empty()).then(|| dhcp6_handle.clone());
         for listener in crate::http::start(Arc::new(state), shutdown.clone()).await? {
             tasks.run(listener);
@@ -272,6 +305,20 @@ pub async fn run(
             shutdown.clone(),
         ));
     }
+    if let (Some(s), Some(settings)) = (&shared, &config.store.shared) {
+        let to = crate::shared::follow::Followers {
+            dhcp: config.dhcp.enabled.then(|| dhcp_handle.clone()),
+            dhcp6: (!config.subnets6.is_empty()).then(|| dhcp6_handle.clone()),
+        };
+        tasks.background(crate::shared::follow::follow(
+            s.clone(),
+            to,
+            followed_since,
+            settings.poll,
+            settings.heartbeat,
+            shutdown.clone(),
+        ));
+    }
     let mut first_error = None;
     while let Some(joined) = tasks.0.join_next().await {
         if let Ok(Err(e)) = joined {
@@ -280,6 +327,16 @@ pub async fn run(
         }
     }
     first_error.map_or(Ok(()), Err)
+}
+
+/// This member's name in the shared store: `owner.self`, else the host's name (a
+/// single instance).
+fn member_name(config: &Config) -> String {
+    config.owner.self_name.clone().unwrap_or_else(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().chars().take(64).collect())
+            .unwrap_or_else(|_| "shardboot".into())
+    })
 }
 
 /// Lease replication, for a member of several serving DHCPv4 or DHCPv6: every lease

@@ -18,6 +18,7 @@ pub mod owner;
 pub mod ra;
 pub mod replication;
 pub mod secret_file;
+pub mod shared;
 pub mod sockopt;
 pub mod store;
 pub mod tftp;

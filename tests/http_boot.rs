@@ -173,6 +173,7 @@ fn start_with(owner: &str, max_file_size: u64, member_b_up: bool) -> TestServer 
         chain_check: Default::default(),
         replication: None,
         replays: Default::default(),
+        shared: None,
         dhcp6: None,
     });
     let http = common::HttpOnLoopback::start(state);

@@ -26,6 +26,7 @@ packages=(
   nginx-light       # the static-file reference server of benches/http_bench.sh
   podman runc       # the container test (tests/container.rs); settings in deploy/podman/containers.conf
   mmdebstrap        # the image's Debian root (deploy/image.sh)
+  mariadb-server    # the shared lease store tests start their own server (tests/common/db.rs)
   binutils libcap2-bin   # strip and setcap for the image's binary
 )
 
@@ -41,6 +42,6 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 # kea-dhcp4-server, kea-dhcp6-server, tftpd-hpa, postgresql, nginx and radvd start system services on install; the tests run their
 # own instances in namespaces and need nothing listening on the host.
-for svc in kea-dhcp4-server kea-dhcp6-server tftpd-hpa postgresql nginx radvd; do
+for svc in kea-dhcp4-server kea-dhcp6-server tftpd-hpa postgresql mariadb nginx radvd; do
   systemctl stop "$svc" 2>/dev/null || service "$svc" stop 2>/dev/null || true
 done

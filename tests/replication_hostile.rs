@@ -56,6 +56,7 @@ fn start() -> Member {
         chain_check: Default::default(),
         replication: None,
         replays: Default::default(),
+        shared: None,
         dhcp6: None,
     });
     Member {

@@ -22,6 +22,7 @@ mod members_file;
 mod overrides;
 mod owner;
 mod ra;
+mod store;
 mod structure;
 mod subnet;
 mod subnet6;
@@ -50,6 +51,7 @@ pub use owner::{
     ChainTo, Fallback, FileMembers, IronicMembers, MembersSource, OwnerSettings, ResolverKind,
 };
 pub use ra::RaSettings;
+pub use store::{Dialect, SharedStoreSettings, StoreSettings};
 pub use subnet::Subnet;
 pub use subnet6::{range6_len, Subnet6, MAX_RANGE6};
 pub use tftp::{RawTftp, TftpListener, TftpSettings, BLKSIZE_RANGE, WINDOWSIZE_RANGE};
@@ -117,6 +119,8 @@ pub struct RawConfig {
     health: health::RawHealth,
     #[serde(default)]
     ra: ra::RawRa,
+    #[serde(default)]
+    store: store::RawStore,
     #[serde(default, rename = "member")]
     members: Vec<member::RawMember>,
     #[serde(default, rename = "subnet")]
@@ -150,6 +154,8 @@ pub struct Config {
     pub health: HealthSettings,
     /// IPv6 router solicitations answered with "no router here".
     pub ra: RaSettings,
+    /// The shared lease store (several members).
+    pub store: StoreSettings,
     /// The shardboot members (one per conductor); empty for a single instance. With
     /// `owner.members = "file"`, the file's list at load ([`Config::read_members_file`]).
     pub members: Vec<Member>,
@@ -277,6 +283,7 @@ impl TryFrom<RawConfig> for Config {
         let owner = owner::validate(raw.owner, &members, &mut issues);
         let health = health::validate(raw.health, &mut issues);
         let ra = ra::validate(raw.ra, !raw.subnets6.is_empty(), &mut issues);
+        let store = store::validate(raw.store, &mut issues);
         let subnets = subnet::validate_all(raw.subnets, &mut issues);
         let dhcp6 = dhcp6::validate(raw.dhcp6, &mut issues);
         let subnets6 = subnet6::validate_all(raw.subnets6, &mut issues);
@@ -292,6 +299,7 @@ impl TryFrom<RawConfig> for Config {
             owner,
             health,
             ra,
+            store,
             members,
             subnets,
             dhcp6,

@@ -66,6 +66,8 @@ pub struct HttpState {
     pub replication: Option<Arc<crate::replication::Replicator>>,
     /// Replication messages already taken, per sender.
     pub replays: crate::replication::ReplayGuard,
+    /// The shared lease store (None: no `store.shared`).
+    pub shared: Option<Arc<crate::shared::SharedStore>>,
     /// Requests for the DHCPv6 engine (None: no `[[subnet6]]` is served).
     pub dhcp6: Option<crate::dhcp6::shell::Dhcp6Handle>,
 }
@@ -98,6 +100,7 @@ impl HttpState {
             chain_check: ChainChecker::default(),
             replication: None,
             replays: Default::default(),
+            shared: None,
             dhcp6: None,
         }
     }
@@ -541,6 +544,9 @@ async fn metrics(State(s): State<Arc<HttpState>>) -> Response {
     if let Some(r) = &s.replication {
         let behind = r.status().iter().filter(|p| !p.in_step).count();
         r.metrics.render_prometheus(&mut out, behind, r.in_step());
+    }
+    if let Some(shared) = &s.shared {
+        shared.metrics.render_prometheus(&mut out, shared.is_up());
     }
     if let Some(ironic) = s.resolver.ironic() {
         ironic.metrics.render_prometheus(&mut out);

@@ -263,7 +263,9 @@ pub fn encode_answer(verdicts: &[Verdict]) -> Vec<u8> {
     out.extend_from_slice(&(verdicts.len() as u32).to_be_bytes());
     for v in verdicts {
         match v {
-            Verdict::Accepted => out.push(0),
+            // `Unavailable` comes only from the shared store's hook, never from a
+            // member's engine answering a batch.
+            Verdict::Accepted | Verdict::Unavailable => out.push(0),
             Verdict::Refused(holder) => {
                 out.push(1);
                 put_lease(&mut out, holder);

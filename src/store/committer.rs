@@ -102,6 +102,9 @@ pub enum CommitFailed {
 pub struct StoreStatus {
     failing: std::sync::atomic::AtomicBool,
     reason: std::sync::Mutex<String>,
+    /// Why the shared lease store cannot be reached, while it cannot.
+    shared_down: std::sync::Mutex<Option<String>>,
+    shared_is_down: std::sync::atomic::AtomicBool,
 }
 
 impl StoreStatus {
@@ -110,14 +113,42 @@ impl StoreStatus {
         self.failing.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Why, while failing.
+    /// Whether the shared lease store cannot be reached (no fresh address is
+    /// acknowledged then; `shared::hook`).
+    pub fn shared_is_down(&self) -> bool {
+        self.shared_is_down
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether a fresh address may be offered: the local store writes and the shared
+    /// one, if any, answers. An OFFER that could never be ACKed only delays the client.
+    pub fn offers_fresh(&self) -> bool {
+        !self.is_failing() && !self.shared_is_down()
+    }
+
+    /// Records whether the shared lease store answers (`None`) or why not.
+    pub fn set_shared_down(&self, why: Option<String>) {
+        self.shared_is_down
+            .store(why.is_some(), std::sync::atomic::Ordering::Relaxed);
+        *self.shared_down.lock().unwrap_or_else(|p| p.into_inner()) = why;
+    }
+
+    /// Why the store does not take writes (the local one failing, or the shared one
+    /// unreachable), while it does not.
     pub fn reason(&self) -> Option<String> {
-        self.is_failing().then(|| {
-            self.reason
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone()
-        })
+        if self.is_failing() {
+            return Some(
+                self.reason
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone(),
+            );
+        }
+        self.shared_down
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|why| format!("shared lease store unreachable: {why}"))
     }
 
     fn set(&self, failure: Option<&StoreError>) {
@@ -446,6 +477,11 @@ fn answer(
                     holder: Box::new(holder),
                 }
             }
+            (Verdict::Unavailable, c) => StoreError::SharedUnavailable(match c {
+                SharedChange::V4(e) => e.ip().into(),
+                SharedChange::V6(Lease6Effect::Put(l)) => l.ip.into(),
+                SharedChange::V6(Lease6Effect::Remove(ip, _)) => (*ip).into(),
+            }),
             _ => continue,
         };
         refused[job].get_or_insert(refusal);

@@ -91,6 +91,9 @@ pub enum Verdict {
     Refused(Lease),
     /// The same for a DHCPv6 change: this v6 lease holds the address.
     Refused6(super::Lease6),
+    /// The shared store could not be reached and does not already hold this binding:
+    /// the change must not be acknowledged.
+    Unavailable,
 }
 
 impl Verdict {

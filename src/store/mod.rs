@@ -178,6 +178,10 @@ pub enum StoreError {
         /// The lease that holds the address.
         holder: Box<Lease6>,
     },
+    /// The shared lease store could not be reached, and does not already hold this
+    /// binding: the change is durable here but must not be acknowledged.
+    #[error("shared lease store unreachable: the change to {0} is not acknowledged")]
+    SharedUnavailable(std::net::IpAddr),
     /// The state directory cannot be created.
     #[error("state_dir {}: {source}", path.display())]
     StateDir {

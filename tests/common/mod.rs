@@ -6,6 +6,7 @@
 
 pub(crate) mod api_lab;
 pub(crate) mod clients;
+pub(crate) mod db;
 pub(crate) mod ironic_lab;
 pub(crate) mod lab6;
 pub(crate) mod machines;
@@ -38,6 +39,15 @@ macro_rules! require_root {
             return;
         }
     };
+}
+
+/// Fails the calling test unless it runs as root: a test that needs root and passes
+/// without running would report a check that never happened.
+pub(crate) fn require_root_or_fail() {
+    assert!(
+        is_root(),
+        "this test needs root (network namespaces, database servers run as their users)"
+    );
 }
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);

@@ -110,6 +110,9 @@ pub struct Engine {
     limits: Limits,
     /// Every other member has every lease change (lease replication in step).
     replicated: bool,
+    /// The shared lease store does not answer: no lease is extended past its
+    /// current end (`set_shared_store_up`).
+    degraded: bool,
     /// Probes of inherited addresses in flight (`probe`).
     probes: probe::Probes,
 }
@@ -153,6 +156,7 @@ impl Engine {
             runtime_reserved: std::collections::HashSet::new(),
             limits: Limits::default(),
             replicated: false,
+            degraded: false,
             probes: probe::Probes::new(config.dhcp.conflict_probe.is_some()),
         };
         let blocked: Vec<Ipv4Addr> = config
@@ -527,8 +531,9 @@ impl Engine {
     /// address out.
     fn timers(&self, si: usize, ip: Ipv4Addr, mac: &MacAddr, now: u64) -> Timers {
         let full = Timers::for_client(&self.subnets[si].cfg, self.hosts.get(mac));
-        // With every peer in step, every member knows the lease it extends.
-        if self.replicated || self.fresh_allowed(si, ip, mac) {
+        // With every peer in step, every member knows the lease it extends; with a
+        // shared store that does not answer, none may be extended.
+        if !self.degraded && (self.replicated || self.fresh_allowed(si, ip, mac)) {
             return full;
         }
         match self

@@ -15,6 +15,41 @@ impl Engine {
         self.replicated = in_step;
     }
 
+    /// With a shared lease store: while it answers, every member may extend any lease
+    /// it knows (the database refuses what is not the client's); while it does not,
+    /// no lease is extended past its current end (degraded mode), since only the
+    /// binding the database already holds may be answered.
+    pub fn set_shared_store_up(&mut self, up: bool) {
+        self.replicated = up;
+        self.degraded = !up;
+    }
+
+    /// A binding the shared database decided (another member's write, read by
+    /// `shared::follow`, or read at start): it replaces whatever this engine holds on
+    /// the address, an offer of its own included, unless this engine already holds
+    /// the same client's record in the same state running as long (a read older than
+    /// this member's own newer write). Returns the change to make durable here.
+    pub fn apply_decided_change(&mut self, change: &LeaseEffect, now: u64) -> Option<LeaseEffect> {
+        match change {
+            LeaseEffect::Put(lease) => {
+                if lease.state == LeaseState::Offered {
+                    return None;
+                }
+                let late_copy = self.table.get(lease.ip).is_some_and(|held| {
+                    held.mac == lease.mac
+                        && held.state == lease.state
+                        && held.expires >= lease.expires
+                });
+                if late_copy {
+                    return None;
+                }
+                self.take_peer_lease(lease.clone(), now);
+                Some(change.clone())
+            }
+            LeaseEffect::Remove(..) => self.apply_peer_change(change, now, true).1,
+        }
+    }
+
     /// A peer's lease change. Returns the verdict, and the change to make durable here
     /// (`None`: nothing to store). A live change (`catch_up` false) on an address
     /// another client holds is refused: its granter has not answered its client yet.

@@ -36,6 +36,12 @@ pub(super) enum Control {
         catch_up: bool,
         done: oneshot::Sender<Result<Vec<Verdict>, CommitFailed>>,
     },
+    /// Bindings the shared lease store decided (other members' writes): taken, and
+    /// answered once durable in this member's cache.
+    Decided {
+        changes: Vec<LeaseEffect>,
+        done: oneshot::Sender<Result<Vec<Verdict>, CommitFailed>>,
+    },
     /// Every live lease, for a member starting.
     Snapshot { done: oneshot::Sender<Vec<Lease>> },
     /// The member list changed while running (members from Ironic).
@@ -174,6 +180,12 @@ impl DhcpHandle {
         .await
     }
 
+    /// Takes bindings the shared lease store decided; answered once durable here.
+    pub async fn decided(&self, changes: Vec<LeaseEffect>) -> Result<(), ControlError> {
+        let _ = self.ask(|done| Control::Decided { changes, done }).await?;
+        Ok(())
+    }
+
     /// Every lease that holds its address now.
     pub async fn live_leases(&self) -> Result<Vec<Lease>, ControlError> {
         self.ask(|done| Control::Snapshot { done }).await
@@ -264,6 +276,12 @@ pub(super) fn apply(engine: &mut Engine, cmd: Control, committer: &Committer, no
             take_peer_changes(&changes, committer, done, |c| {
                 let (verdict, store) = engine.apply_peer_change(c, now, catch_up);
                 (verdict, store.map(Change::Replica))
+            });
+        }
+        Control::Decided { changes, done } => {
+            take_peer_changes(&changes, committer, done, |c| {
+                let store = engine.apply_decided_change(c, now);
+                (Verdict::Accepted, store.map(Change::Replica))
             });
         }
         Control::Snapshot { done } => {

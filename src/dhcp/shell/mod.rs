@@ -87,6 +87,8 @@ pub struct Server {
     pub control: Option<ControlReceiver>,
     /// Lease replication to the other members; `None`: a single instance.
     pub replication: Option<Arc<crate::replication::Replicator>>,
+    /// Whether a shared lease store decides the bindings (`store.shared`).
+    pub shared: bool,
     /// How long a conflict probe of an inherited address waits (`dhcp.conflict_probe_ms`);
     /// `None`: no probes.
     pub conflict_probe: Option<Duration>,
@@ -164,6 +166,7 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
         timeline,
         control,
         replication,
+        shared,
         conflict_probe,
     } = server;
     let mut prober = probe::Prober::new(conflict_probe.unwrap_or_default());
@@ -232,6 +235,9 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
         }
         if let Some(r) = &replication {
             engine.set_replicated(r.in_step());
+        }
+        if shared {
+            engine.set_shared_store_up(!store.status.shared_is_down());
         }
         while let Ok((ours, holder)) = withdrawals.try_recv() {
             withdraw(&mut engine, &ours, &holder, &committer);
@@ -740,11 +746,11 @@ impl LoopState<'_> {
                 return false;
             }
         }
-        if self.store.is_failing() && discover {
+        if !self.store.offers_fresh() && discover {
             // No OFFER that could never be ACKed: another server, or this one once the
             // store writes again, serves the client.
             self.metrics.store_failing.inc();
-            debug!("DISCOVER unanswered: the lease store fails writes");
+            debug!("DISCOVER unanswered: the lease store fails writes or the shared store is unreachable");
             return false;
         }
         true

@@ -197,7 +197,10 @@ pub async fn prepare(config: &Config, parts: Parts) -> Result<Server, StartError
     // an empty store (rescheduled) must not give out what another member's client
     // holds. With every member's answer, nothing this member could hand out is held
     // unknown to it, and no transition from an earlier list is needed.
-    let mut synced = false;
+    // With a shared lease store the database decides every binding, and this
+    // member's engine already holds what it read from it (`shared::SharedStore::load`):
+    // nothing to wait out.
+    let mut synced = config.store.shared.is_some();
     if let Some(r) = &replication {
         let (snapshot, every) = r.pull_snapshots().await;
         let mut taken = Vec::new();
@@ -286,6 +289,7 @@ pub async fn prepare(config: &Config, parts: Parts) -> Result<Server, StartError
         timeline,
         control,
         replication,
+        shared: config.store.shared.is_some(),
         conflict_probe: config.dhcp.conflict_probe,
     })
 }

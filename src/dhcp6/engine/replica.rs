@@ -38,6 +38,38 @@ impl Engine6 {
         }
     }
 
+    /// A binding the shared database decided (`shared::follow`), as
+    /// `dhcp::engine::Engine::apply_decided_change` for v4: it replaces whatever this
+    /// engine holds on the address unless that is the same IA's record in the same
+    /// state running as long. Returns the change to make durable here.
+    pub fn apply_decided_change(
+        &mut self,
+        change: &Lease6Effect,
+        now: u64,
+    ) -> Option<Lease6Effect> {
+        match change {
+            Lease6Effect::Put(lease) => {
+                if lease.state == LeaseState::Offered || lease.duid.is_empty() {
+                    return None;
+                }
+                let late_copy = self.bindings.get(lease.ip).is_some_and(|held| {
+                    same_ia(held, lease)
+                        && held.state == lease.state
+                        && held.expires >= lease.expires
+                });
+                if late_copy {
+                    return None;
+                }
+                if self.bindings.get(lease.ip).is_some() {
+                    self.bindings.remove(lease.ip);
+                }
+                self.take_peer_lease(lease.clone(), now);
+                Some(change.clone())
+            }
+            Lease6Effect::Remove(..) => self.apply_peer_change(change, now, true).1,
+        }
+    }
+
     fn apply_peer_lease(
         &mut self,
         lease: &Lease6,

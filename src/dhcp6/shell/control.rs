@@ -17,6 +17,11 @@ pub(super) enum Control6 {
         catch_up: bool,
         done: oneshot::Sender<Result<Vec<Verdict>, CommitFailed>>,
     },
+    /// Bindings the shared lease store decided (other members' writes).
+    Decided {
+        changes: Vec<Lease6Effect>,
+        done: oneshot::Sender<Result<Vec<Verdict>, CommitFailed>>,
+    },
     /// Every live v6 lease, for a member starting.
     Snapshot { done: oneshot::Sender<Vec<Lease6>> },
 }
@@ -52,6 +57,12 @@ impl Dhcp6Handle {
         .await
     }
 
+    /// Takes bindings the shared lease store decided; answered once durable here.
+    pub async fn decided(&self, changes: Vec<Lease6Effect>) -> Result<(), ControlError> {
+        let _ = ask(&self.tx, |done| Control6::Decided { changes, done }).await?;
+        Ok(())
+    }
+
     /// Every v6 lease that holds its address now.
     pub async fn live_leases(&self) -> Result<Vec<Lease6>, ControlError> {
         ask(&self.tx, |done| Control6::Snapshot { done }).await
@@ -69,6 +80,12 @@ pub(super) fn apply(engine: &mut Engine6, cmd: Control6, committer: &Committer, 
             take_peer_changes(&changes, committer, done, |c| {
                 let (verdict, store) = engine.apply_peer_change(c, now, catch_up);
                 (verdict, store.map(Change::Replica6))
+            });
+        }
+        Control6::Decided { changes, done } => {
+            take_peer_changes(&changes, committer, done, |c| {
+                let store = engine.apply_decided_change(c, now);
+                (Verdict::Accepted, store.map(Change::Replica6))
             });
         }
         Control6::Snapshot { done } => {

@@ -83,8 +83,18 @@ pub(super) async fn members(State(s): State<Arc<HttpState>>) -> ApiResult {
             })
         })
         .collect();
+    // With a shared lease store: whether it answers, and every member's heartbeat row
+    // as the database has it.
+    let shared = match &s.shared {
+        Some(shared) => Some(json!({
+            "up": shared.is_up(),
+            "heartbeats": shared.members().await.ok(),
+        })),
+        None => None,
+    };
     Ok(Json(json!({
         "self": me,
+        "shared_store": shared,
         "source": status.source,
         "generation": view.generation,
         "stale_since": status.stale_since,

@@ -1,0 +1,162 @@
+//! Following the shared store: other members' binding changes read into this member's
+//! engines (so a dead member's clients keep their addresses here, and no fresh address
+//! is offered over another member's binding), this member's heartbeat row (which also
+//! brings a member back out of degraded mode with no client asking), and tombstones
+//! purged.
+//!
+//! The cache is only a cache: a binding it lacks still cannot be given twice, because
+//! the database refuses the write. What following buys is availability: a renewal or a
+//! rebind answered from the cache with the address the client holds.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use super::bindings::{Decided, KeyValue};
+use super::sql::Family;
+use super::{SharedStore, TOMBSTONE_MS};
+use crate::dhcp::shell::DhcpHandle;
+use crate::dhcp6::shell::Dhcp6Handle;
+
+/// How often tombstones and long-ended bindings are purged.
+const PURGE_EVERY: Duration = Duration::from_secs(60);
+
+/// Where following sends what it reads.
+#[derive(Debug, Clone, Default)]
+pub struct Followers {
+    /// The DHCPv4 engine.
+    pub dhcp: Option<DhcpHandle>,
+    /// The DHCPv6 engine.
+    pub dhcp6: Option<Dhcp6Handle>,
+}
+
+/// Reads other members' changes every `poll` from `since_ms` on (the newest stamp the
+/// start-up load read), writes the heartbeat every `heartbeat`, until `shutdown`.
+pub async fn follow(
+    shared: Arc<SharedStore>,
+    to: Followers,
+    since_ms: i64,
+    poll: Duration,
+    heartbeat: Duration,
+    shutdown: CancellationToken,
+) {
+    // A transaction stamped before another commits may commit after it: re-read a
+    // window behind the newest stamp seen, longer than any transaction may run.
+    let overlap_ms = (shared.timeout.as_millis() as i64 * 2).max(5_000);
+    let mut since = since_ms;
+    let mut seen: HashMap<KeyValue, i64> = HashMap::new();
+    let mut poll_tick = tokio::time::interval(poll);
+    let mut beat_tick = tokio::time::interval(heartbeat);
+    let mut purge_tick = tokio::time::interval(PURGE_EVERY);
+    for t in [&mut poll_tick, &mut beat_tick, &mut purge_tick] {
+        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    }
+    let mut failing = false;
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = poll_tick.tick() => {
+                match shared.changed_since(since - overlap_ms, &shared.me, crate::dhcp::shell::unix_now()).await {
+                    Ok(rows) => {
+                        failing = false;
+                        let mut v4 = Vec::new();
+                        let mut v6 = Vec::new();
+                        for row in rows {
+                            since = since.max(row.stamp_ms);
+                            let (key, _) = super::bindings::covered_by_decided(&row.change);
+                            if seen.get(&key).is_some_and(|g| *g >= row.gen) {
+                                continue;
+                            }
+                            seen.insert(key, row.gen);
+                            shared.cover(&row.change);
+                            match row.change {
+                                Decided::V4(e) => v4.push(e),
+                                Decided::V6(e) => v6.push(e),
+                            }
+                        }
+                        shared.metrics.followed.add((v4.len() + v6.len()) as u64);
+                        deliver(&to, v4, v6).await;
+                    }
+                    Err(e) => {
+                        if !failing {
+                            warn!(error = %e, "other members' bindings not read from the shared lease store");
+                            failing = true;
+                        }
+                    }
+                }
+            }
+            _ = beat_tick.tick() => shared.beat().await,
+            _ = purge_tick.tick() => shared.purge().await,
+        }
+    }
+}
+
+/// Hands the changes to the engines; each answers once what it took is durable in
+/// this member's cache.
+async fn deliver(
+    to: &Followers,
+    v4: Vec<crate::store::LeaseEffect>,
+    v6: Vec<crate::store::Lease6Effect>,
+) {
+    if let (Some(d), false) = (&to.dhcp, v4.is_empty()) {
+        if let Err(e) = d.decided(v4).await {
+            debug!(error = %e, "DHCPv4 engine did not take the shared store's changes");
+        }
+    }
+    if let (Some(d), false) = (&to.dhcp6, v6.is_empty()) {
+        if let Err(e) = d.decided(v6).await {
+            debug!(error = %e, "DHCPv6 engine did not take the shared store's changes");
+        }
+    }
+}
+
+impl SharedStore {
+    /// Writes this member's heartbeat; its result says whether the database answers.
+    pub(super) async fn beat(&self) {
+        let q = self.sql.heartbeat();
+        let r = tokio::time::timeout(
+            self.timeout,
+            sqlx::query(&q).bind(self.me.clone()).execute(&self.pool),
+        )
+        .await;
+        match r {
+            Ok(Ok(done)) if done.rows_affected() == 0 => {
+                // The row is gone (purged by hand, a new database): register again.
+                if let Err(e) = self.register().await {
+                    self.set_up(false, Some(&e.to_string()));
+                }
+            }
+            Ok(Ok(_)) => self.set_up(true, None),
+            Ok(Err(e)) => self.set_up(false, Some(&e.to_string())),
+            Err(_) => self.set_up(false, Some("heartbeat ran past store.timeout_ms")),
+        }
+    }
+
+    /// Deletes tombstones and bindings that ended long ago (an hour by the database's
+    /// clock), so the tables stay the size of the ranges.
+    pub(super) async fn purge(&self) {
+        let now_ms = match sqlx::query(&format!("SELECT {}", self.sql.now_ms()))
+            .fetch_one(&self.pool)
+            .await
+            .and_then(|r| sqlx::Row::try_get::<i64, _>(&r, 0))
+        {
+            Ok(n) => n,
+            Err(_) => return,
+        };
+        for family in [Family::V4, Family::V6] {
+            let q = self.sql.purge(family);
+            let before = now_ms - TOMBSTONE_MS;
+            if let Err(e) = sqlx::query(&q)
+                .bind(before)
+                .bind(before)
+                .execute(&self.pool)
+                .await
+            {
+                debug!(error = %e, "shared lease store purge failed");
+            }
+        }
+    }
+}

@@ -1,0 +1,176 @@
+//! The committer's hook with a shared store: every lease change of a group commit goes
+//! to the database in one transaction while the local flush runs, and the batch's
+//! replies wait for both. The database gives each change its verdict; a refused one is
+//! withdrawn by its engine and never answered.
+//!
+//! Batches are written one at a time, in commit order, so a release never overtakes
+//! the binding it ends. A transient error (a failover, a deadlock, a Galera
+//! certification conflict) is tried again within `store.timeout_ms`; past that the
+//! database counts as unreachable, and until a write or a heartbeat reaches it again
+//! only what it already holds is answered: a renewal up to the binding's current end.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
+
+use super::bindings;
+use super::SharedStore;
+use crate::store::{Finish, Flushed, Replicate, SharedChange, StoreError, Verdict};
+
+/// One group commit's lease changes, waiting for the database.
+struct Batch {
+    changes: Vec<SharedChange>,
+    flushed: Flushed,
+    finish: Finish,
+}
+
+/// The hook the committer calls for every flush with lease changes.
+#[derive(Debug)]
+pub struct Hook {
+    tx: mpsc::UnboundedSender<Batch>,
+}
+
+impl Hook {
+    /// Starts the writer task on `runtime`.
+    pub fn start(shared: Arc<SharedStore>, runtime: &tokio::runtime::Handle) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        runtime.spawn(writer(shared, rx));
+        Self { tx }
+    }
+}
+
+impl Replicate for Hook {
+    fn replicate(&self, changes: Vec<SharedChange>, flushed: Flushed, finish: Finish) {
+        // The committer's queue bounds what can wait here.
+        if let Err(mpsc::error::SendError(b)) = self.tx.send(Batch {
+            changes,
+            flushed,
+            finish,
+        }) {
+            // The writer is gone (shutting down): nothing is answered.
+            let n = b.changes.len();
+            (b.finish)(
+                Err(StoreError::Closed),
+                b.changes,
+                vec![Verdict::Unavailable; n],
+            );
+        }
+    }
+}
+
+async fn writer(shared: Arc<SharedStore>, mut rx: mpsc::UnboundedReceiver<Batch>) {
+    while let Some(b) = rx.recv().await {
+        let verdicts = shared.commit(&b.changes).await;
+        let flush = b.flushed.await.unwrap_or(Err(StoreError::Closed));
+        (b.finish)(flush, b.changes, verdicts);
+    }
+}
+
+/// The first wait before trying a transaction again; doubled each time.
+const FIRST_BACKOFF: Duration = Duration::from_millis(20);
+
+impl SharedStore {
+    /// Commits `changes` in one transaction and gives each its verdict; while the
+    /// database cannot be reached, the verdicts of [`SharedStore::unreachable`].
+    pub async fn commit(&self, changes: &[SharedChange]) -> Vec<Verdict> {
+        self.commit_at(changes, crate::dhcp::shell::unix_now())
+            .await
+    }
+
+    /// [`SharedStore::commit`] by a member whose clock reads `now` (the leases' ends
+    /// are turned into durations from it).
+    pub async fn commit_at(&self, changes: &[SharedChange], now: u64) -> Vec<Verdict> {
+        let started = Instant::now();
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            let attempt = tokio::time::timeout_at(deadline, self.write(changes, now)).await;
+            let error = match attempt {
+                Ok(Ok(verdicts)) => {
+                    self.committed(changes, &verdicts, started);
+                    return verdicts;
+                }
+                Ok(Err(e)) => e,
+                Err(_) => {
+                    self.set_up(false, Some("a transaction ran past store.timeout_ms"));
+                    return self.unreachable(changes);
+                }
+            };
+            let transient = super::is_transient(&error);
+            if transient && tokio::time::Instant::now() + backoff < deadline {
+                self.metrics.retries.inc();
+                debug!(error = %error, "shared lease store transaction tried again");
+                tokio::time::sleep(backoff).await;
+                backoff *= 2;
+                continue;
+            }
+            if transient {
+                self.set_up(false, Some(&error.to_string()));
+            } else {
+                // Not the network: a change this build cannot write. The batch is not
+                // answered; the database stays counted reachable.
+                warn!(error = %error, changes = changes.len(), "shared lease store refused a transaction; replies withheld");
+            }
+            return self.unreachable(changes);
+        }
+    }
+
+    async fn write(&self, changes: &[SharedChange], now: u64) -> Result<Vec<Verdict>, sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        let verdicts = bindings::write(&mut tx, self.sql, &self.me, changes, now).await?;
+        tx.commit().await?;
+        Ok(verdicts)
+    }
+
+    fn committed(&self, changes: &[SharedChange], verdicts: &[Verdict], started: Instant) {
+        self.set_up(true, None);
+        self.metrics.batches.inc();
+        self.metrics.changes.add(changes.len() as u64);
+        self.metrics
+            .latency
+            .observe(started.elapsed().as_secs_f64());
+        let mut coverage = self.coverage.lock().unwrap_or_else(|p| p.into_inner());
+        for (c, v) in changes.iter().zip(verdicts) {
+            if v.is_refused() {
+                self.metrics.refused.inc();
+                continue;
+            }
+            match bindings::covered_by(c) {
+                Some((key, holder, end)) => {
+                    coverage.insert(key, (holder, end));
+                }
+                None => {
+                    coverage.remove(&bindings::key_of(c));
+                }
+            }
+        }
+    }
+
+    /// The verdicts while the database cannot be reached: a renewal the database's
+    /// binding already covers (same holder, ending no later) stands; nothing else is
+    /// answered. A removal is not written: the binding ends by itself.
+    pub fn unreachable(&self, changes: &[SharedChange]) -> Vec<Verdict> {
+        let coverage = self.coverage.lock().unwrap_or_else(|p| p.into_inner());
+        changes
+            .iter()
+            .map(|c| {
+                let Some(holder) = bindings::holder_of(c) else {
+                    return Verdict::Accepted;
+                };
+                let covered = match (coverage.get(&bindings::key_of(c)), bindings::covered_by(c)) {
+                    (Some((h, end)), Some((_, _, wants))) => *h == holder && wants <= *end,
+                    _ => false,
+                };
+                if covered {
+                    self.metrics.covered.inc();
+                    Verdict::Accepted
+                } else {
+                    self.metrics.unavailable.inc();
+                    Verdict::Unavailable
+                }
+            })
+            .collect()
+    }
+}

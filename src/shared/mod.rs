@@ -1,0 +1,443 @@
+//! The shared lease store: with several members, the MariaDB/MySQL or PostgreSQL
+//! database Ironic's own HA runs on decides every binding (docs/shared-store.md has the
+//! model). sled stays each member's durable cache.
+//!
+//! - [`SharedStore`]: the pool, the schema's migrations, this member's heartbeat row,
+//!   whether the database is reachable.
+//! - [`hook`]: the committer's hook: every lease change of a group commit goes to the
+//!   database in one transaction before any reply of that batch leaves; a write the
+//!   database refuses is withdrawn, never answered.
+//! - [`follow`]: other members' bindings read into this member's engines, the
+//!   heartbeat, and tombstones purged.
+//! - `bindings`: the rows and the conditional writes; `sql`: the statements.
+
+mod bindings;
+pub mod follow;
+pub mod hook;
+mod metrics;
+mod sql;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::{AnyPool, Row};
+use tracing::{error, info, warn};
+
+use crate::config::{Dialect, SharedStoreSettings};
+use crate::store::{Lease, Lease6, StoreMetrics};
+use bindings::{Decided, KeyValue};
+pub use metrics::SharedMetrics;
+use sql::{Family, Sql};
+
+/// How long a tombstone (a forgotten binding) stays for the other members' caches to
+/// read before it is purged.
+const TOMBSTONE_MS: i64 = 3_600_000;
+
+/// Why the shared store cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum SharedError {
+    /// A credentials file cannot be read.
+    #[error("store.credentials_dir: {path}: {source}")]
+    Credentials {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The URL or its options do not parse.
+    #[error("store.shared: {0}")]
+    Url(String),
+    /// The database answered with an error, or not at all.
+    #[error("shared lease store: {0}")]
+    Db(#[from] sqlx::Error),
+    /// The database's schema is newer than this build knows.
+    #[error("shared lease store schema version {found} is newer than this build's ({supported}); upgrade this member")]
+    Newer {
+        /// The version found.
+        found: i32,
+        /// The newest this build writes.
+        supported: i32,
+    },
+}
+
+/// One member's connection to the shared lease store.
+pub struct SharedStore {
+    pool: AnyPool,
+    sql: Sql,
+    me: String,
+    timeout: Duration,
+    up: AtomicBool,
+    store: Arc<StoreMetrics>,
+    /// Who holds each address in the database, and to when (this member's clock), as
+    /// far as this member knows: a renewal up to that end needs no write while the
+    /// database is unreachable, since that binding already stands.
+    coverage: Mutex<std::collections::HashMap<KeyValue, (Vec<u8>, u64)>>,
+    /// Counters, for `/metrics`.
+    pub metrics: SharedMetrics,
+}
+
+impl std::fmt::Debug for SharedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedStore")
+            .field("me", &self.me)
+            .field("dialect", &self.sql.0)
+            .field("up", &self.is_up())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The connection options: the URL, with the user and password from
+/// `credentials_dir` and TLS verified against `ca_file` where given.
+fn connect_options(s: &SharedStoreSettings) -> Result<AnyConnectOptions, SharedError> {
+    let mut url = url_with_credentials(&s.url, s.credentials_dir.as_deref())?;
+    if let Some(ca) = &s.ca_file {
+        let ca = ca.display().to_string();
+        let sep = if url.contains('?') { '&' } else { '?' };
+        let tls = match s.dialect {
+            Dialect::MySql => format!("ssl-mode=VERIFY_IDENTITY&ssl-ca={}", encode(&ca, true)),
+            Dialect::Postgres => format!("sslmode=verify-full&sslrootcert={}", encode(&ca, true)),
+        };
+        url = format!("{url}{sep}{tls}");
+    }
+    // The Any driver picks MySQL or PostgreSQL by the scheme; mariadb:// is MySQL's.
+    let url = url.replacen("mariadb://", "mysql://", 1);
+    url.parse::<AnyConnectOptions>()
+        .map_err(|e| SharedError::Url(e.to_string()))
+}
+
+/// Percent-encodes what a URL's user, password or query value cannot hold as is (a
+/// path's slashes kept where `path` says so).
+fn encode(s: &str, path: bool) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) || (path && b == b'/') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// `url` with `user:password@` from `dir/username` and `dir/password` (trailing
+/// newlines dropped, as Secrets written by hand often end in one).
+fn url_with_credentials(url: &str, dir: Option<&Path>) -> Result<String, SharedError> {
+    let Some(dir) = dir else {
+        return Ok(url.to_string());
+    };
+    let read = |name: &str| {
+        let path = dir.join(name);
+        std::fs::read_to_string(&path)
+            .map(|s| s.trim_end_matches(['\n', '\r']).to_string())
+            .map_err(|source| SharedError::Credentials {
+                path: path.display().to_string(),
+                source,
+            })
+    };
+    let (user, password) = (read("username")?, read("password")?);
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(SharedError::Url("no scheme".into()));
+    };
+    // Credentials in the files win over any in the URL's authority.
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let rest = match rest[..authority_end].rfind('@') {
+        Some(at) => &rest[at + 1..],
+        None => rest,
+    };
+    Ok(format!(
+        "{scheme}://{}:{}@{rest}",
+        encode(&user, false),
+        encode(&password, false)
+    ))
+}
+
+/// Whether an error is one a retry may clear: a lost or refused connection (a
+/// failover, a restart), a deadlock or a certification conflict (Galera answers a
+/// conflicting commit as a deadlock), a lock wait that ran out.
+pub(crate) fn is_transient(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(d) => {
+            let code = d.code().unwrap_or_default();
+            let msg = d.message();
+            code.starts_with("40")
+                || code.starts_with("08")
+                || code.starts_with("57P")
+                || msg.contains("Lock wait timeout")
+                || msg.contains("WSREP")
+                || msg.contains("Deadlock")
+        }
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        _ => false,
+    }
+}
+
+impl SharedStore {
+    /// Connects as member `me`, runs the schema's migrations and registers this run.
+    /// Waits (logging) until the database answers: a member that cannot read the
+    /// bindings must not hand out addresses.
+    pub async fn connect(
+        settings: &SharedStoreSettings,
+        me: String,
+        store: Arc<StoreMetrics>,
+        shutdown: &tokio_util::sync::CancellationToken,
+    ) -> Result<Arc<Self>, SharedError> {
+        sqlx::any::install_default_drivers();
+        let options = connect_options(settings)?;
+        let pool = AnyPoolOptions::new()
+            .max_connections(4)
+            .min_connections(1)
+            .acquire_timeout(settings.timeout)
+            .connect_lazy_with(options);
+        let s = Arc::new(Self {
+            pool,
+            sql: Sql(settings.dialect),
+            me,
+            timeout: settings.timeout,
+            up: AtomicBool::new(false),
+            store,
+            coverage: Mutex::default(),
+            metrics: SharedMetrics::default(),
+        });
+        let mut logged = false;
+        loop {
+            match s.migrate().await.and(s.register().await) {
+                Ok(()) => break,
+                Err(e @ SharedError::Newer { .. }) => return Err(e),
+                Err(e) => {
+                    if !logged {
+                        warn!(error = %e, "shared lease store not reachable; DHCP waits for it");
+                        logged = true;
+                    }
+                    s.set_up(false, Some(&e.to_string()));
+                    tokio::select! {
+                        () = shutdown.cancelled() => return Err(e),
+                        () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    }
+                }
+            }
+        }
+        s.set_up(true, None);
+        info!(member = %s.me, dialect = ?settings.dialect, "shared lease store ready");
+        Ok(s)
+    }
+
+    /// This member's name.
+    pub fn me(&self) -> &str {
+        &self.me
+    }
+
+    /// Whether the last write or heartbeat reached the database.
+    pub fn is_up(&self) -> bool {
+        self.up.load(Ordering::Relaxed)
+    }
+
+    /// Records whether the database answered; the first change either way is logged
+    /// once, and the store's status (readiness, the DHCP shells) follows.
+    fn set_up(&self, up: bool, why: Option<&str>) {
+        let was = self.up.swap(up, Ordering::Relaxed);
+        self.store
+            .status
+            .set_shared_down((!up).then(|| why.unwrap_or("unreachable").to_string()));
+        if was && !up {
+            self.metrics.outages.inc();
+            error!(error = why.unwrap_or("unreachable"), "shared lease store unreachable: no fresh address is acknowledged, renewals run only to their current end");
+        } else if !was && up && self.metrics.outages.get() > 0 {
+            warn!("shared lease store reachable again");
+        }
+    }
+
+    async fn migrate(&self) -> Result<(), SharedError> {
+        sqlx::query(self.sql.create_versions())
+            .execute(&self.pool)
+            .await?;
+        let found: Option<i32> = sqlx::query(self.sql.schema_version())
+            .fetch_one(&self.pool)
+            .await?
+            .try_get(0)?;
+        let found = found.unwrap_or(0);
+        let steps = self.sql.migrations();
+        let supported = steps.len() as i32;
+        if found > supported {
+            return Err(SharedError::Newer { found, supported });
+        }
+        for (i, step) in steps.iter().enumerate().skip(found as usize) {
+            for statement in step {
+                sqlx::query(statement).execute(&self.pool).await?;
+            }
+            sqlx::query(&self.sql.record_version())
+                .bind(i as i32 + 1)
+                .execute(&self.pool)
+                .await?;
+            info!(version = i + 1, "shared lease store schema migrated");
+        }
+        Ok(())
+    }
+
+    async fn register(&self) -> Result<(), SharedError> {
+        sqlx::query(&self.sql.register())
+            .bind(self.me.clone())
+            .bind(env!("CARGO_PKG_VERSION").to_string())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Every binding the database holds, in this member's clock (a member starting, on
+    /// whatever its disk holds): v4 and v6 leases, and the addresses whose binding
+    /// was forgotten.
+    pub async fn load(&self, now: u64) -> Result<Loaded, SharedError> {
+        let mut out = Loaded::default();
+        for row in self.changed_since(0, "", now).await? {
+            out.newest_ms = out.newest_ms.max(row.stamp_ms);
+            self.cover(&row.change);
+            match row.change {
+                Decided::V4(crate::store::LeaseEffect::Put(l)) => out.leases.push(l),
+                Decided::V4(crate::store::LeaseEffect::Remove(ip, _)) => out.removed.push(ip),
+                Decided::V6(crate::store::Lease6Effect::Put(l)) => out.leases6.push(l),
+                Decided::V6(crate::store::Lease6Effect::Remove(ip, _)) => out.removed6.push(ip),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Rows written at or after `since_ms` by members other than `member` (every row
+    /// for `""`), oldest first in each family.
+    async fn changed_since(
+        &self,
+        since_ms: i64,
+        member: &str,
+        now: u64,
+    ) -> Result<Vec<bindings::Written>, SharedError> {
+        let mut out = Vec::new();
+        for family in [Family::V4, Family::V6] {
+            let q = self.sql.changed_since(family);
+            let rows = sqlx::query(&q)
+                .bind(since_ms)
+                .bind(member.to_string())
+                .fetch_all(&self.pool)
+                .await?;
+            for row in &rows {
+                match bindings::decided(family, row, now) {
+                    Ok(r) => out.push(r),
+                    Err(e) => {
+                        self.metrics.unreadable.inc();
+                        warn!(error = %e, "shared lease store row unreadable; skipped");
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Remembers what a decided row leaves in the database.
+    fn cover(&self, d: &Decided) {
+        let (key, holder) = bindings::covered_by_decided(d);
+        let mut c = self.coverage.lock().unwrap_or_else(|p| p.into_inner());
+        match holder {
+            Some(h) => {
+                c.insert(key, h);
+            }
+            None => {
+                c.remove(&key);
+            }
+        }
+    }
+
+    /// Every member's heartbeat row, for `/v1/members`.
+    pub async fn members(&self) -> Result<Vec<MemberRow>, SharedError> {
+        let rows = sqlx::query(&self.sql.members())
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|r| {
+                let now_ms: i64 = r.try_get(4)?;
+                let heartbeat_ms: i64 = r.try_get(1)?;
+                let started_ms: i64 = r.try_get(2)?;
+                Ok(MemberRow {
+                    name: r.try_get(0)?,
+                    heartbeat_age_ms: now_ms.saturating_sub(heartbeat_ms).max(0),
+                    up_ms: now_ms.saturating_sub(started_ms).max(0),
+                    version: r.try_get(3)?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(SharedError::from)
+    }
+}
+
+/// What a member starting reads from the database.
+#[derive(Debug, Default, Clone)]
+pub struct Loaded {
+    /// Live and released v4 bindings.
+    pub leases: Vec<Lease>,
+    /// v4 addresses whose binding was forgotten.
+    pub removed: Vec<std::net::Ipv4Addr>,
+    /// v6 bindings.
+    pub leases6: Vec<Lease6>,
+    /// v6 addresses whose binding was forgotten.
+    pub removed6: Vec<std::net::Ipv6Addr>,
+    /// The newest row's stamp (the database's clock, ms): where following starts.
+    pub newest_ms: i64,
+}
+
+impl Loaded {
+    /// `stored` (this member's disk) with the database's word on every address it has
+    /// one for: the database decides, the disk is a cache.
+    pub fn over(&self, stored: &mut Vec<Lease>, stored6: &mut Vec<Lease6>) {
+        let taken: std::collections::HashSet<std::net::Ipv4Addr> = self
+            .leases
+            .iter()
+            .map(|l| l.ip)
+            .chain(self.removed.iter().copied())
+            .collect();
+        stored.retain(|l| !taken.contains(&l.ip));
+        stored.extend(self.leases.iter().cloned());
+        let taken6: std::collections::HashSet<std::net::Ipv6Addr> = self
+            .leases6
+            .iter()
+            .map(|l| l.ip)
+            .chain(self.removed6.iter().copied())
+            .collect();
+        stored6.retain(|l| !taken6.contains(&l.ip));
+        stored6.extend(self.leases6.iter().cloned());
+    }
+}
+
+/// One member's heartbeat row.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct MemberRow {
+    /// The member.
+    pub name: String,
+    /// Milliseconds since its last heartbeat, by the database's clock.
+    pub heartbeat_age_ms: i64,
+    /// Milliseconds since its run started.
+    pub up_ms: i64,
+    /// Its version.
+    pub version: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_from_files_replace_the_urls() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("username"), "ironic\n").unwrap();
+        std::fs::write(dir.path().join("password"), "p@ss:w/rd").unwrap();
+        let u = url_with_credentials("mysql://old:x@db:3306/shardboot", Some(dir.path())).unwrap();
+        assert_eq!(u, "mysql://ironic:p%40ss%3Aw%2Frd@db:3306/shardboot");
+        let u = url_with_credentials("postgresql://db/shardboot", Some(dir.path())).unwrap();
+        assert_eq!(u, "postgresql://ironic:p%40ss%3Aw%2Frd@db/shardboot");
+        let missing = url_with_credentials("mysql://db/x", Some(&dir.path().join("no")));
+        assert!(matches!(missing, Err(SharedError::Credentials { .. })));
+    }
+}

@@ -1,0 +1,319 @@
+//! The statements of the shared lease store, in each dialect. Pure text: nothing here
+//! talks to a database.
+//!
+//! Times are the database server's clock in milliseconds (`now_ms`), never a member's:
+//! a member whose clock is off must not see another member's binding as expired. A
+//! member gives each binding a duration; the database turns it into an end.
+
+use crate::config::Dialect;
+
+/// A binding's state column.
+pub(super) mod state {
+    /// Forgotten (released by the operator, or withdrawn): a tombstone the other
+    /// members' caches read, deleted after [`super::super::TOMBSTONE_MS`].
+    pub(crate) const REMOVED: i16 = 0;
+    /// Acknowledged to its client.
+    pub(crate) const BOUND: i16 = 1;
+    /// Released by its client: free for anyone, kept so the client gets it back.
+    pub(crate) const RELEASED: i16 = 2;
+    /// Declined (an address conflict): nobody's until it ends.
+    pub(crate) const DECLINED: i16 = 3;
+}
+
+/// The statements of one dialect, with its placeholders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Sql(pub(super) Dialect);
+
+/// Which family's table a statement is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Family {
+    V4,
+    V6,
+}
+
+impl Family {
+    pub(super) fn table(self) -> &'static str {
+        match self {
+            Self::V4 => "shardboot_lease4",
+            Self::V6 => "shardboot_lease6",
+        }
+    }
+}
+
+impl Sql {
+    /// The database's clock, in milliseconds since the epoch.
+    pub(super) fn now_ms(self) -> &'static str {
+        match self.0 {
+            Dialect::MySql => "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)",
+            Dialect::Postgres => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+        }
+    }
+
+    /// The n-th (1-based) placeholder.
+    fn p(self, n: usize) -> String {
+        match self.0 {
+            Dialect::MySql => "?".into(),
+            Dialect::Postgres => format!("${n}"),
+        }
+    }
+
+    fn blob(self) -> &'static str {
+        match self.0 {
+            Dialect::MySql => "LONGBLOB",
+            Dialect::Postgres => "BYTEA",
+        }
+    }
+
+    fn key(self, family: Family) -> &'static str {
+        match (self.0, family) {
+            (Dialect::MySql, Family::V4) => "BIGINT",
+            (Dialect::MySql, Family::V6) => "VARCHAR(32)",
+            (Dialect::Postgres, Family::V4) => "BIGINT",
+            (Dialect::Postgres, Family::V6) => "VARCHAR(32)",
+        }
+    }
+
+    fn holder(self) -> &'static str {
+        match self.0 {
+            Dialect::MySql => "VARBINARY(255)",
+            Dialect::Postgres => "BYTEA",
+        }
+    }
+
+    /// The schema's versions, in order: each step's statements (every one idempotent,
+    /// so members that start together may both run a step).
+    pub(super) fn migrations(self) -> Vec<Vec<String>> {
+        let lease = |family: Family| {
+            let t = family.table();
+            let index = match self.0 {
+                // Inline: MySQL has no CREATE INDEX IF NOT EXISTS.
+                Dialect::MySql => ", INDEX shardboot_stamp (stamp_ms)".to_string(),
+                Dialect::Postgres => String::new(),
+            };
+            format!(
+                "CREATE TABLE IF NOT EXISTS {t} (\
+                 addr {key} NOT NULL PRIMARY KEY, \
+                 holder {holder} NOT NULL, \
+                 state SMALLINT NOT NULL, \
+                 expires_ms BIGINT NOT NULL, \
+                 member VARCHAR(64) NOT NULL, \
+                 gen BIGINT NOT NULL, \
+                 stamp_ms BIGINT NOT NULL, \
+                 record {blob} NOT NULL{index})",
+                key = self.key(family),
+                holder = self.holder(),
+                blob = self.blob(),
+            )
+        };
+        let mut v1 = vec![
+            lease(Family::V4),
+            lease(Family::V6),
+            "CREATE TABLE IF NOT EXISTS shardboot_member (\
+             name VARCHAR(64) NOT NULL PRIMARY KEY, \
+             heartbeat_ms BIGINT NOT NULL, \
+             started_ms BIGINT NOT NULL, \
+             version VARCHAR(32) NOT NULL)"
+                .to_string(),
+        ];
+        if self.0 == Dialect::Postgres {
+            for family in [Family::V4, Family::V6] {
+                let t = family.table();
+                v1.push(format!(
+                    "CREATE INDEX IF NOT EXISTS {t}_stamp ON {t} (stamp_ms)"
+                ));
+            }
+        }
+        vec![v1]
+    }
+
+    /// Creates the table of applied schema versions.
+    pub(super) fn create_versions(self) -> &'static str {
+        "CREATE TABLE IF NOT EXISTS shardboot_schema (version INT NOT NULL PRIMARY KEY, applied_ms BIGINT NOT NULL)"
+    }
+
+    /// The newest applied schema version (`NULL` on a new database).
+    pub(super) fn schema_version(self) -> &'static str {
+        "SELECT MAX(version) FROM shardboot_schema"
+    }
+
+    /// Records version `$1` as applied (nothing when another member did first).
+    pub(super) fn record_version(self) -> String {
+        let now = self.now_ms();
+        match self.0 {
+            Dialect::MySql => format!(
+                "INSERT INTO shardboot_schema (version, applied_ms) VALUES (?, {now}) \
+                 ON DUPLICATE KEY UPDATE version = version"
+            ),
+            Dialect::Postgres => format!(
+                "INSERT INTO shardboot_schema (version, applied_ms) VALUES ($1, {now}) \
+                 ON CONFLICT (version) DO NOTHING"
+            ),
+        }
+    }
+
+    /// Inserts a binding where the address has none: (addr, holder, state,
+    /// duration_ms, member, record). Affects 0 rows when a row exists.
+    pub(super) fn insert_binding(self, family: Family) -> String {
+        let t = family.table();
+        let now = self.now_ms();
+        let p = |n| self.p(n);
+        let values = format!(
+            "({}, {}, {}, {now} + {}, {}, 1, {now}, {})",
+            p(1),
+            p(2),
+            p(3),
+            p(4),
+            p(5),
+            p(6)
+        );
+        let columns = "(addr, holder, state, expires_ms, member, gen, stamp_ms, record)";
+        match self.0 {
+            // Not ON DUPLICATE KEY UPDATE: with CLIENT_FOUND_ROWS (which the driver
+            // sets) a duplicate counts as one row too. Every column fits its type, so
+            // IGNORE turns nothing but the duplicate into a warning.
+            Dialect::MySql => format!("INSERT IGNORE INTO {t} {columns} VALUES {values}"),
+            Dialect::Postgres => {
+                format!("INSERT INTO {t} {columns} VALUES {values} ON CONFLICT (addr) DO NOTHING")
+            }
+        }
+    }
+
+    /// Replaces the binding on an address only where that is no second live binding:
+    /// the row is the same holder's, or free (removed, released, or ended by the
+    /// database's clock). Binds (holder, state, duration_ms, member, record, addr,
+    /// holder). Affects 1 row when replaced, 0 when another holder's live binding
+    /// stands (`gen` always moves, so an identical write still counts as one).
+    pub(super) fn replace_binding(self, family: Family) -> String {
+        let t = family.table();
+        let now = self.now_ms();
+        let p = |n| self.p(n);
+        format!(
+            "UPDATE {t} SET holder = {}, state = {}, expires_ms = {now} + {}, member = {}, \
+             gen = gen + 1, stamp_ms = {now}, record = {} \
+             WHERE addr = {} AND (holder = {} OR state IN ({}, {}) OR expires_ms <= {now})",
+            p(1),
+            p(2),
+            p(3),
+            p(4),
+            p(5),
+            p(6),
+            p(7),
+            state::REMOVED,
+            state::RELEASED,
+        )
+    }
+
+    /// Forgets the binding on an address if this holder's: a tombstone the other
+    /// members' caches read. Binds (member, addr, holder).
+    pub(super) fn remove_binding(self, family: Family) -> String {
+        let t = family.table();
+        let now = self.now_ms();
+        format!(
+            "UPDATE {t} SET state = {}, expires_ms = {now}, member = {}, gen = gen + 1, \
+             stamp_ms = {now} WHERE addr = {} AND holder = {} AND state <> {}",
+            state::REMOVED,
+            self.p(1),
+            self.p(2),
+            self.p(3),
+            state::REMOVED,
+        )
+    }
+
+    /// The binding on an address, with the database's clock: (record, state,
+    /// expires_ms, now_ms). Binds (addr).
+    pub(super) fn binding(self, family: Family) -> String {
+        format!(
+            "SELECT record, state, expires_ms, {} FROM {} WHERE addr = {}",
+            self.now_ms(),
+            family.table(),
+            self.p(1)
+        )
+    }
+
+    /// Bindings written at or after a time by members other than the one given (every
+    /// row for ""): (addr, holder, record, state, expires_ms, stamp_ms, now_ms, gen).
+    /// Binds (since_ms, member).
+    pub(super) fn changed_since(self, family: Family) -> String {
+        format!(
+            "SELECT addr, holder, record, state, expires_ms, stamp_ms, {}, gen FROM {} \
+             WHERE stamp_ms >= {} AND member <> {} ORDER BY stamp_ms",
+            self.now_ms(),
+            family.table(),
+            self.p(1),
+            self.p(2)
+        )
+    }
+
+    /// Deletes tombstones and ended bindings older than a time. Binds (before_ms).
+    pub(super) fn purge(self, family: Family) -> String {
+        format!(
+            "DELETE FROM {} WHERE stamp_ms < {} AND (state = {} OR expires_ms < {})",
+            family.table(),
+            self.p(1),
+            state::REMOVED,
+            self.p(2)
+        )
+    }
+
+    /// Writes this member's heartbeat: (name, version), keeping `started_ms` of this
+    /// run from `heartbeat`'s first call via [`Sql::register`].
+    pub(super) fn heartbeat(self) -> String {
+        format!(
+            "UPDATE shardboot_member SET heartbeat_ms = {} WHERE name = {}",
+            self.now_ms(),
+            self.p(1)
+        )
+    }
+
+    /// Registers this member's run: (name, version).
+    pub(super) fn register(self) -> String {
+        let now = self.now_ms();
+        match self.0 {
+            Dialect::MySql => format!(
+                "INSERT INTO shardboot_member (name, heartbeat_ms, started_ms, version) \
+                 VALUES (?, {now}, {now}, ?) ON DUPLICATE KEY UPDATE heartbeat_ms = {now}, \
+                 started_ms = {now}, version = VALUES(version)"
+            ),
+            Dialect::Postgres => format!(
+                "INSERT INTO shardboot_member (name, heartbeat_ms, started_ms, version) \
+                 VALUES ($1, {now}, {now}, $2) ON CONFLICT (name) DO UPDATE SET \
+                 heartbeat_ms = {now}, started_ms = {now}, version = EXCLUDED.version"
+            ),
+        }
+    }
+
+    /// Every member's heartbeat row: (name, heartbeat_ms, started_ms, version, now_ms).
+    pub(super) fn members(self) -> String {
+        format!(
+            "SELECT name, heartbeat_ms, started_ms, version, {} FROM shardboot_member ORDER BY name",
+            self.now_ms()
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_follow_the_dialect() {
+        let my = Sql(Dialect::MySql).replace_binding(Family::V4);
+        let pg = Sql(Dialect::Postgres).replace_binding(Family::V4);
+        assert_eq!(my.matches('?').count(), 7, "{my}");
+        assert!(!my.contains('$'));
+        for n in 1..=7 {
+            assert!(pg.contains(&format!("${n}")), "{pg}");
+        }
+        assert!(!pg.contains('?'));
+    }
+
+    #[test]
+    fn a_replacement_only_takes_a_free_or_own_binding() {
+        let q = Sql(Dialect::Postgres).replace_binding(Family::V6);
+        assert!(
+            q.contains("WHERE addr = $6 AND (holder = $7 OR state IN (0, 2) OR expires_ms <= CAST"),
+            "{q}"
+        );
+        assert!(q.contains("gen = gen + 1"));
+    }
+}
