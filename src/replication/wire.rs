@@ -265,7 +265,7 @@ pub fn encode_answer(verdicts: &[Verdict]) -> Vec<u8> {
         match v {
             // `Unavailable` comes only from the shared store's hook, never from a
             // member's engine answering a batch.
-            Verdict::Accepted | Verdict::Unavailable => out.push(0),
+            Verdict::Accepted | Verdict::Unavailable(_) => out.push(0),
             Verdict::Refused(holder) => {
                 out.push(1);
                 put_lease(&mut out, holder);

@@ -276,12 +276,12 @@ pub(super) enum Decided {
 /// end in this member's clock). An error: a record this build cannot read (logged by
 /// the caller, counted).
 pub(super) fn decided(family: Family, row: &AnyRow, now: u64) -> Result<Written, sqlx::Error> {
-    let record: Vec<u8> = row.try_get(2)?;
-    let st: i16 = row.try_get(3)?;
-    let expires_ms: i64 = row.try_get(4)?;
-    let stamp_ms: i64 = row.try_get(5)?;
-    let now_ms: i64 = row.try_get(6)?;
-    let gen: i64 = row.try_get(7)?;
+    let record: Vec<u8> = row.try_get(1)?;
+    let st: i16 = row.try_get(2)?;
+    let expires_ms: i64 = row.try_get(3)?;
+    let stamp_ms: i64 = row.try_get(4)?;
+    let now_ms: i64 = row.try_get(5)?;
+    let gen: i64 = row.try_get(6)?;
     let end = local_end(now, expires_ms, now_ms);
     let bad = |e| sqlx::Error::Decode(Box::new(e));
     let change = match family {

@@ -49,11 +49,10 @@ pub async fn follow(
     let mut since = since_ms;
     let mut seen: HashMap<KeyValue, i64> = HashMap::new();
     let mut poll_tick = tokio::time::interval(poll);
-    let mut beat_tick = tokio::time::interval(heartbeat);
-    let mut purge_tick = tokio::time::interval(PURGE_EVERY);
-    for t in [&mut poll_tick, &mut beat_tick, &mut purge_tick] {
-        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    }
+    poll_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The heartbeat on its own task: a poll waiting on an unreachable database must
+    // not delay noticing it, nor noticing it back.
+    tokio::spawn(beat(shared.clone(), heartbeat, shutdown.clone()));
     let mut failing = false;
     loop {
         tokio::select! {
@@ -88,7 +87,22 @@ pub async fn follow(
                     }
                 }
             }
-            _ = beat_tick.tick() => shared.beat().await,
+        }
+    }
+}
+
+/// Writes the heartbeat every `every` and purges what ended long ago, until
+/// `shutdown`.
+async fn beat(shared: Arc<SharedStore>, every: Duration, shutdown: CancellationToken) {
+    let mut beat_tick = tokio::time::interval(every);
+    let mut purge_tick = tokio::time::interval(PURGE_EVERY);
+    for t in [&mut beat_tick, &mut purge_tick] {
+        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    }
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = beat_tick.tick() => shared.heartbeat().await,
             _ = purge_tick.tick() => shared.purge().await,
         }
     }
@@ -114,8 +128,9 @@ async fn deliver(
 }
 
 impl SharedStore {
-    /// Writes this member's heartbeat; its result says whether the database answers.
-    pub(super) async fn beat(&self) {
+    /// Writes this member's heartbeat; its result says whether the database answers
+    /// (the way back out of degraded mode when no write is tried).
+    pub async fn heartbeat(&self) {
         let q = self.sql.heartbeat();
         let r = tokio::time::timeout(
             self.timeout,

@@ -54,7 +54,7 @@ impl Replicate for Hook {
             (b.finish)(
                 Err(StoreError::Closed),
                 b.changes,
-                vec![Verdict::Unavailable; n],
+                vec![Verdict::Unavailable(None); n],
             );
         }
     }
@@ -82,6 +82,18 @@ impl SharedStore {
     /// [`SharedStore::commit`] by a member whose clock reads `now` (the leases' ends
     /// are turned into durations from it).
     pub async fn commit_at(&self, changes: &[SharedChange], now: u64) -> Vec<Verdict> {
+        // Known to be down: answer at once from what the database already holds. Each
+        // batch waiting out the timeout would hold every later one (and its renewals)
+        // behind it; the heartbeat finds the database again.
+        if !self.is_up() {
+            let v = self.unreachable(changes);
+            let covered = v.iter().filter(|v| !v.is_refused()).count();
+            debug!(
+                changes = changes.len(),
+                covered, "shared store down: answered from what it holds"
+            );
+            return v;
+        }
         let started = Instant::now();
         let deadline = tokio::time::Instant::now() + self.timeout;
         let mut backoff = FIRST_BACKOFF;
@@ -159,16 +171,20 @@ impl SharedStore {
                 let Some(holder) = bindings::holder_of(c) else {
                     return Verdict::Accepted;
                 };
-                let covered = match (coverage.get(&bindings::key_of(c)), bindings::covered_by(c)) {
-                    (Some((h, end)), Some((_, _, wants))) => *h == holder && wants <= *end,
-                    _ => false,
-                };
-                if covered {
-                    self.metrics.covered.inc();
-                    Verdict::Accepted
-                } else {
-                    self.metrics.unavailable.inc();
-                    Verdict::Unavailable
+                let held = coverage
+                    .get(&bindings::key_of(c))
+                    .filter(|(h, _)| *h == holder)
+                    .map(|(_, end)| *end);
+                match (held, bindings::covered_by(c)) {
+                    (Some(end), Some((_, _, wants))) if wants <= end => {
+                        self.metrics.covered.inc();
+                        Verdict::Accepted
+                    }
+                    (_, wants) => {
+                        self.metrics.unavailable.inc();
+                        debug!(key = ?bindings::key_of(c), ?held, wants = ?wants.map(|w| w.2), "not acknowledged: the shared store is unreachable");
+                        Verdict::Unavailable(held)
+                    }
                 }
             })
             .collect()

@@ -231,11 +231,13 @@ impl Sql {
     }
 
     /// Bindings written at or after a time by members other than the one given (every
-    /// row for ""): (addr, holder, record, state, expires_ms, stamp_ms, now_ms, gen).
+    /// row for ""): (addr, record, state, expires_ms, stamp_ms, now_ms, gen). Never the
+    /// holder column: MySQL's driver hands a short binary column back as text, which a
+    /// MAC's octets are not.
     /// Binds (since_ms, member).
     pub(super) fn changed_since(self, family: Family) -> String {
         format!(
-            "SELECT addr, holder, record, state, expires_ms, stamp_ms, {}, gen FROM {} \
+            "SELECT addr, record, state, expires_ms, stamp_ms, {}, gen FROM {} \
              WHERE stamp_ms >= {} AND member <> {} ORDER BY stamp_ms",
             self.now_ms(),
             family.table(),

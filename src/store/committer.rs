@@ -477,11 +477,18 @@ fn answer(
                     holder: Box::new(holder),
                 }
             }
-            (Verdict::Unavailable, c) => StoreError::SharedUnavailable(match c {
-                SharedChange::V4(e) => e.ip().into(),
-                SharedChange::V6(Lease6Effect::Put(l)) => l.ip.into(),
-                SharedChange::V6(Lease6Effect::Remove(ip, _)) => (*ip).into(),
-            }),
+            (Verdict::Unavailable(bound_until), c) => StoreError::SharedUnavailable {
+                ip: match c {
+                    SharedChange::V4(e) => e.ip().into(),
+                    SharedChange::V6(Lease6Effect::Put(l)) => l.ip.into(),
+                    SharedChange::V6(Lease6Effect::Remove(ip, _)) => (*ip).into(),
+                },
+                ours: match c {
+                    SharedChange::V4(LeaseEffect::Put(l)) => Some(Box::new(l.clone())),
+                    _ => None,
+                },
+                bound_until,
+            },
             _ => continue,
         };
         refused[job].get_or_insert(refusal);

@@ -92,8 +92,10 @@ pub enum Verdict {
     /// The same for a DHCPv6 change: this v6 lease holds the address.
     Refused6(super::Lease6),
     /// The shared store could not be reached and does not already hold this binding:
-    /// the change must not be acknowledged.
-    Unavailable,
+    /// the change must not be acknowledged. With the end (this member's clock) of the
+    /// binding the database holds for the same client, if any: the client's lease must
+    /// not be taken to run past it.
+    Unavailable(Option<u64>),
 }
 
 impl Verdict {

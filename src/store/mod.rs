@@ -180,8 +180,16 @@ pub enum StoreError {
     },
     /// The shared lease store could not be reached, and does not already hold this
     /// binding: the change is durable here but must not be acknowledged.
-    #[error("shared lease store unreachable: the change to {0} is not acknowledged")]
-    SharedUnavailable(std::net::IpAddr),
+    #[error("shared lease store unreachable: the change to {ip} is not acknowledged")]
+    SharedUnavailable {
+        /// The address.
+        ip: std::net::IpAddr,
+        /// The v4 lease that was not acknowledged, when the change was one.
+        ours: Option<Box<Lease>>,
+        /// Until when (this member's clock) the database holds the same client's
+        /// binding, if it does.
+        bound_until: Option<u64>,
+    },
     /// The state directory cannot be created.
     #[error("state_dir {}: {source}", path.display())]
     StateDir {

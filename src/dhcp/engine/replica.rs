@@ -26,21 +26,18 @@ impl Engine {
 
     /// A binding the shared database decided (another member's write, read by
     /// `shared::follow`, or read at start): it replaces whatever this engine holds on
-    /// the address, an offer of its own included, unless this engine already holds
-    /// the same client's record in the same state running as long (a read older than
-    /// this member's own newer write). Returns the change to make durable here.
+    /// the address, an offer of its own included, unless it is that very record.
+    /// Returns the change to make durable here.
     pub fn apply_decided_change(&mut self, change: &LeaseEffect, now: u64) -> Option<LeaseEffect> {
         match change {
             LeaseEffect::Put(lease) => {
                 if lease.state == LeaseState::Offered {
                     return None;
                 }
-                let late_copy = self.table.get(lease.ip).is_some_and(|held| {
-                    held.mac == lease.mac
-                        && held.state == lease.state
-                        && held.expires >= lease.expires
-                });
-                if late_copy {
+                // The database's word, even a shorter end for the same client: in
+                // degraded mode a renewal runs to the end this engine holds, which must
+                // be no later than the binding the database has.
+                if self.table.get(lease.ip) == Some(lease) {
                     return None;
                 }
                 self.take_peer_lease(lease.clone(), now);
@@ -118,6 +115,22 @@ impl Engine {
         }
         self.table.insert(lease);
         self.set_used(ip, active);
+    }
+
+    /// The shared store could not be reached for `ours`, and holds the same client's
+    /// binding only until `until`: the lease this engine holds for it ends there, so a
+    /// renewal in degraded mode never runs past what the database holds. A lease the
+    /// database holds none of stays as it is (never acknowledged; the client asks again).
+    pub fn cap_to_binding(&mut self, ours: &Lease, until: u64) {
+        if let Some(l) = self
+            .table
+            .get(ours.ip)
+            .filter(|l| l.mac == ours.mac && l.expires > until)
+        {
+            let mut capped = l.clone();
+            capped.expires = until;
+            self.table.insert(capped);
+        }
     }
 
     /// A peer refused `ours` because `holder` holds its address: the lease was never

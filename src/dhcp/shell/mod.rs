@@ -94,8 +94,14 @@ pub struct Server {
     pub conflict_probe: Option<Duration>,
 }
 
-/// A lease of this member's that a peer refused, and the lease that holds its address.
-type Withdrawal = (Box<crate::store::Lease>, Box<crate::store::Lease>);
+/// What the committer tells the engine of a lease it did not acknowledge.
+enum Withdrawal {
+    /// A peer (or the shared store) refused it: the lease that holds its address.
+    Refused(Box<crate::store::Lease>, Box<crate::store::Lease>),
+    /// The shared store could not be reached, and holds the same client's binding
+    /// until this time: the engine's lease ends there.
+    Capped(Box<crate::store::Lease>, u64),
+}
 
 /// Errors that end the server.
 #[derive(Debug, thiserror::Error)]
@@ -239,8 +245,8 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
         if shared {
             engine.set_shared_store_up(!store.status.shared_is_down());
         }
-        while let Ok((ours, holder)) = withdrawals.try_recv() {
-            withdraw(&mut engine, &ours, &holder, &committer);
+        while let Ok(w) = withdrawals.try_recv() {
+            take_back(&mut engine, w, &committer);
             stats_dirty = true;
         }
         // Probes that ended since the last look, also under load.
@@ -332,9 +338,7 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
                 control::apply(&mut engine, cmd, &committer, unix_now());
                 publish(&engine, &metrics);
             }
-            Some((ours, holder)) = withdrawals.recv() => {
-                withdraw(&mut engine, &ours, &holder, &committer);
-            }
+            Some(w) = withdrawals.recv() => take_back(&mut engine, w, &committer),
         }
     };
     metrics.listening.set(0);
@@ -372,12 +376,28 @@ fn submit(
     });
     let metrics = metrics.clone();
     let withdraw = withdraw.clone();
-    let _ = committer.submit_with_reply(changes, reply, move |r| {
-        if let Err(crate::store::StoreError::HeldByPeer { ours, holder }) = r {
+    let _ = committer.submit_with_reply(changes, reply, move |r| match r {
+        Err(crate::store::StoreError::HeldByPeer { ours, holder }) => {
             metrics.peer_refused.inc();
-            let _ = withdraw.send((ours.clone(), holder.clone()));
+            let _ = withdraw.send(Withdrawal::Refused(ours.clone(), holder.clone()));
         }
+        Err(crate::store::StoreError::SharedUnavailable {
+            ours: Some(ours),
+            bound_until: Some(until),
+            ..
+        }) => {
+            let _ = withdraw.send(Withdrawal::Capped(ours.clone(), *until));
+        }
+        _ => {}
     });
+}
+
+/// Applies what the committer said of a lease it did not acknowledge.
+fn take_back(engine: &mut Engine, w: Withdrawal, committer: &Committer) {
+    match w {
+        Withdrawal::Refused(ours, holder) => withdraw(engine, &ours, &holder, committer),
+        Withdrawal::Capped(ours, until) => engine.cap_to_binding(&ours, until),
+    }
 }
 
 /// Withdraws a lease a peer refused (never acknowledged: its reply was withheld).

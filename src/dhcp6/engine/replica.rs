@@ -52,12 +52,7 @@ impl Engine6 {
                 if lease.state == LeaseState::Offered || lease.duid.is_empty() {
                     return None;
                 }
-                let late_copy = self.bindings.get(lease.ip).is_some_and(|held| {
-                    same_ia(held, lease)
-                        && held.state == lease.state
-                        && held.expires >= lease.expires
-                });
-                if late_copy {
+                if self.bindings.get(lease.ip) == Some(lease) {
                     return None;
                 }
                 if self.bindings.get(lease.ip).is_some() {
