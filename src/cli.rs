@@ -35,6 +35,29 @@ pub fn check_config(config: &Config) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(out, "configuration OK")?;
     writeln!(out, "state_dir: {}", config.state_dir.display())?;
+    match &config.store.shared {
+        Some(s) => writeln!(
+            out,
+            "store: shared {:?} database {} (credentials {}, TLS {}); sled in state_dir is this member's cache",
+            s.dialect,
+            crate::shared::redacted(&s.url),
+            s.credentials_dir
+                .as_ref()
+                .map_or("from the URL".into(), |d| format!("from {}", d.display())),
+            s.ca_file
+                .as_ref()
+                .map_or("as the URL says".into(), |f| format!("verified with {}", f.display())),
+        )?,
+        None if config.members.len() > 1
+            || !matches!(config.owner.members, crate::config::MembersSource::Static) =>
+        {
+            writeln!(
+                out,
+                "warning: several members and no store.shared: they agree through lease replication between members, which the shared store replaces; set store.shared to the database Ironic's HA runs on"
+            )?
+        }
+        None => writeln!(out, "store: embedded (sled) in state_dir")?,
+    }
     if !config.dhcp.enabled && config.subnets6.is_empty() {
         writeln!(out, "dhcp: disabled (TFTP and HTTP only)")?;
     } else if !config.dhcp.enabled {

@@ -108,6 +108,21 @@ fn connect_options(s: &SharedStoreSettings) -> Result<AnyConnectOptions, SharedE
         .map_err(|e| SharedError::Url(e.to_string()))
 }
 
+/// `url` with any password replaced by `***`, for logs and `check-config`.
+pub fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => {
+            let user = rest[..at].split(':').next().unwrap_or("");
+            format!("{scheme}://{user}:***@{}", &rest[at + 1..])
+        }
+        None => url.to_string(),
+    }
+}
+
 /// Percent-encodes what a URL's user, password or query value cannot hold as is (a
 /// path's slashes kept where `path` says so).
 fn encode(s: &str, path: bool) -> String {
@@ -427,6 +442,15 @@ pub struct MemberRow {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_password_never_leaves_in_the_text() {
+        assert_eq!(
+            redacted("mysql://ironic:s3cret@db:3306/shardboot"),
+            "mysql://ironic:***@db:3306/shardboot"
+        );
+        assert_eq!(redacted("postgresql://db/x"), "postgresql://db/x");
+    }
 
     #[test]
     fn credentials_from_files_replace_the_urls() {
