@@ -83,6 +83,17 @@ pub struct ReplyParts<'a> {
 
 /// Builds the reply to `req`.
 pub fn build(req: &Message, parts: &ReplyParts<'_>) -> Message {
+    let mut m = compose(req, parts);
+    if let Some(DhcpOption::ClientIdentifier(id)) = req.opts().get(OptionCode::ClientIdentifier) {
+        // RFC 6842 §3: a client identifier in the request comes back unaltered in every
+        // reply (OFFER, ACK and NAK), whatever the configured options say.
+        m.opts_mut()
+            .insert(DhcpOption::ClientIdentifier(id.clone()));
+    }
+    m
+}
+
+fn compose(req: &Message, parts: &ReplyParts<'_>) -> Message {
     let ciaddr = if matches!(parts.kind, MessageType::Nak) {
         Ipv4Addr::UNSPECIFIED
     } else {
