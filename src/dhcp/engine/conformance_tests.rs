@@ -47,3 +47,26 @@ fn the_client_identifier_comes_back_unaltered_in_offer_ack_and_nak() {
     assert_eq!(kind(&d), Some(MessageType::Offer));
     assert_eq!(client_id_of(&d), None);
 }
+
+#[test]
+fn an_offer_has_ciaddr_zero_even_when_the_discover_carried_one() {
+    // RFC 2131 §4.3.1 Table 3: 'ciaddr' 0 in a DHCPOFFER; a DHCPACK copies the
+    // REQUEST's. A client re-acquiring after a reboot may leave its old address in.
+    let (i, mut e) = (iface(), Engine::new(&config(""), vec![], T0));
+    let ip = bind(&mut e, &i, mac(1), T0);
+    let mut discover = msg(MessageType::Discover, mac(1));
+    discover.set_ciaddr(ip);
+    let d = e.handle_message(&discover, &ctx(&i, T0 + 5));
+    let offer = &d.reply.as_ref().unwrap().message;
+    assert_eq!(kind(&d), Some(MessageType::Offer));
+    assert_eq!(
+        (offer.ciaddr(), offer.yiaddr()),
+        (Ipv4Addr::UNSPECIFIED, ip)
+    );
+    // RENEWING: the ACK's ciaddr is the client's.
+    let mut renew = msg(MessageType::Request, mac(1));
+    renew.set_ciaddr(ip);
+    let d = e.handle_message(&renew, &ctx(&i, T0 + 10));
+    assert_eq!(kind(&d), Some(MessageType::Ack));
+    assert_eq!(d.reply.as_ref().unwrap().message.ciaddr(), ip);
+}

@@ -94,7 +94,9 @@ pub fn build(req: &Message, parts: &ReplyParts<'_>) -> Message {
 }
 
 fn compose(req: &Message, parts: &ReplyParts<'_>) -> Message {
-    let ciaddr = if matches!(parts.kind, MessageType::Nak) {
+    // RFC 2131 §4.3.1 Table 3: `ciaddr` is 0 in an OFFER and a NAK; an ACK copies the
+    // request's.
+    let ciaddr = if matches!(parts.kind, MessageType::Offer | MessageType::Nak) {
         Ipv4Addr::UNSPECIFIED
     } else {
         req.ciaddr()
