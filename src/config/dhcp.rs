@@ -65,7 +65,8 @@ pub struct DhcpSettings {
     pub offer_hold_secs: u32,
     /// How long a declined address is quarantined, in seconds.
     pub decline_hold_secs: u32,
-    /// How often expired leases are reclaimed, in seconds.
+    /// How often expired leases are reclaimed, in seconds: the pool-use metrics and
+    /// ended transitions follow it; each DHCP decision frees what expired by its time.
     pub reclaim_interval_secs: u32,
     /// With several members: a client whose `secs` reaches this is answered by any
     /// member, not only its responsible one.

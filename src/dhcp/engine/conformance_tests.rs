@@ -70,3 +70,71 @@ fn an_offer_has_ciaddr_zero_even_when_the_discover_carried_one() {
     assert_eq!(kind(&d), Some(MessageType::Ack));
     assert_eq!(d.reply.as_ref().unwrap().message.ciaddr(), ip);
 }
+
+/// A message through the relay on 198.51.100.1: the subnet of three addresses
+/// (198.51.100.10 - .12).
+fn relayed(kind: MessageType, m: MacAddr) -> Message {
+    let mut d = msg(kind, m);
+    d.set_giaddr(Ipv4Addr::new(198, 51, 100, 1));
+    d
+}
+
+#[test]
+fn a_quarantine_offer_or_lease_ends_at_its_time_without_waiting_for_a_tick() {
+    // A 2 s quarantine: a DISCOVER 5 s after the DECLINE may get the address, though no
+    // reclaim pass (`handle_tick`, every `reclaim_interval_secs`) ran since.
+    let mut cfg = config("");
+    cfg.dhcp.decline_hold_secs = 2;
+    let (i, mut e) = (iface(), Engine::new(&cfg, vec![], T0));
+    let declined =
+        offered(&e.handle_message(&relayed(MessageType::Discover, mac(1)), &ctx(&i, T0)));
+    let dec = with(
+        relayed(MessageType::Decline, mac(1)),
+        DhcpOption::RequestedIpAddress(declined),
+    );
+    assert_eq!(
+        e.handle_message(&dec, &ctx(&i, T0)).outcome,
+        Outcome::Decline(declined)
+    );
+    for n in 2..=3 {
+        let ip = offered(&e.handle_message(&relayed(MessageType::Discover, mac(n)), &ctx(&i, T0)));
+        let req = with(
+            with(
+                relayed(MessageType::Request, mac(n)),
+                DhcpOption::ServerIdentifier(SERVER),
+            ),
+            DhcpOption::RequestedIpAddress(ip),
+        );
+        assert_eq!(
+            e.handle_message(&req, &ctx(&i, T0)).outcome,
+            Outcome::Ack(ip)
+        );
+    }
+    let newcomer = |e: &mut Engine, n: u8, now: u64| {
+        e.handle_message(&relayed(MessageType::Discover, mac(n)), &ctx(&i, now))
+            .outcome
+    };
+    assert_eq!(
+        newcomer(&mut e, 4, T0 + 1),
+        Outcome::Ignored(IgnoreReason::PoolExhausted),
+        "still quarantined"
+    );
+    assert_eq!(newcomer(&mut e, 4, T0 + 5), Outcome::Offer(declined));
+    // That offer is held 60 s; after that the address goes to the next machine.
+    assert_eq!(
+        newcomer(&mut e, 5, T0 + 64),
+        Outcome::Ignored(IgnoreReason::PoolExhausted)
+    );
+    assert_eq!(newcomer(&mut e, 5, T0 + 66), Outcome::Offer(declined));
+    // The two leases run 3600 s: past them, and past the last offer, all three
+    // addresses go to new machines.
+    let mut got: Vec<Ipv4Addr> = (6..=8)
+        .map(|n| match newcomer(&mut e, n, T0 + 3601) {
+            Outcome::Offer(ip) => ip,
+            o => panic!("machine {n}: {o:?}"),
+        })
+        .collect();
+    got.sort();
+    let all: Vec<Ipv4Addr> = (10..=12).map(|n| Ipv4Addr::new(198, 51, 100, n)).collect();
+    assert_eq!(got, all);
+}

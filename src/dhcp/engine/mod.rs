@@ -204,14 +204,23 @@ impl Engine {
             .collect()
     }
 
-    /// Frees addresses whose leases or offers expired by `now`. Nothing to persist: an
-    /// expired record on disk is already free when loaded.
+    /// Frees addresses whose leases, offers or quarantines expired by `now`, ends the
+    /// transitions and probe windows that are over. Nothing to persist: an expired
+    /// record on disk is already free when loaded.
     pub fn handle_tick(&mut self, now: u64) -> usize {
         if self.transition_until.is_some_and(|u| now >= u) {
             self.past.retain(|p| p.until > now);
             self.restrict_to_past_shares();
         }
         self.end_probes(now);
+        self.reclaim(now)
+    }
+
+    /// Frees every address whose lease, offer or quarantine (`decline_hold_secs`) ended
+    /// by `now`. Every decision runs it first, so an expiry takes effect at its time,
+    /// not at the next tick (`reclaim_interval_secs`): the pools' bitmaps say an address
+    /// is used until then, and allocation trusts them.
+    fn reclaim(&mut self, now: u64) -> usize {
         let expired = self.table.take_expired(now);
         let n = expired.len();
         for ip in expired {
@@ -252,6 +261,7 @@ impl Engine {
 
     /// Decides the answer to one validated request.
     pub fn handle_message(&mut self, msg: &Message, ctx: &PacketContext<'_>) -> Decision {
+        self.reclaim(ctx.now);
         let Some(mac) = MacAddr::from_chaddr(msg.chaddr()) else {
             return Decision::ignore(IgnoreReason::Unsupported);
         };
