@@ -138,3 +138,111 @@ fn a_quarantine_offer_or_lease_ends_at_its_time_without_waiting_for_a_tick() {
     let all: Vec<Ipv4Addr> = (10..=12).map(|n| Ipv4Addr::new(198, 51, 100, n)).collect();
     assert_eq!(got, all);
 }
+
+/// An INIT-REBOOT REQUEST (RFC 2131 §4.3.2): option 50, no server identifier, ciaddr 0.
+fn init_reboot(m: MacAddr, ip: Ipv4Addr) -> Message {
+    with(
+        msg(MessageType::Request, m),
+        DhcpOption::RequestedIpAddress(ip),
+    )
+}
+
+#[test]
+fn init_reboot_outside_every_range_is_naked_and_a_stranger_is_not_answered() {
+    // 192.0.2.0/24 hands out .100 - .199; .20 is reserved for mac 1 outside the range.
+    let hosts = "[[host]]\nmac = \"52:54:00:00:00:01\"\nip = \"192.0.2.20\"\n";
+    let (i, mut e) = (iface(), Engine::new(&config(hosts), vec![], T0));
+    let (outside, reserved) = (Ipv4Addr::new(192, 0, 2, 50), Ipv4Addr::new(192, 0, 2, 20));
+    // (a) On the client's network but outside every range: no server of this
+    // configuration gave it, so NAK (broadcast, yiaddr 0), for a client with no record.
+    let d = e.handle_message(&init_reboot(mac(9), outside), &ctx(&i, T0));
+    assert_eq!(kind(&d), Some(MessageType::Nak));
+    let nak = d.reply.as_ref().unwrap();
+    assert_eq!(
+        (nak.message.yiaddr(), nak.destination),
+        (Ipv4Addr::UNSPECIFIED, Destination::Broadcast)
+    );
+    assert!(d.effects.is_empty());
+    // Another client's reservation is as wrong for this one.
+    assert_eq!(
+        kind(&e.handle_message(&init_reboot(mac(9), reserved), &ctx(&i, T0))),
+        Some(MessageType::Nak)
+    );
+    // Its own reservation is not: no record yet, so silence; once bound, ACK.
+    assert_eq!(
+        e.handle_message(&init_reboot(mac(1), reserved), &ctx(&i, T0))
+            .outcome,
+        Outcome::Ignored(IgnoreReason::NoRecord)
+    );
+    assert_eq!(bind(&mut e, &i, mac(1), T0), reserved);
+    assert_eq!(
+        e.handle_message(&init_reboot(mac(1), reserved), &ctx(&i, T0 + 1))
+            .outcome,
+        Outcome::Ack(reserved)
+    );
+    // (b) An address in the range that another client holds: a client this server has
+    // no record of gets silence, nothing changes.
+    let held = bind(&mut e, &i, mac(2), T0);
+    let d = e.handle_message(&init_reboot(mac(9), held), &ctx(&i, T0 + 1));
+    assert_eq!(
+        (d.outcome, d.reply.is_none(), d.effects.is_empty()),
+        (Outcome::Ignored(IgnoreReason::NoRecord), true, true)
+    );
+    assert_eq!(e.lease(held).map(|l| l.mac), Some(mac(2)));
+    // A client it knows (bound elsewhere) asking for that address: its notion is wrong.
+    let known = bind(&mut e, &i, mac(3), T0);
+    assert_ne!(known, held);
+    assert_eq!(
+        kind(&e.handle_message(&init_reboot(mac(3), held), &ctx(&i, T0 + 1))),
+        Some(MessageType::Nak)
+    );
+    // The wrong network still gets a NAK, a client's own lease an ACK.
+    assert_eq!(
+        kind(&e.handle_message(
+            &init_reboot(mac(9), Ipv4Addr::new(10, 9, 9, 9)),
+            &ctx(&i, T0 + 1)
+        )),
+        Some(MessageType::Nak)
+    );
+    assert_eq!(
+        e.handle_message(&init_reboot(mac(2), held), &ctx(&i, T0 + 1))
+            .outcome,
+        Outcome::Ack(held)
+    );
+}
+
+#[test]
+fn init_reboot_from_a_client_a_member_has_no_record_of_is_not_answered() {
+    // Three members; a is responsible for the client but never saw it. The address it
+    // asks for is one a bound to another client: silence, the others may know better.
+    let i = iface();
+    let cfg = config(&format!(
+        "[owner]\ninsecure_members = true\nself = \"a\"\n{THREE_MEMBERS}"
+    ));
+    let mut e = Engine::new(&cfg, Vec::new(), T0);
+    let held = bind(&mut e, &i, mac(1), T0);
+    let d = e.handle_message(&init_reboot(mac(7), held), &ctx(&i, T0 + 10));
+    assert_eq!(d.outcome, Outcome::Ignored(IgnoreReason::NoRecord));
+    assert!(d.reply.is_none());
+    // An address outside every range: another member may have reserved it for the
+    // client at run time, so a member without a record stays silent too; one with a
+    // record of the client (its lease at another address) says NAK.
+    let outside = Ipv4Addr::new(192, 0, 2, 7);
+    assert_eq!(
+        e.handle_message(&init_reboot(mac(7), outside), &ctx(&i, T0 + 10))
+            .outcome,
+        Outcome::Ignored(IgnoreReason::NoRecord)
+    );
+    assert_eq!(
+        kind(&e.handle_message(&init_reboot(mac(1), outside), &ctx(&i, T0 + 10))),
+        Some(MessageType::Nak)
+    );
+    // The wrong network is wrong whoever asks.
+    assert_eq!(
+        kind(&e.handle_message(
+            &init_reboot(mac(7), Ipv4Addr::new(10, 9, 9, 9)),
+            &ctx(&i, T0 + 10)
+        )),
+        Some(MessageType::Nak)
+    );
+}

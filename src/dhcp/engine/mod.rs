@@ -427,9 +427,17 @@ impl Engine {
                 .position(|s| s.cfg.network.contains(&ip))
         } else {
             let si = self.select_subnet(msg, ctx);
-            // RFC 2131 §4.3.2: an INIT-REBOOT address on the wrong network gets a NAK.
+            // RFC 2131 §4.3.2: an INIT-REBOOT address on the wrong network gets a NAK,
+            // and so does one this server never hands the client: on its network but
+            // outside every range and not reserved for it. Run-time reservations are
+            // each member's own, so with several members only one that has a record of
+            // the client judges the latter; another stays silent.
             if let Some(s) = si {
-                if !self.subnets[s].cfg.network.contains(&ip) {
+                let subnet = &self.subnets[s];
+                let servable = subnet.pools.iter().any(|p| p.contains(ip))
+                    || self.reserved.get(&ip) == Some(mac);
+                let judged = self.members.len() <= 1 || self.table.by_mac(mac).is_some();
+                if !subnet.cfg.network.contains(&ip) || (!servable && judged) {
                     return self.nak(msg, ours);
                 }
             }
@@ -453,7 +461,14 @@ impl Engine {
                     self.nak(msg, ours)
                 }
             }
-            Some(l) if l.is_active(ctx.now) && ctx.responsibility == Responsibility::Mine => {
+            // Another client holds the address. RFC 2131 §4.3.2: a server with no record
+            // of an INIT-REBOOT client stays silent (another server may have bound it);
+            // one that knows the client says its notion is wrong.
+            Some(l)
+                if l.is_active(ctx.now)
+                    && ctx.responsibility == Responsibility::Mine
+                    && (ciaddr.is_some() || self.table.by_mac(mac).is_some()) =>
+            {
                 self.nak(msg, ours)
             }
             // RFC 2131 §4.3.2: a client in INIT-REBOOT whose notion of its address
