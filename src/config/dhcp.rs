@@ -95,9 +95,10 @@ pub struct DhcpSettings {
     /// DISCOVERs from unknown machines answered per second and per interface or relay;
     /// 0: no limit.
     pub unknown_discovers_per_sec: u32,
-    /// Addresses quarantined by DECLINE at once; beyond it a DECLINE is ignored.
+    /// Addresses quarantined by DECLINE at once; beyond it an unknown machine's
+    /// DECLINE is ignored.
     pub max_declined: u32,
-    /// DECLINEs one MAC may make per `decline_hold_secs`.
+    /// DECLINEs one MAC, known or not, may make per `decline_hold_secs`.
     pub declines_per_mac: u32,
     /// How long an ICMP echo probe of an address inherited from a departed member waits
     /// for an answer before the address is offered (`conflict_probe_ms`); `None`: no

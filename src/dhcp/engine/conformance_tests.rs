@@ -246,3 +246,102 @@ fn init_reboot_from_a_client_a_member_has_no_record_of_is_not_answered() {
         Some(MessageType::Nak)
     );
 }
+
+fn decline(m: MacAddr, ip: Ipv4Addr) -> Message {
+    with(
+        with(
+            msg(MessageType::Decline, m),
+            DhcpOption::RequestedIpAddress(ip),
+        ),
+        DhcpOption::ServerIdentifier(SERVER),
+    )
+}
+
+fn quarantined(e: &Engine) -> usize {
+    e.leases()
+        .filter(|l| l.state == LeaseState::Declined)
+        .count()
+}
+
+#[test]
+fn a_known_mac_declines_only_what_it_holds() {
+    // mac 9 has a [[host]] entry: known, and so exempt from the overall cap.
+    let i = iface();
+    let mut e = limited(|c| c.hosts.push(known_host(mac(9))));
+    let free = Ipv4Addr::new(192, 0, 2, 150);
+    // An address it was never offered: nothing changes.
+    let d = e.handle_message(&decline(mac(9), free), &ctx(&i, T0));
+    assert_eq!(
+        (d.outcome, d.effects.is_empty()),
+        (Outcome::Ignored(IgnoreReason::NoRecord), true)
+    );
+    assert!(e.lease(free).is_none());
+    // An address it bound and released: no longer its to decline.
+    let ip = bind(&mut e, &i, mac(9), T0);
+    let mut rel = msg(MessageType::Release, mac(9));
+    rel.set_ciaddr(ip);
+    assert_eq!(
+        e.handle_message(&rel, &ctx(&i, T0 + 1)).outcome,
+        Outcome::Release(ip)
+    );
+    let d = e.handle_message(&decline(mac(9), ip), &ctx(&i, T0 + 2));
+    assert_eq!(
+        (d.outcome, d.effects.is_empty()),
+        (Outcome::Ignored(IgnoreReason::NoRecord), true)
+    );
+    assert_eq!(e.lease(ip).map(|l| l.state), Some(LeaseState::Released));
+    assert_eq!(quarantined(&e), 0);
+    // Bound again, it may decline it; declining it once more does not extend the hold.
+    assert_eq!(bind(&mut e, &i, mac(9), T0 + 3), ip);
+    let d = e.handle_message(&decline(mac(9), ip), &ctx(&i, T0 + 4));
+    assert_eq!(d.outcome, Outcome::Decline(ip));
+    let until = e.lease(ip).unwrap().expires;
+    let d = e.handle_message(&decline(mac(9), ip), &ctx(&i, T0 + 5));
+    assert_eq!(d.outcome, Outcome::Ignored(IgnoreReason::NoRecord));
+    assert_eq!(e.lease(ip).unwrap().expires, until);
+}
+
+#[test]
+fn a_known_mac_looping_discover_decline_stops_at_the_per_mac_cap() {
+    // A sniffed, allowed MAC (the owner resolver knows it) replayed by an attacker.
+    let i = iface();
+    let mut e = limited(|c| c.dhcp.declines_per_mac = 2);
+    let known = PacketContext {
+        known: true,
+        ..ctx(&i, T0)
+    };
+    let mut outcomes = Vec::new();
+    for _ in 0..10 {
+        let ip = offered(&e.handle_message(&msg(MessageType::Discover, mac(1)), &known));
+        outcomes.push(e.handle_message(&decline(mac(1), ip), &known).outcome);
+    }
+    assert!(matches!(
+        outcomes[..2],
+        [Outcome::Decline(_), Outcome::Decline(_)]
+    ));
+    assert!(
+        outcomes[2..]
+            .iter()
+            .all(|o| *o == Outcome::Ignored(IgnoreReason::Limited)),
+        "{outcomes:?}"
+    );
+    assert_eq!(quarantined(&e), 2);
+    // The overall cap still binds unknown machines only: at it, an unknown MAC's
+    // DECLINE is ignored and a known one's (within its own cap) is not.
+    let mut e = limited(|c| c.dhcp.max_declined = 1);
+    let ip = offered(&e.handle_message(&msg(MessageType::Discover, mac(2)), &ctx(&i, T0)));
+    assert_eq!(
+        e.handle_message(&decline(mac(2), ip), &ctx(&i, T0)).outcome,
+        Outcome::Decline(ip)
+    );
+    let ip = offered(&e.handle_message(&msg(MessageType::Discover, mac(3)), &ctx(&i, T0)));
+    assert_eq!(
+        e.handle_message(&decline(mac(3), ip), &ctx(&i, T0)).outcome,
+        Outcome::Ignored(IgnoreReason::Limited)
+    );
+    let ip = offered(&e.handle_message(&msg(MessageType::Discover, mac(1)), &known));
+    assert_eq!(
+        e.handle_message(&decline(mac(1), ip), &known).outcome,
+        Outcome::Decline(ip)
+    );
+}

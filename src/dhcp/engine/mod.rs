@@ -784,17 +784,26 @@ impl Engine {
         let Some(ip) = requested_ip(msg) else {
             return Decision::ignore(IgnoreReason::Unsupported);
         };
-        if self.table.get(ip).is_none_or(|l| &l.mac != mac) {
+        // RFC 2131 §4.3.3: a client declines the address it was offered or bound, so
+        // only while it holds it: not one it released, let lapse or declined already.
+        let holds = self.table.get(ip).is_some_and(|l| {
+            &l.mac == mac
+                && matches!(l.state, LeaseState::Offered | LeaseState::Bound)
+                && l.is_active(ctx.now)
+        });
+        if !holds {
             return Decision::ignore(IgnoreReason::NoRecord);
         }
         // Each DECLINE quarantines an address, durably: a client cannot take the pool
-        // out of service by declining everything it is offered.
-        let (cap, per_mac, hold) = (
-            self.settings.max_declined,
+        // out of service by declining everything it is offered. The per-MAC cap holds
+        // for every client (a known MAC can be sniffed and spoofed); the overall cap
+        // only for unknown ones, so that they cannot use it up for known machines.
+        let cap = (!self.is_known(mac, ctx)).then_some(self.settings.max_declined);
+        let (per_mac, hold) = (
             self.settings.declines_per_mac,
             self.settings.decline_hold_secs,
         );
-        if !self.is_known(mac, ctx) && !self.limits.may_decline(mac, cap, per_mac, hold, ctx.now) {
+        if !self.limits.may_decline(mac, cap, per_mac, hold, ctx.now) {
             return Decision::ignore(IgnoreReason::Limited);
         }
         self.limits.declined(ctx.now + u64::from(hold));
