@@ -345,3 +345,23 @@ fn a_known_mac_looping_discover_decline_stops_at_the_per_mac_cap() {
         Outcome::Decline(ip)
     );
 }
+
+#[test]
+fn one_octet_flags_and_octets_written_out_reach_the_ack() {
+    // dnsmasq and Kea configs write RFC 2132's flags as `29,00`; any code takes octets.
+    let entries = ["29,00", "30,01", "39,1", "26,05:dc", "200,00"].map(String::from);
+    let mut cfg = config("");
+    cfg.dhcp.options = crate::dhcp::options::parse_all(&entries).unwrap();
+    let (i, mut e) = (iface(), Engine::new(&cfg, vec![], T0));
+    let ack = ack_for(&mut e, &i, msg(MessageType::Discover, mac(1)), T0);
+    assert_eq!(ack.message.opts().msg_type(), Some(MessageType::Ack));
+    for (code, want) in [
+        (29, vec![0]),
+        (30, vec![1]),
+        (39, vec![1]),
+        (26, vec![5, 220]),
+        (200, vec![0]),
+    ] {
+        assert_eq!(raw(&ack, code), Some(want), "option {code}");
+    }
+}
