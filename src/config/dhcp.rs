@@ -65,7 +65,8 @@ pub struct DhcpSettings {
     pub offer_hold_secs: u32,
     /// How long a declined address is quarantined, in seconds.
     pub decline_hold_secs: u32,
-    /// How often expired leases are reclaimed, in seconds.
+    /// How often expired leases are reclaimed, in seconds: the pool-use metrics and
+    /// ended transitions follow it; each DHCP decision frees what expired by its time.
     pub reclaim_interval_secs: u32,
     /// With several members: a client whose `secs` reaches this is answered by any
     /// member, not only its responsible one.
@@ -94,9 +95,10 @@ pub struct DhcpSettings {
     /// DISCOVERs from unknown machines answered per second and per interface or relay;
     /// 0: no limit.
     pub unknown_discovers_per_sec: u32,
-    /// Addresses quarantined by DECLINE at once; beyond it a DECLINE is ignored.
+    /// Addresses quarantined by DECLINE at once; beyond it an unknown machine's
+    /// DECLINE is ignored.
     pub max_declined: u32,
-    /// DECLINEs one MAC may make per `decline_hold_secs`.
+    /// DECLINEs one MAC, known or not, may make per `decline_hold_secs`.
     pub declines_per_mac: u32,
     /// How long an ICMP echo probe of an address inherited from a departed member waits
     /// for an answer before the address is offered (`conflict_probe_ms`); `None`: no

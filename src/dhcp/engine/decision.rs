@@ -104,7 +104,8 @@ pub enum IgnoreReason {
     /// A message type clients do not send, or a request missing a required field.
     Unsupported,
     /// An unknown machine over a limit (outstanding offers, the rate, the addresses
-    /// reserved for known machines, or declines).
+    /// reserved for known machines, or declines), or any machine over its DECLINEs
+    /// per MAC.
     Limited,
     /// ProxyDHCP: not network-boot firmware (the address server answers it alone).
     NotBootClient,

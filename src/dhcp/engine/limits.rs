@@ -1,6 +1,7 @@
 //! The engine's limits on unknown machines (a provisioning network carries machines
 //! nobody vetted): DISCOVERs answered per second per interface or relay, and DECLINEs
-//! overall and per MAC. Pure: time comes in as `now`; every table is bounded.
+//! overall; and on every machine, DECLINEs per MAC. Pure: time comes in as `now`; every
+//! table is bounded.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::Ipv4Addr;
@@ -55,12 +56,12 @@ impl Limits {
     }
 
     /// Whether `mac` may quarantine one more address at `now`: fewer than `cap` are
-    /// quarantined overall and the MAC made fewer than `per_mac` in its last `hold`
-    /// seconds.
+    /// quarantined overall (`None`: no overall cap for this MAC) and the MAC made fewer
+    /// than `per_mac` in its last `hold` seconds.
     pub(super) fn may_decline(
         &mut self,
         mac: &MacAddr,
-        cap: u32,
+        cap: Option<u32>,
         per_mac: u32,
         hold: u32,
         now: u64,
@@ -68,7 +69,7 @@ impl Limits {
         while self.declines.front().is_some_and(|end| *end <= now) {
             self.declines.pop_front();
         }
-        if self.declines.len() >= cap as usize {
+        if cap.is_some_and(|cap| self.declines.len() >= cap as usize) {
             return false;
         }
         if self.per_mac.len() >= PRUNE_AT {
@@ -123,15 +124,22 @@ mod tests {
     fn declines_are_capped_overall_and_per_mac_within_the_hold() {
         let mut l = Limits::default();
         let m = |n: u8| MacAddr([2, 0, 0, 0, 0, n]);
-        assert!(l.may_decline(&m(1), 3, 2, 600, 0));
+        let cap = Some(3);
+        assert!(l.may_decline(&m(1), cap, 2, 600, 0));
         l.declined(600);
-        assert!(l.may_decline(&m(1), 3, 2, 600, 1));
+        assert!(l.may_decline(&m(1), cap, 2, 600, 1));
         l.declined(601);
-        assert!(!l.may_decline(&m(1), 3, 2, 600, 2), "per MAC");
-        assert!(l.may_decline(&m(2), 3, 2, 600, 2));
+        assert!(!l.may_decline(&m(1), cap, 2, 600, 2), "per MAC");
+        assert!(
+            !l.may_decline(&m(1), None, 2, 600, 2),
+            "per MAC, no overall cap"
+        );
+        assert!(l.may_decline(&m(2), cap, 2, 600, 2));
         l.declined(602);
-        assert!(!l.may_decline(&m(3), 3, 2, 600, 3), "overall");
+        assert!(!l.may_decline(&m(3), cap, 2, 600, 3), "overall");
+        assert!(l.may_decline(&m(3), None, 2, 600, 3), "no overall cap");
+        l.declined(603);
         // The quarantines end, and with them the limits.
-        assert!(l.may_decline(&m(1), 3, 2, 600, 700));
+        assert!(l.may_decline(&m(1), cap, 2, 600, 700));
     }
 }

@@ -208,14 +208,23 @@ impl Engine {
             .collect()
     }
 
-    /// Frees addresses whose leases or offers expired by `now`. Nothing to persist: an
-    /// expired record on disk is already free when loaded.
+    /// Frees addresses whose leases, offers or quarantines expired by `now`, ends the
+    /// transitions and probe windows that are over. Nothing to persist: an expired
+    /// record on disk is already free when loaded.
     pub fn handle_tick(&mut self, now: u64) -> usize {
         if self.transition_until.is_some_and(|u| now >= u) {
             self.past.retain(|p| p.until > now);
             self.restrict_to_past_shares();
         }
         self.end_probes(now);
+        self.reclaim(now)
+    }
+
+    /// Frees every address whose lease, offer or quarantine (`decline_hold_secs`) ended
+    /// by `now`. Every decision runs it first, so an expiry takes effect at its time,
+    /// not at the next tick (`reclaim_interval_secs`): the pools' bitmaps say an address
+    /// is used until then, and allocation trusts them.
+    fn reclaim(&mut self, now: u64) -> usize {
         let expired = self.table.take_expired(now);
         let n = expired.len();
         for ip in expired {
@@ -256,6 +265,7 @@ impl Engine {
 
     /// Decides the answer to one validated request.
     pub fn handle_message(&mut self, msg: &Message, ctx: &PacketContext<'_>) -> Decision {
+        self.reclaim(ctx.now);
         let Some(mac) = MacAddr::from_chaddr(msg.chaddr()) else {
             return Decision::ignore(IgnoreReason::Unsupported);
         };
@@ -421,9 +431,17 @@ impl Engine {
                 .position(|s| s.cfg.network.contains(&ip))
         } else {
             let si = self.select_subnet(msg, ctx);
-            // RFC 2131 §4.3.2: an INIT-REBOOT address on the wrong network gets a NAK.
+            // RFC 2131 §4.3.2: an INIT-REBOOT address on the wrong network gets a NAK,
+            // and so does one this server never hands the client: on its network but
+            // outside every range and not reserved for it. Run-time reservations are
+            // each member's own, so with several members only one that has a record of
+            // the client judges the latter; another stays silent.
             if let Some(s) = si {
-                if !self.subnets[s].cfg.network.contains(&ip) {
+                let subnet = &self.subnets[s];
+                let servable = subnet.pools.iter().any(|p| p.contains(ip))
+                    || self.reserved.get(&ip) == Some(mac);
+                let judged = self.members.len() <= 1 || self.table.by_mac(mac).is_some();
+                if !subnet.cfg.network.contains(&ip) || (!servable && judged) {
                     return self.nak(msg, ours);
                 }
             }
@@ -447,7 +465,14 @@ impl Engine {
                     self.nak(msg, ours)
                 }
             }
-            Some(l) if l.is_active(ctx.now) && ctx.responsibility == Responsibility::Mine => {
+            // Another client holds the address. RFC 2131 §4.3.2: a server with no record
+            // of an INIT-REBOOT client stays silent (another server may have bound it);
+            // one that knows the client says its notion is wrong.
+            Some(l)
+                if l.is_active(ctx.now)
+                    && ctx.responsibility == Responsibility::Mine
+                    && (ciaddr.is_some() || self.table.by_mac(mac).is_some()) =>
+            {
                 self.nak(msg, ours)
             }
             // RFC 2131 §4.3.2: a client in INIT-REBOOT whose notion of its address
@@ -764,17 +789,26 @@ impl Engine {
         let Some(ip) = requested_ip(msg) else {
             return Decision::ignore(IgnoreReason::Unsupported);
         };
-        if self.table.get(ip).is_none_or(|l| &l.mac != mac) {
+        // RFC 2131 §4.3.3: a client declines the address it was offered or bound, so
+        // only while it holds it: not one it released, let lapse or declined already.
+        let holds = self.table.get(ip).is_some_and(|l| {
+            &l.mac == mac
+                && matches!(l.state, LeaseState::Offered | LeaseState::Bound)
+                && l.is_active(ctx.now)
+        });
+        if !holds {
             return Decision::ignore(IgnoreReason::NoRecord);
         }
         // Each DECLINE quarantines an address, durably: a client cannot take the pool
-        // out of service by declining everything it is offered.
-        let (cap, per_mac, hold) = (
-            self.settings.max_declined,
+        // out of service by declining everything it is offered. The per-MAC cap holds
+        // for every client (a known MAC can be sniffed and spoofed); the overall cap
+        // only for unknown ones, so that they cannot use it up for known machines.
+        let cap = (!self.is_known(mac, ctx)).then_some(self.settings.max_declined);
+        let (per_mac, hold) = (
             self.settings.declines_per_mac,
             self.settings.decline_hold_secs,
         );
-        if !self.is_known(mac, ctx) && !self.limits.may_decline(mac, cap, per_mac, hold, ctx.now) {
+        if !self.limits.may_decline(mac, cap, per_mac, hold, ctx.now) {
             return Decision::ignore(IgnoreReason::Limited);
         }
         self.limits.declined(ctx.now + u64::from(hold));

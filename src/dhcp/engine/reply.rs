@@ -83,7 +83,20 @@ pub struct ReplyParts<'a> {
 
 /// Builds the reply to `req`.
 pub fn build(req: &Message, parts: &ReplyParts<'_>) -> Message {
-    let ciaddr = if matches!(parts.kind, MessageType::Nak) {
+    let mut m = compose(req, parts);
+    if let Some(DhcpOption::ClientIdentifier(id)) = req.opts().get(OptionCode::ClientIdentifier) {
+        // RFC 6842 §3: a client identifier in the request comes back unaltered in every
+        // reply (OFFER, ACK and NAK), whatever the configured options say.
+        m.opts_mut()
+            .insert(DhcpOption::ClientIdentifier(id.clone()));
+    }
+    m
+}
+
+fn compose(req: &Message, parts: &ReplyParts<'_>) -> Message {
+    // RFC 2131 §4.3.1 Table 3: `ciaddr` is 0 in an OFFER and a NAK; an ACK copies the
+    // request's.
+    let ciaddr = if matches!(parts.kind, MessageType::Offer | MessageType::Nak) {
         Ipv4Addr::UNSPECIFIED
     } else {
         req.ciaddr()

@@ -18,6 +18,9 @@ use crate::store::{LeaseEffect, LeaseState};
 #[path = "probe_tests.rs"]
 mod probe_tests;
 
+#[path = "conformance_tests.rs"]
+mod conformance_tests;
+
 const SERVER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 const T0: u64 = 1_000_000;
 

@@ -1,6 +1,7 @@
 //! The options shardboot knows by name, with the type their value is written in. Names
-//! are dnsmasq's (`option:<name>`), so an operator's `dhcp-option` lines read the same;
-//! codes and types are those of RFC 2132 unless noted.
+//! are dnsmasq's (`option:<name>`), so an operator's `dhcp-option` lines read the same,
+//! or Kea's in dnsmasq's style for the codes dnsmasq has no name for; codes and types
+//! are those of RFC 2132 unless noted. Every RFC 2132 code is here or `reserved`.
 
 /// How an option's value is written and encoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,11 +18,13 @@ pub enum Kind {
     U8,
     /// An unsigned 16-bit integer, network order.
     U16,
+    /// One or more unsigned 16-bit integers, network order (option 25).
+    U16List,
     /// An unsigned 32-bit integer, network order.
     U32,
     /// A signed 32-bit integer, network order (option 2).
     I32,
-    /// 0 or 1.
+    /// One octet, 0 or 1 (RFC 2132's flags).
     Bool,
     /// Octets written in hex (`01:02:ab`).
     Hex,
@@ -36,11 +39,17 @@ const CATALOG: &[(u8, &str, Kind)] = &[
     (1, "netmask", Kind::Ip),
     (2, "time-offset", Kind::I32),
     (3, "router", Kind::IpList),
+    (4, "time-server", Kind::IpList),
+    (5, "name-server", Kind::IpList),
     (6, "dns-server", Kind::IpList),
     (7, "log-server", Kind::IpList),
+    (8, "cookie-server", Kind::IpList),
     (9, "lpr-server", Kind::IpList),
+    (10, "impress-server", Kind::IpList),
+    (11, "resource-location", Kind::IpList),
     (12, "hostname", Kind::Text),
     (13, "boot-file-size", Kind::U16),
+    (14, "merit-dump", Kind::Text),
     (15, "domain-name", Kind::Text),
     (16, "swap-server", Kind::Ip),
     (17, "root-path", Kind::Text),
@@ -50,9 +59,13 @@ const CATALOG: &[(u8, &str, Kind)] = &[
     (21, "policy-filter", Kind::IpPairs),
     (22, "max-datagram-reassembly", Kind::U16),
     (23, "default-ttl", Kind::U8),
+    (24, "path-mtu-aging-timeout", Kind::U32),
+    (25, "path-mtu-plateau-table", Kind::U16List),
     (26, "mtu", Kind::U16),
     (27, "all-subnets-local", Kind::Bool),
     (28, "broadcast", Kind::Ip),
+    (29, "mask-discovery", Kind::Bool),
+    (30, "mask-supplier", Kind::Bool),
     (31, "router-discovery", Kind::Bool),
     (32, "router-solicitation", Kind::Ip),
     (33, "static-route", Kind::IpPairs),
@@ -61,15 +74,20 @@ const CATALOG: &[(u8, &str, Kind)] = &[
     (36, "ethernet-encap", Kind::Bool),
     (37, "tcp-ttl", Kind::U8),
     (38, "tcp-keepalive", Kind::U32),
+    (39, "tcp-keepalive-garbage", Kind::Bool),
     (40, "nis-domain", Kind::Text),
     (41, "nis-server", Kind::IpList),
     (42, "ntp-server", Kind::IpList),
+    // Vendor-specific information: octets only the vendor's clients read.
+    (43, "vendor-encap", Kind::Hex),
     (44, "netbios-ns", Kind::IpList),
     (45, "netbios-dd", Kind::IpList),
     (46, "netbios-nodetype", Kind::U8),
     (47, "netbios-scope", Kind::Text),
     (48, "x-windows-fs", Kind::IpList),
     (49, "x-windows-dm", Kind::IpList),
+    // RFC 2132 §9.9: an error text for the client.
+    (56, "message", Kind::Text),
     (60, "vendor-class", Kind::Text),
     (64, "nis+-domain", Kind::Text),
     (65, "nis+-server", Kind::IpList),
@@ -82,6 +100,8 @@ const CATALOG: &[(u8, &str, Kind)] = &[
     (72, "www-server", Kind::IpList),
     (73, "finger-server", Kind::IpList),
     (74, "irc-server", Kind::IpList),
+    (75, "streettalk-server", Kind::IpList),
+    (76, "streettalk-da-server", Kind::IpList),
     (119, "domain-search", Kind::Domains),
     (121, "classless-static-route", Kind::Routes),
     // RFC 5859: TFTP server addresses (Ironic's dnsmasq provider writes it).
@@ -143,5 +163,20 @@ mod tests {
             assert_eq!(name_of(*c), Some(*n));
             assert!(reserved(*c).is_none(), "{n} is both named and reserved");
         }
+    }
+
+    #[test]
+    fn every_rfc_2132_code_has_a_type_or_is_shardboots_own() {
+        // RFC 2132 defines 1 - 76 but 62 and 63 (RFC 2242, NetWare/IP).
+        for code in (1..=76).filter(|c| ![62, 63].contains(c)) {
+            assert!(
+                kind_of(code).is_some() != reserved(code).is_some(),
+                "option {code}"
+            );
+        }
+        assert_eq!(kind_of(29), Some(Kind::Bool));
+        assert_eq!(kind_of(30), Some(Kind::Bool));
+        assert_eq!(kind_of(39), Some(Kind::Bool));
+        assert_eq!(kind_of(25), Some(Kind::U16List));
     }
 }

@@ -147,6 +147,19 @@ mod tests {
             ("option:mtu,9000", 26, Some(&[0x23, 0x28])),
             ("60,HTTPClient", 60, Some(b"HTTPClient")),
             ("option:domain-search,a.example,b.example", 119, None),
+            // RFC 2132's one-octet flags, as dnsmasq and Kea configs write them.
+            ("29,00", 29, Some(&[0])),
+            ("30,01", 30, Some(&[1])),
+            ("39,1", 39, Some(&[1])),
+            ("option:mask-supplier,true", 30, Some(&[1])),
+            ("option:tcp-keepalive-garbage,0", 39, Some(&[0])),
+            // Octets written out, for any code.
+            ("26,05:dc", 26, Some(&[5, 220])),
+            ("option:router,c0:00:02:01", 3, Some(&[192, 0, 2, 1])),
+            ("43,06:01:08:ff", 43, Some(&[6, 1, 8, 255])),
+            ("200,00", 200, Some(&[0])),
+            ("200,0e:10", 200, Some(&[14, 16])),
+            ("25,68,1500", 25, Some(&[0, 68, 5, 220])),
         ];
         for (entry, code, value) in table {
             let r = parse(entry).unwrap_or_else(|e| panic!("{entry}: {e}"));
@@ -224,9 +237,11 @@ mod tests {
                 "\"option6:dns-server\": DHCPv6 options are not served yet",
             ),
             ("256,1", "\"256\" is neither"),
+            ("29,2", "\"2\" is not a boolean"),
+            ("42,c0:00:02", "\"c0:00:02\": 3 octets cannot be a value"),
             (
                 "200,3600",
-                "\"3600\": a number for an option shardboot has no type for",
+                "\"3600\": a number above 255 for an option shardboot has no type for",
             ),
             ("255", "\"255\": needs the next-server address"),
         ];

@@ -1,10 +1,12 @@
-//! Laying out a reply's options: the message type and server identifier first, then
-//! what the client asked for in option 55 in its order, then the rest by code, the relay
-//! agent information last (RFC 3046 §2.1); and never more than the client can take
-//! (option 57, RFC 2132 §9.10; at least 576 octets with IP and UDP headers, RFC 2131
-//! §2). What does not fit is left out, options nobody asked for first. With the
-//! client's consent (it lists option 52 in 55), the `file` and `sname` fields carry the
-//! overflow instead (RFC 2132 §9.3), when the reply does not use them itself.
+//! Laying out a reply's options: the message type and server identifier first, the
+//! echoed client identifier next (RFC 6842 §3), then what the client asked for in option
+//! 55 in its order, then the rest by code, the relay agent information last (RFC 3046
+//! §2.1); and never more than the client can take (option 57, RFC 2132 §9.10; at least
+//! 576 octets with IP and UDP headers, RFC 2131 §2). What does not fit is left out,
+//! options nobody asked for first; the type, server identifier, client identifier and
+//! relay agent information always stay. With the client's consent (it lists option 52
+//! in 55), the `file` and `sname` fields carry the overflow instead (RFC 2132 §9.3),
+//! when the reply does not use them itself.
 
 use dhcproto::v4::{DhcpOption, DhcpOptions, OptionCode};
 
@@ -64,12 +66,13 @@ impl Fit {
         match code {
             53 => 0,
             54 => 1,
+            61 => 2,
             82 => usize::MAX,
             c => self
                 .requested
                 .iter()
                 .position(|&r| r == c)
-                .map_or(1000 + usize::from(c), |p| 2 + p),
+                .map_or(1000 + usize::from(c), |p| 3 + p),
         }
     }
 }
@@ -124,7 +127,8 @@ pub fn lay_out(msg: &mut Vec<u8>, fit: &Fit) -> Laid {
     }
     items.sort_by_key(|i| fit.rank(i.code));
     let size = |i: &Item| i.end - i.start;
-    let mandatory = |i: &Item| matches!(i.code, 53 | 54 | 82);
+    // RFC 6842 §3: the client identifier echo is a MUST, like the type and server id.
+    let mandatory = |i: &Item| matches!(i.code, 53 | 54 | 61 | 82);
     // Room in the options field, the End option (1) kept aside.
     let mut room = fit.max_len.saturating_sub(OPTIONS_AT + 1);
     let overload_ok = fit.overload && msg[SNAME_AT..FILE_AT + 128].iter().all(|&b| b == 0);
@@ -254,6 +258,17 @@ mod tests {
         assert_eq!(codes(&m, OPTIONS_AT).len(), 6);
         // Option 57 below 576 counts as 576.
         assert_eq!(fit(&[], 300).max_len, 548);
+    }
+
+    #[test]
+    fn the_echoed_client_identifier_stays_when_room_runs_out() {
+        // RFC 6842 §3: 61 goes back whatever else is left out.
+        let big = [(53, 1), (54, 4), (67, 200), (43, 30), (60, 50), (61, 60)];
+        let mut m = reply(&big);
+        let laid = lay_out(&mut m, &fit(&[67, 43, 60], 0));
+        assert!(m.len() <= 548, "{}", m.len());
+        assert_eq!(codes(&m, OPTIONS_AT), [53, 54, 61, 67, 43]);
+        assert_eq!(laid.dropped, 1);
     }
 
     #[test]

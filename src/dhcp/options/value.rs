@@ -103,8 +103,46 @@ fn routes(fields: &[&str]) -> Result<Vec<u8>, ValueError> {
     Ok(out)
 }
 
-/// The octets of `fields` as an option of `kind`.
+/// Whether `len` octets written out raw can be an option of `kind`: the fixed sizes
+/// of RFC 2132's types, a whole number of items for the lists.
+fn raw_fits(kind: Kind, len: usize) -> bool {
+    match kind {
+        Kind::U8 | Kind::Bool => len == 1,
+        Kind::U16 => len == 2,
+        Kind::Ip | Kind::U32 | Kind::I32 => len == 4,
+        Kind::IpList => len >= 4 && len.is_multiple_of(4),
+        Kind::IpPairs => len >= 8 && len.is_multiple_of(8),
+        Kind::U16List => len >= 2 && len.is_multiple_of(2),
+        Kind::Text | Kind::Hex | Kind::Domains | Kind::Routes => len >= 1,
+    }
+}
+
+/// Octets written out for any option (`05:dc`), as dnsmasq and Kea take them: one
+/// field of hex pairs with a colon (no address, number, name or route holds one), as
+/// many as the option's type allows. Text stays text, colons and all (dnsmasq reads a
+/// text option's value as text).
+fn raw(kind: Kind, fields: &[&str]) -> Option<Result<Vec<u8>, ValueError>> {
+    let [f] = fields else { return None };
+    if kind == Kind::Text || !f.contains(':') {
+        return None;
+    }
+    Some(hex(f).and_then(|v| {
+        if raw_fits(kind, v.len()) {
+            Ok(v)
+        } else {
+            err(format!(
+                "{f:?}: {} octets cannot be a value of this option ({kind:?})",
+                v.len()
+            ))
+        }
+    }))
+}
+
+/// The octets of `fields` as an option of `kind`, or the octets written out.
 pub fn encode(kind: Kind, fields: &[&str]) -> Result<Vec<u8>, ValueError> {
+    if let Some(octets) = raw(kind, fields) {
+        return octets;
+    }
     let ips = |fields: &[&str]| -> Result<Vec<u8>, ValueError> {
         let mut out = Vec::with_capacity(fields.len() * 4);
         for f in fields {
@@ -147,11 +185,19 @@ pub fn encode(kind: Kind, fields: &[&str]) -> Result<Vec<u8>, ValueError> {
         Kind::I32 => int::<i32>(one(fields, "number")?, "a signed 32-bit number")?
             .to_be_bytes()
             .to_vec(),
+        Kind::U16List => {
+            let mut out = Vec::with_capacity(fields.len() * 2);
+            for f in fields {
+                out.extend_from_slice(&int::<u16>(f, "a number from 0 to 65535")?.to_be_bytes());
+            }
+            out
+        }
         Kind::Bool => {
             let f = one(fields, "boolean")?;
-            match f.to_ascii_lowercase().as_str() {
-                "1" | "true" | "yes" | "on" => vec![1],
-                "0" | "false" | "no" | "off" => vec![0],
+            // dnsmasq writes a flag as its number, `00` and `01` included.
+            match (f.to_ascii_lowercase().as_str(), f.parse::<u8>()) {
+                ("true" | "yes" | "on", _) | (_, Ok(1)) => vec![1],
+                ("false" | "no" | "off", _) | (_, Ok(0)) => vec![0],
                 _ => return err(format!("{f:?} is not a boolean (0, 1, true, false)")),
             }
         }
@@ -168,8 +214,9 @@ pub fn encode(kind: Kind, fields: &[&str]) -> Result<Vec<u8>, ValueError> {
 }
 
 /// An option shardboot has no type for: addresses if every field is one, hex if the
-/// one field is hex octets with colons, else text (dnsmasq's guesses, minus the
-/// integer one, whose width would be a guess).
+/// one field is hex octets with colons, one octet if it is a number up to 255 (dnsmasq
+/// takes a number for an option it has no size for as one octet), else text. A larger
+/// number is refused: its width would be a guess.
 pub fn encode_untyped(fields: &[&str]) -> Result<Vec<u8>, ValueError> {
     if fields.iter().all(|f| f.parse::<Ipv4Addr>().is_ok()) {
         return encode(Kind::IpList, fields);
@@ -180,9 +227,12 @@ pub fn encode_untyped(fields: &[&str]) -> Result<Vec<u8>, ValueError> {
                 return Ok(v);
             }
         }
+        if let Ok(n) = f.parse::<u8>() {
+            return Ok(vec![n]);
+        }
         if f.parse::<i64>().is_ok() {
             return err(format!(
-                "{f:?}: a number for an option shardboot has no type for; write its octets in hex (e.g. 00:00:0e:10)"
+                "{f:?}: a number above 255 for an option shardboot has no type for; write its octets in hex (e.g. 00:00:0e:10)"
             ));
         }
     }
@@ -215,6 +265,14 @@ mod tests {
             (Kind::I32, &["-3600"], &[255, 255, 241, 240]),
             (Kind::Bool, &["true"], &[1]),
             (Kind::Bool, &["0"], &[0]),
+            // dnsmasq's `29,00`: a flag as a number.
+            (Kind::Bool, &["00"], &[0]),
+            (Kind::Bool, &["01"], &[1]),
+            (
+                Kind::U16List,
+                &["68", "296", "1500"],
+                &[0, 68, 1, 40, 5, 220],
+            ),
             (Kind::Hex, &["01:0a:ff"], &[1, 10, 255]),
             (
                 Kind::Domains,
@@ -279,6 +337,23 @@ mod tests {
             ),
             (Kind::I32, &["x"], "\"x\" is not a signed 32-bit number"),
             (Kind::Bool, &["maybe"], "\"maybe\" is not a boolean"),
+            (Kind::Bool, &["2"], "\"2\" is not a boolean"),
+            (
+                Kind::U16List,
+                &["1500", "x"],
+                "\"x\" is not a number from 0 to 65535",
+            ),
+            (
+                Kind::IpList,
+                &["c0:00:02"],
+                "\"c0:00:02\": 3 octets cannot be a value of this option (IpList)",
+            ),
+            (
+                Kind::Bool,
+                &["00:01"],
+                "\"00:01\": 2 octets cannot be a value of this option (Bool)",
+            ),
+            (Kind::U16, &["05:dz"], "\"05:dz\" is not hex octets"),
             (Kind::Hex, &["01:0g"], "\"01:0g\" is not hex octets"),
             (Kind::Hex, &["012"], "\"012\" is not hex octets"),
             (
@@ -319,14 +394,47 @@ mod tests {
     }
 
     #[test]
-    fn untyped_values_are_guessed_like_dnsmasq_but_never_a_number() {
+    fn octets_written_out_are_taken_for_any_type_but_text() {
+        let table: &[(Kind, &str, &[u8])] = &[
+            (Kind::Ip, "c0:00:02:01", &[192, 0, 2, 1]),
+            (
+                Kind::IpList,
+                "c0:00:02:01:0a:00:00:01",
+                &[192, 0, 2, 1, 10, 0, 0, 1],
+            ),
+            (Kind::U8, "40", &[40]),
+            (Kind::U8, "00:40", &[]),
+            (Kind::Bool, "01:", &[]),
+            (Kind::Bool, "1:", &[]),
+            (Kind::U16, "05:dc", &[5, 220]),
+            (Kind::U32, "00:00:0e:10", &[0, 0, 14, 16]),
+            (Kind::Domains, "01:61:00", &[1, b'a', 0]),
+            (Kind::Hex, "01:0a:ff", &[1, 10, 255]),
+        ];
+        for (kind, field, want) in table {
+            let got = encode(*kind, &[field]);
+            if want.is_empty() {
+                assert!(got.is_err(), "{kind:?} {field}: {got:?}");
+            } else {
+                assert_eq!(got.as_deref(), Ok(*want), "{kind:?} {field}");
+            }
+        }
+        // A text with colons is text, as dnsmasq reads it.
+        assert_eq!(encode(Kind::Text, &["ab:cd"]).unwrap(), b"ab:cd");
+    }
+
+    #[test]
+    fn untyped_values_are_guessed_like_dnsmasq_but_never_a_wide_number() {
         assert_eq!(
             encode_untyped(&["192.0.2.1", "192.0.2.2"]).unwrap().len(),
             8
         );
         assert_eq!(encode_untyped(&["01:02"]).unwrap(), [1, 2]);
         assert_eq!(encode_untyped(&["HTTPClient"]).unwrap(), b"HTTPClient");
+        // dnsmasq's `<code>,00`: a number up to 255 is one octet.
+        assert_eq!(encode_untyped(&["00"]).unwrap(), [0]);
+        assert_eq!(encode_untyped(&["255"]).unwrap(), [255]);
         let e = encode_untyped(&["3600"]).unwrap_err().0;
-        assert!(e.starts_with("\"3600\": a number"), "{e}");
+        assert!(e.starts_with("\"3600\": a number above 255"), "{e}");
     }
 }
