@@ -133,6 +133,13 @@ pub async fn run(
             "bindings read from the shared lease store"
         );
         loaded.over(&mut snapshot.leases, &mut snapshot.leases6);
+        s.seed(
+            &loaded,
+            &mut snapshot.leases,
+            &mut snapshot.leases6,
+            dhcp::unix_now(),
+        )
+        .await;
         followed_since = loaded.newest_ms;
         shared = Some(s);
     }

@@ -240,6 +240,36 @@ async fn every_value_round_trips(kind: Kind, url: &str) {
     assert!((t + 898..=t + 901).contains(&got.expires), "{got:?}");
 }
 
+/// A member upgraded from lease replication: what its disk holds and the database
+/// lacks is written at start, so no other member can hand those addresses out.
+async fn a_disk_seeds_what_the_database_lacks(kind: Kind, url: &str) {
+    let s = settings(kind, url, None);
+    let (a, _) = member(&s, "a").await;
+    let (b, _) = member(&s, "b").await;
+    let t = now();
+    assert_eq!(
+        one(&b, put(&lease(50, 2, LeaseState::Bound, t, 600))).await,
+        Verdict::Accepted
+    );
+    let loaded = a.load(t).await.unwrap();
+    let mut disk = vec![
+        lease(50, 1, LeaseState::Bound, t, 600), // the database says b's client: replaced
+        lease(51, 1, LeaseState::Bound, t, 600), // missing: written
+        lease(52, 1, LeaseState::Released, t, 600), // not live: left out
+    ];
+    loaded.over(&mut disk, &mut Vec::new());
+    a.seed(&loaded, &mut disk, &mut [], t).await;
+    assert!(one(&b, put(&lease(51, 3, LeaseState::Bound, t, 600)))
+        .await
+        .is_refused());
+    assert_eq!(
+        one(&b, put(&lease(52, 3, LeaseState::Bound, t, 600))).await,
+        Verdict::Accepted
+    );
+    let held = disk.iter().find(|l| l.ip == ip(50)).unwrap();
+    assert_eq!(held.mac, lease(50, 2, LeaseState::Bound, t, 1).mac);
+}
+
 /// Two members racing for the same 64 addresses, batch against batch: each address
 /// has exactly one winner.
 async fn a_race_has_one_winner_per_address(kind: Kind, url: &str) {
@@ -352,6 +382,8 @@ fn battery(kind: Kind) {
     rt.block_on(every_value_round_trips(kind, &url));
     let (_, url) = server.database();
     rt.block_on(a_race_has_one_winner_per_address(kind, &url));
+    let (_, url) = server.database();
+    rt.block_on(a_disk_seeds_what_the_database_lacks(kind, &url));
     let (_, url) = server.database();
     rt.block_on(schema_versions(&server, kind, &url));
     // Credentials from a Secret's files, the URL without them.

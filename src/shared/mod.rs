@@ -388,6 +388,69 @@ impl SharedStore {
     }
 }
 
+impl SharedStore {
+    /// Writes the live bindings this member's disk holds on addresses the database has
+    /// no row for (a member upgraded from lease replication, or one whose last writes
+    /// never reached the database), so the database knows every address this member's
+    /// clients hold. A binding the database refuses (another holder's, written
+    /// meanwhile) is replaced by that holder's. Call after [`Loaded::over`].
+    pub async fn seed(
+        &self,
+        loaded: &Loaded,
+        leases: &mut [Lease],
+        leases6: &mut [Lease6],
+        now: u64,
+    ) {
+        use crate::store::{Lease6Effect, LeaseEffect, LeaseState, SharedChange, Verdict};
+        let rows: std::collections::HashSet<std::net::IpAddr> = loaded
+            .leases
+            .iter()
+            .map(|l| l.ip.into())
+            .chain(loaded.removed.iter().map(|ip| (*ip).into()))
+            .chain(loaded.leases6.iter().map(|l| l.ip.into()))
+            .chain(loaded.removed6.iter().map(|ip| (*ip).into()))
+            .collect();
+        let live = |state: LeaseState| matches!(state, LeaseState::Bound | LeaseState::Declined);
+        let missing: Vec<SharedChange> = leases
+            .iter()
+            .filter(|l| live(l.state) && l.is_active(now) && !rows.contains(&l.ip.into()))
+            .map(|l| SharedChange::V4(LeaseEffect::Put(l.clone())))
+            .chain(
+                leases6
+                    .iter()
+                    .filter(|l| live(l.state) && l.is_active(now) && !rows.contains(&l.ip.into()))
+                    .map(|l| SharedChange::V6(Lease6Effect::Put(l.clone()))),
+            )
+            .collect();
+        let mut written = 0;
+        for chunk in missing.chunks(1000) {
+            for verdict in self.commit_at(chunk, now).await {
+                match verdict {
+                    Verdict::Accepted => written += 1,
+                    Verdict::Refused(holder) => {
+                        if let Some(l) = leases.iter_mut().find(|l| l.ip == holder.ip) {
+                            *l = holder;
+                        }
+                    }
+                    Verdict::Refused6(holder) => {
+                        if let Some(l) = leases6.iter_mut().find(|l| l.ip == holder.ip) {
+                            *l = holder;
+                        }
+                    }
+                    Verdict::Unavailable(_) => {}
+                }
+            }
+        }
+        if !missing.is_empty() {
+            info!(
+                written,
+                of = missing.len(),
+                "bindings this member's disk held written to the shared lease store"
+            );
+        }
+    }
+}
+
 /// What a member starting reads from the database.
 #[derive(Debug, Default, Clone)]
 pub struct Loaded {

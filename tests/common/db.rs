@@ -292,19 +292,34 @@ impl DbServer {
             let _ = c.wait();
         }
         if self.kind == Kind::Postgres {
-            // The postmaster's children outlive it briefly; wait for its pid file to go.
-            let pid = self.data().join("postmaster.pid");
-            let _ = Command::new("pkill")
-                .args([
-                    "-9",
-                    "-f",
-                    &format!("postgres -D {}", self.data().display()),
-                ])
-                .status();
+            // `runuser` is the child; the postmaster is its own process: kill it and
+            // wait until it is gone, then clear what a SIGKILL leaves behind (its pid
+            // file and the socket's lock file), as a restarted node would find them.
+            let pattern = format!("postgres -D {}", self.data().display());
+            // Its backends first: a backend outlives a killed postmaster and keeps
+            // serving the connections it has.
+            let postmaster = std::fs::read_to_string(self.data().join("postmaster.pid"))
+                .ok()
+                .and_then(|t| t.lines().next().map(str::to_string));
+            if let Some(pid) = postmaster {
+                let _ = Command::new("pkill").args(["-9", "-P", &pid]).status();
+            }
+            let _ = Command::new("pkill").args(["-9", "-f", &pattern]).status();
             let started = Instant::now();
-            while pid.exists() && started.elapsed() < Duration::from_secs(5) {
-                let _ = std::fs::remove_file(&pid);
+            while Command::new("pgrep")
+                .args(["-f", &pattern])
+                .output()
+                .is_ok_and(|o| o.status.success())
+                && started.elapsed() < Duration::from_secs(10)
+            {
                 std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = std::fs::remove_file(self.data().join("postmaster.pid"));
+            for f in [".s.PGSQL.{}", ".s.PGSQL.{}.lock"] {
+                let _ = std::fs::remove_file(
+                    self.socket_dir()
+                        .join(f.replace("{}", &self.port.to_string())),
+                );
             }
         }
     }
