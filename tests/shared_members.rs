@@ -239,6 +239,19 @@ fn members_and_the_database_killed_never_cost_a_duplicate_or_an_address() {
         Duration::from_secs(15),
         || (0..3).all(|i| metric(&seg, i, "shardboot_shared_store_up") == Some(0)),
     );
+    // Readiness says so, with the reason.
+    let ready = seg
+        .servers
+        .command("curl")
+        .args(["-s", "-m", "2", "-w", "%{http_code}", "--noproxy", "*"])
+        .arg(format!("http://{}:8080/readyz", member_ip(0)))
+        .output()
+        .unwrap();
+    let ready = String::from_utf8_lossy(&ready.stdout).into_owned();
+    assert!(
+        ready.contains("shared lease store unreachable") && ready.ends_with("503"),
+        "{ready}"
+    );
     let acked = machines.acked;
     machines.arrive(10, ROUNDS + 1);
     assert_eq!(

@@ -1667,3 +1667,61 @@ fn in_step_a_lease_outside_the_share_is_extended_and_a_member_change_needs_no_tr
         .unwrap();
     assert!(e.transition_until().is_some());
 }
+
+#[test]
+fn with_a_shared_store_a_renewal_runs_only_to_what_the_database_holds_while_it_is_down() {
+    use crate::owner::MemberList;
+    let i = iface();
+    let cfg = config(&format!(
+        "[owner]\ninsecure_members = true\nself = \"b\"\n{THREE_MEMBERS}"
+    ));
+    let mut e = Engine::new(&cfg, Vec::new(), T0);
+    e.adopt_members(MemberList::new(ABC));
+    e.set_shared_store_up(true);
+    // Another member's binding, as the database decided it (read by following).
+    let theirs = share(&ABC, "a")[0];
+    let decided = peer_lease(theirs, mac(1), T0);
+    assert_eq!(
+        e.apply_decided_change(&LeaseEffect::Put(decided.clone()), T0),
+        Some(LeaseEffect::Put(decided.clone()))
+    );
+    // The same row again changes nothing; a shorter end for the same client is taken
+    // (the database's word), an offer of this engine's own is replaced.
+    assert_eq!(
+        e.apply_decided_change(&LeaseEffect::Put(decided.clone()), T0),
+        None
+    );
+    let shorter = Lease {
+        expires: decided.expires - 600,
+        ..decided.clone()
+    };
+    assert!(e
+        .apply_decided_change(&LeaseEffect::Put(shorter.clone()), T0)
+        .is_some());
+    let mut rebind = msg(MessageType::Request, mac(1));
+    rebind.set_ciaddr(theirs);
+    let end_of = |d: &Decision| match &d.effects[..] {
+        [LeaseEffect::Put(l)] => l.expires,
+        e => panic!("expected one lease, got {e:?}"),
+    };
+    // Reachable: any member extends the client's binding (the database refuses what
+    // is not the client's).
+    let d = e.handle_message(&rebind, &ctx(&i, T0 + 100));
+    let extended = end_of(&d);
+    assert!(extended > shorter.expires, "{extended}");
+    // Down: only to the binding's current end; and a lease the database holds for
+    // less is cut back to it first.
+    e.set_shared_store_up(false);
+    let ours = Lease {
+        expires: extended,
+        ..shorter.clone()
+    };
+    e.cap_to_binding(&ours, shorter.expires);
+    let d = e.handle_message(&rebind, &ctx(&i, T0 + 200));
+    assert_eq!(end_of(&d), shorter.expires);
+    // A removal the database decided frees the address.
+    assert!(e
+        .apply_decided_change(&LeaseEffect::Remove(theirs, mac(1)), T0 + 300)
+        .is_some());
+    assert!(e.leases().all(|l| l.ip != theirs));
+}
