@@ -470,7 +470,12 @@ async fn readyz(State(s): State<Arc<HttpState>>) -> Response {
     }
     if let Some(why) = s.handles.store.status.reason() {
         // The reason is the store's own error text (paths, OS errors), not request data.
-        let body = format!("lease store fails writes: {}\n", why.escape_default());
+        // The shared store's reason names itself ("shared lease store unreachable: …").
+        let body = if s.handles.store.status.is_failing() {
+            format!("lease store fails writes: {}\n", why.escape_default())
+        } else {
+            format!("{}\n", why.escape_default())
+        };
         return (StatusCode::SERVICE_UNAVAILABLE, body).into_response();
     }
     "ready\n".into_response()
