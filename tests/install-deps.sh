@@ -27,6 +27,7 @@ packages=(
   podman runc       # the container test (tests/container.rs); settings in deploy/podman/containers.conf
   mmdebstrap        # the image's Debian root (deploy/image.sh)
   mariadb-server    # the shared lease store tests start their own server (tests/common/db.rs)
+  iptables          # the nemesis cuts one member off from the database (tests/shared_members.rs)
   binutils libcap2-bin   # strip and setcap for the image's binary
 )
 

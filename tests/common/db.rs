@@ -28,6 +28,8 @@ pub(crate) struct DbServer {
     pub(crate) port: u16,
     ns: Option<String>,
     databases: u32,
+    /// The address it listens on.
+    bind: &'static str,
 }
 
 fn pg_bin(name: &str) -> PathBuf {
@@ -57,6 +59,13 @@ fn run(c: &mut Command, what: &str) {
 impl DbServer {
     /// Starts a server of `kind` on loopback of `ns` (the root namespace's for `None`).
     pub(crate) fn start(kind: Kind, ns: Option<&Netns>) -> Self {
+        Self::start_on(kind, ns, "127.0.0.1")
+    }
+
+    /// Like [`DbServer::start`], listening on `bind` ("0.0.0.0": every loopback address
+    /// of its namespace, so each member can reach it at one of its own and be cut off
+    /// alone).
+    pub(crate) fn start_on(kind: Kind, ns: Option<&Netns>, bind: &'static str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let port = super::members::free_port();
         let mut s = Self {
@@ -66,6 +75,7 @@ impl DbServer {
             port,
             ns: ns.map(|n| n.name.clone()),
             databases: 0,
+            bind,
         };
         match kind {
             Kind::MariaDb => run(
@@ -147,8 +157,8 @@ impl DbServer {
                         self.socket_dir().join("sock").display()
                     ))
                     .arg(format!("--port={}", self.port))
+                    .arg(format!("--bind-address={}", self.bind))
                     .args([
-                        "--bind-address=127.0.0.1",
                         "--user=root",
                         "--skip-log-bin",
                         "--skip-name-resolve",
@@ -164,12 +174,8 @@ impl DbServer {
                     .arg(self.data())
                     .arg("-k")
                     .arg(self.socket_dir())
-                    .args([
-                        "-p",
-                        &self.port.to_string(),
-                        "-c",
-                        "listen_addresses=127.0.0.1",
-                    ]);
+                    .args(["-p", &self.port.to_string(), "-c"])
+                    .arg(format!("listen_addresses={}", self.bind));
                 c
             }
         };
