@@ -228,6 +228,7 @@ pub async fn run(
                 .filter_map(|s| s.address6())
                 .collect(),
             committer: committer.clone(),
+            store: handles.store.clone(),
             responder: crate::dhcp::responsibility::Responder::new(
                 &config,
                 resolver.clone(),

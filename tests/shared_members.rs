@@ -155,28 +155,83 @@ fn database_bindings(db: &DbServer, name: &str) -> std::collections::HashMap<Ipv
         .collect()
 }
 
-#[test]
-fn members_and_the_database_killed_never_cost_a_duplicate_or_an_address() {
+/// Three members on one bridge, one MariaDB in their namespace (each member reaching
+/// it at its own loopback address), and the first machines bound.
+struct Cluster {
+    seg: Segment,
+    db: DbServer,
+    db_url: String,
+    /// b's and c's members file.
+    file: std::path::PathBuf,
+    /// a's members file: the list a believes can be made to differ.
+    file_a: std::path::PathBuf,
+    dirs: Vec<tempfile::TempDir>,
+    configs: Vec<String>,
+    servers: Vec<Server>,
+    machines: Machines,
+    _files: tempfile::TempDir,
+}
+
+fn cluster() -> Cluster {
     common::require_root_or_fail();
     let addrs: Vec<String> = (0..3).map(|i| format!("{}/16", member_ip(i))).collect();
     let addr_refs: Vec<&str> = addrs.iter().map(String::as_str).collect();
     let seg = Segment::new(&addr_refs);
-    let mut db = DbServer::start(Kind::MariaDb, Some(&seg.servers));
+    let mut db = DbServer::start_on(Kind::MariaDb, Some(&seg.servers), "0.0.0.0");
     let (db_url, _) = db.database();
-    let db_name = db_url.rsplit('/').next().unwrap().to_string();
     let credentials = db.credentials_dir();
-    let shared = tempfile::tempdir().unwrap();
-    let file = shared.path().join("members.toml");
+    let files = tempfile::tempdir().unwrap();
+    let file = files.path().join("members.toml");
+    let file_a = files.path().join("members-a.toml");
     write_members(&file, &[0, 1, 2]);
-    let mut dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    write_members(&file_a, &[0, 1, 2]);
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let configs: Vec<String> = (0..3)
-        .map(|i| config(&seg.member_ifs[i], i, &file, &db_url, &credentials))
+        .map(|i| {
+            let members = if i == 0 { &file_a } else { &file };
+            config(
+                &seg.member_ifs[i],
+                i,
+                members,
+                &db_url_of(&db_url, i),
+                &credentials,
+            )
+        })
         .collect();
-    let mut servers: Vec<Server> = (0..3)
+    let servers: Vec<Server> = (0..3)
         .map(|i| Server::start(&seg.servers, dirs[i].path(), &configs[i]))
         .collect();
     let mut machines = Machines::new(seg.client(), 1, TAKEOVER_SECS);
     machines.arrive(LIVE as u32, 0);
+    Cluster {
+        seg,
+        db,
+        db_url,
+        file,
+        file_a,
+        dirs,
+        configs,
+        servers,
+        machines,
+        _files: files,
+    }
+}
+
+#[test]
+fn members_and_the_database_killed_never_cost_a_duplicate_or_an_address() {
+    let Cluster {
+        seg,
+        mut db,
+        db_url,
+        file,
+        file_a,
+        mut dirs,
+        configs,
+        mut servers,
+        mut machines,
+        ..
+    } = cluster();
+    let db_name = db_url.rsplit('/').next().unwrap().to_string();
     let mut rng = Rng(0x5eed_1234_abcd_0042);
     for round in 1..=ROUNDS {
         let victim = rng.next(3) as usize;
@@ -191,6 +246,7 @@ fn members_and_the_database_killed_never_cost_a_duplicate_or_an_address() {
             std::thread::sleep(kill_after);
             servers[victim].kill9();
             write_members(&file, &survivors);
+            write_members(&file_a, &survivors);
             storm.join().unwrap();
         });
         wait_until(
@@ -225,6 +281,7 @@ fn members_and_the_database_killed_never_cost_a_duplicate_or_an_address() {
             );
         }
         write_members(&file, &[0, 1, 2]);
+        write_members(&file_a, &[0, 1, 2]);
         wait_until("every member sees three", Duration::from_secs(10), || {
             (0..3).all(|i| metric(&seg, i, "shardboot_members") == Some(3))
         });
@@ -351,36 +408,15 @@ fn cut_off(seg: &Segment, i: usize, port: u16, on: bool) {
 ///    admitted it could not cover. The database refuses the losing writes.
 #[test]
 fn a_member_cut_off_paused_or_back_on_a_stale_disk_never_costs_a_duplicate_or_an_address() {
-    common::require_root_or_fail();
-    let addrs: Vec<String> = (0..3).map(|i| format!("{}/16", member_ip(i))).collect();
-    let addr_refs: Vec<&str> = addrs.iter().map(String::as_str).collect();
-    let seg = Segment::new(&addr_refs);
-    let mut db = DbServer::start_on(Kind::MariaDb, Some(&seg.servers), "0.0.0.0");
-    let (db_url, _) = db.database();
-    let credentials = db.credentials_dir();
-    let shared = tempfile::tempdir().unwrap();
-    let file = shared.path().join("members.toml");
-    // a reads a file of its own: the list it believes can be made to differ.
-    let file_a = shared.path().join("members-a.toml");
-    write_members(&file, &[0, 1, 2]);
-    write_members(&file_a, &[0, 1, 2]);
-    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let configs: Vec<String> = (0..3)
-        .map(|i| {
-            config(
-                &seg.member_ifs[i],
-                i,
-                if i == 0 { &file_a } else { &file },
-                &db_url_of(&db_url, i),
-                &credentials,
-            )
-        })
-        .collect();
-    let mut servers: Vec<Server> = (0..3)
-        .map(|i| Server::start(&seg.servers, dirs[i].path(), &configs[i]))
-        .collect();
-    let mut machines = Machines::new(seg.client(), 1, TAKEOVER_SECS);
-    machines.arrive(LIVE as u32, 0);
+    let Cluster {
+        seg,
+        db,
+        file_a,
+        dirs,
+        mut servers,
+        mut machines,
+        ..
+    } = cluster();
     let check = |machines: &mut Machines, servers: &mut [Server], when: &str| {
         let (by, lost) = all_rebind(machines, Reconfirm::InitReboot, when);
         if !lost.is_empty() {

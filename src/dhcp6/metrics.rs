@@ -3,7 +3,7 @@
 use crate::metrics::{header, value, Counter, Gauge, LabeledCounters};
 
 /// Why a datagram was dropped before the engine saw it, or after.
-pub const DROP_REASONS: [&str; 11] = [
+pub const DROP_REASONS: [&str; 12] = [
     "oversized",
     "bad_relay",
     "truncated",
@@ -15,6 +15,7 @@ pub const DROP_REASONS: [&str; 11] = [
     "queue_full",
     "receive_buffer_full",
     "peer_refused",
+    "store_unavailable",
 ];
 
 /// What the engine decided.
@@ -44,7 +45,7 @@ pub struct Dhcp6Metrics {
     /// Datagrams received.
     pub received: Counter,
     /// Datagrams dropped, by reason.
-    pub dropped: LabeledCounters<11>,
+    pub dropped: LabeledCounters<12>,
     /// Engine decisions, by outcome (`nothing_to_answer` is counted under
     /// `not_responsible`: both are silences another server covers).
     pub outcomes: LabeledCounters<17>,

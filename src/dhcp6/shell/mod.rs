@@ -71,6 +71,8 @@ pub struct Parts6 {
     pub set_aside: Vec<Ipv6Addr>,
     /// The store's committer (shared with v4).
     pub committer: Committer,
+    /// Whether the store takes writes (the local one, and the shared one if any).
+    pub store: Arc<crate::store::StoreMetrics>,
     /// This member's responsibility for a MAC (`None`: a single instance).
     pub responder: Option<Responder>,
     /// Roster changes (members from Ironic or a file), to reshare the ranges.
@@ -327,6 +329,13 @@ fn handle(
         }
     };
     let msg = &request.message;
+    if msg.msg_type() == dhcproto::v6::MessageType::Solicit && !parts.store.status.offers_fresh() {
+        // No Advertise that could never be answered with a Reply, as v4 makes no OFFER:
+        // another server, or this one once the store writes again, serves the client.
+        metrics.dropped.inc("store_unavailable");
+        debug!(from = %from.ip(), "Solicit unanswered: the lease store fails writes or the shared store is unreachable");
+        return;
+    }
     let duid = match msg.opts().get(OptionCode::ClientId) {
         Some(DhcpOption::ClientId(id)) => Some(id.as_slice()),
         _ => None,
