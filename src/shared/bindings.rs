@@ -127,24 +127,32 @@ pub(super) async fn write(
     let mut verdicts = Vec::with_capacity(changes.len());
     for change in changes {
         if let Some((key, state, duration_ms, record)) = put_of(change, now) {
+            let replace = sql.replace_binding(key.family);
             let insert = sql.insert_binding(key.family);
-            let q = bind_key(sqlx::query(&insert), &key.addr)
-                .bind(key.holder.clone())
-                .bind(state)
-                .bind(duration_ms)
-                .bind(me.to_string())
-                .bind(record.clone());
-            let mut written = q.execute(&mut **tx).await?.rows_affected();
-            if written == 0 {
-                let replace = sql.replace_binding(key.family);
+            let replaced = || {
                 let q = sqlx::query(&replace)
                     .bind(key.holder.clone())
                     .bind(state)
                     .bind(duration_ms)
                     .bind(me.to_string())
-                    .bind(record);
-                let q = bind_key(q, &key.addr).bind(key.holder.clone());
+                    .bind(record.clone());
+                bind_key(q, &key.addr).bind(key.holder.clone())
+            };
+            // A renewal (the common write) replaces its own row: one statement. Else
+            // a free address gets a new row; a row written meanwhile by the same
+            // holder (another member answering the same client) is replaced after all.
+            let mut written = replaced().execute(&mut **tx).await?.rows_affected();
+            if written == 0 {
+                let q = bind_key(sqlx::query(&insert), &key.addr)
+                    .bind(key.holder.clone())
+                    .bind(state)
+                    .bind(duration_ms)
+                    .bind(me.to_string())
+                    .bind(record.clone());
                 written = q.execute(&mut **tx).await?.rows_affected();
+            }
+            if written == 0 {
+                written = replaced().execute(&mut **tx).await?.rows_affected();
             }
             let verdict = if written > 0 {
                 Verdict::Accepted
