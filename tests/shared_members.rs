@@ -169,6 +169,7 @@ struct Cluster {
     configs: Vec<String>,
     servers: Vec<Server>,
     machines: Machines,
+    /// The members files: bind it (`_files`), or they are deleted at once.
     _files: tempfile::TempDir,
 }
 
@@ -229,6 +230,7 @@ fn members_and_the_database_killed_never_cost_a_duplicate_or_an_address() {
         configs,
         mut servers,
         mut machines,
+        _files,
         ..
     } = cluster();
     let db_name = db_url.rsplit('/').next().unwrap().to_string();
@@ -415,6 +417,7 @@ fn a_member_cut_off_paused_or_back_on_a_stale_disk_never_costs_a_duplicate_or_an
         dirs,
         mut servers,
         mut machines,
+        _files,
         ..
     } = cluster();
     let check = |machines: &mut Machines, servers: &mut [Server], when: &str| {
