@@ -19,7 +19,7 @@ use std::net::Ipv4Addr;
 use std::path::Path;
 use std::time::Duration;
 
-use common::machines::{bound_leases, machine_mac as mac, Lost, Machines, Reconfirm};
+use common::machines::{bound_leases, machine_mac as mac, Lost, Machines, Reconfirm, Rng};
 use common::members::wait_until;
 use common::segment::Segment;
 use common::Server;
@@ -76,18 +76,6 @@ lease_time = 3600
         file = members_file.display(),
         secret = common::member_secret_line(),
     )
-}
-
-/// A small xorshift: the kill moments and victims are random but the same every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self, below: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % below
-    }
 }
 
 /// Every machine holding a lease reboots (INIT-REBOOT); how many each member answered,

@@ -20,7 +20,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::db::{DbServer, Kind};
-use common::machines::{machine_mac as mac, Lost, Machines, Reconfirm};
+use common::machines::{machine_mac as mac, Lost, Machines, Reconfirm, Rng};
 use common::members::wait_until;
 use common::segment::Segment;
 use common::Server;
@@ -87,18 +87,6 @@ lease_time = 3600
         credentials = credentials.display(),
         secret = common::member_secret_line(),
     )
-}
-
-/// The same small xorshift as the replication test: random, the same every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self, below: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % below
-    }
 }
 
 fn all_rebind(machines: &mut Machines, how: Reconfirm, when: &str) -> ([usize; 3], Lost) {

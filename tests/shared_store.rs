@@ -126,12 +126,14 @@ async fn refuses_a_second_live_binding(kind: Kind, url: &str) {
     assert_eq!(one(&b, removal).await, Verdict::Accepted);
     assert_eq!(one(&a, put(&mine)).await, Verdict::Accepted);
     // Ended by the database's clock: free.
-    let short = lease(12, 5, LeaseState::Bound, t, 1);
-    assert_eq!(one(&a, put(&short)).await, Verdict::Accepted);
+    // Three seconds from the member's `t` exactly (not from a clock read later, which
+    // a loaded machine may have moved past a second boundary).
+    let short = lease(12, 5, LeaseState::Bound, t, 3);
+    assert_eq!(a.commit_at(&[put(&short)], t).await, [Verdict::Accepted]);
     assert!(one(&b, put(&lease(12, 6, LeaseState::Bound, t, 600)))
         .await
         .is_refused());
-    tokio::time::sleep(Duration::from_millis(1600)).await;
+    tokio::time::sleep(Duration::from_millis(3600)).await;
     assert_eq!(
         one(&b, put(&lease(12, 6, LeaseState::Bound, now(), 600))).await,
         Verdict::Accepted

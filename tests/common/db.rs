@@ -78,13 +78,27 @@ impl DbServer {
             bind,
         };
         match kind {
-            Kind::MariaDb => run(
-                Command::new("mariadb-install-db")
-                    .arg("--no-defaults")
-                    .arg(format!("--datadir={}", s.data().display()))
-                    .args(["--user=root", "--auth-root-authentication-method=normal"]),
-                "mariadb-install-db",
-            ),
+            Kind::MariaDb => {
+                let install = || {
+                    Command::new("mariadb-install-db")
+                        .arg("--no-defaults")
+                        .arg(format!("--datadir={}", s.data().display()))
+                        .args(["--user=root", "--auth-root-authentication-method=normal"])
+                        .output()
+                        .is_ok_and(|o| o.status.success())
+                };
+                // Seen once failing when two tests made their servers at the same
+                // moment: tried again on a clean directory before failing.
+                if !install() {
+                    let _ = std::fs::remove_dir_all(s.data());
+                    std::thread::sleep(Duration::from_millis(500));
+                    let mut c = Command::new("mariadb-install-db");
+                    c.arg("--no-defaults")
+                        .arg(format!("--datadir={}", s.data().display()))
+                        .args(["--user=root", "--auth-root-authentication-method=normal"]);
+                    run(&mut c, "mariadb-install-db");
+                }
+            }
             Kind::Postgres => {
                 // PostgreSQL refuses to run as root: its files belong to `postgres`.
                 std::fs::create_dir_all(s.data()).unwrap();

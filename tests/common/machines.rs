@@ -184,3 +184,17 @@ impl Machines {
         (by, lost)
     }
 }
+
+/// A small xorshift: the moments and victims of the member tests' faults are random,
+/// but the same every run.
+pub(crate) struct Rng(pub u64);
+
+impl Rng {
+    /// The next number below `below`.
+    pub(crate) fn next(&mut self, below: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % below
+    }
+}
