@@ -1,9 +1,9 @@
 //! Per-packet cost of the DHCP path without I/O: wire checks and decode → engine decision →
 //! encode, for DISCOVERs captured from real clients (fixtures/packets/*.bin) and for a
 //! full DISCOVER+REQUEST exchange; and what a member pays for another member's
-//! DISCOVER, decided from the raw packet against after a full decode; and what lease
-//! replication costs per lease without the network (a batch encoded by the granter,
-//! decoded and taken by a peer's engine).
+//! DISCOVER, decided from the raw packet against after a full decode; and what following
+//! the shared lease store costs per row without the network (a row's record, as the
+//! database holds it, decoded and taken by another member's engine).
 
 use std::net::Ipv4Addr;
 
@@ -203,10 +203,9 @@ fn bench_silent(c: &mut Criterion) {
     group.finish();
 }
 
-fn bench_replication(c: &mut Criterion) {
-    use shardboot::replication::wire::{decode_batch, encode_batch, Batch, Epoch};
-    use shardboot::store::{Lease, LeaseEffect, LeaseState, SharedChange};
-    const PER_BATCH: u32 = 64;
+fn bench_follow(c: &mut Criterion) {
+    use shardboot::store::{decode_lease, encode_lease, Lease, LeaseEffect, LeaseState};
+    const ROWS: u32 = 64;
     let lease = |n: u32| Lease {
         ip: Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 18, 1, 0)) + n % 100_000),
         mac: shardboot::mac::MacAddr([0x02, 0x5d, 0, (n >> 16) as u8, (n >> 8) as u8, n as u8]),
@@ -218,45 +217,30 @@ fn bench_replication(c: &mut Criterion) {
         machine_id: None,
         arch: Some(7),
     };
-    let batch = move |seq: u32| Batch {
-        epoch: Epoch {
-            started: 1,
-            nonce: 2,
-        },
-        seq: u64::from(seq),
-        catch_up: false,
-        changes: (0..PER_BATCH)
-            .map(|i| SharedChange::V4(LeaseEffect::Put(lease(seq * PER_BATCH + i))))
-            .collect(),
+    // What one poll of `shared::follow` reads: the address and the record of each row.
+    let rows = move |round: u32| -> Vec<(u32, Vec<u8>)> {
+        (0..ROWS)
+            .map(|i| {
+                let l = lease(round * ROWS + i);
+                (u32::from(l.ip), encode_lease(&l))
+            })
+            .collect()
     };
-    let mut group = c.benchmark_group("replication");
-    group.throughput(Throughput::Elements(u64::from(PER_BATCH)));
-    let mut n = 0u32;
-    group.bench_function("encode_batch_of_64", |b| {
-        b.iter_batched(
-            || {
-                n += 1;
-                batch(n)
-            },
-            |b| encode_batch(&b),
-            BatchSize::SmallInput,
-        )
-    });
+    let mut group = c.benchmark_group("follow");
+    group.throughput(Throughput::Elements(u64::from(ROWS)));
     let mut e = engine();
     let mut n = 0u32;
-    group.bench_function("decode_and_take_batch_of_64", |b| {
+    group.bench_function("decode_and_take_64_rows", |b| {
         b.iter_batched(
             || {
                 n += 1;
-                encode_batch(&batch(n))
+                (n, rows(n))
             },
-            |bytes| {
-                let batch = decode_batch(&bytes).unwrap();
-                let now = 1_000_000 + batch.seq;
-                for change in &batch.changes {
-                    if let SharedChange::V4(change) = change {
-                        e.apply_peer_change(change, now, false);
-                    }
+            |(round, rows)| {
+                let now = 1_000_000 + u64::from(round);
+                for (ip, record) in &rows {
+                    let l = decode_lease(&ip.to_be_bytes(), record).unwrap();
+                    e.apply_decided_change(&LeaseEffect::Put(l), now);
                 }
             },
             BatchSize::SmallInput,
@@ -270,6 +254,6 @@ criterion_group!(
     bench_fixtures,
     bench_exchange,
     bench_silent,
-    bench_replication
+    bench_follow
 );
 criterion_main!(benches);

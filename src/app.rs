@@ -149,25 +149,15 @@ pub async fn run(
         .set((snapshot.set_aside.len() + snapshot.set_aside6.len()) as u64);
     let (resolver, owner_tasks) = crate::owner::start(&config, &shutdown)?;
     owner_tasks.into_iter().for_each(|t| tasks.background(t));
-    // The database replaces member-to-member replication where it is configured.
-    let replication = shared
-        .is_none()
-        .then(|| replicator(&config, &resolver))
-        .flatten();
-    let hook = match &shared {
-        Some(s) => Some(Arc::new(crate::shared::hook::Hook::start(
+    // With a shared lease store the database decides every binding before its ACK.
+    let arbiter = shared.as_ref().map(|s| {
+        Arc::new(crate::shared::hook::Hook::start(
             s.clone(),
             &tokio::runtime::Handle::current(),
-        )) as Arc<dyn store::Replicate>),
-        None => replication
-            .clone()
-            .map(|r| Arc::new(crate::replication::Hook(r)) as Arc<dyn store::Replicate>),
-    };
-    let committer = Committer::start_replicated(store.clone(), handles.store.clone(), hook)
+        )) as Arc<dyn store::Arbiter>
+    });
+    let committer = Committer::start_decided(store.clone(), handles.store.clone(), arbiter)
         .map_err(AppError::Committer)?;
-    if let Some(r) = &replication {
-        tasks.background(r.clone().catch_up(store.clone(), shutdown.clone()));
-    }
     let policies = Arc::new(HostPolicies::new(snapshot.host_policies));
     let dirs = [
         (&config.dhcp.hostsdir, watch::Watched::Hosts),
@@ -211,7 +201,6 @@ pub async fn run(
             resolver.clone(),
             handles.clone(),
         );
-        state.replication = replication.clone();
         state.shared = shared.clone();
         state.dhcp6 = (!config.subnets6.is_empty()).then(|| dhcp6_handle.clone());
         for listener in crate::http::start(Arc::new(state), shutdown.clone()).await? {
@@ -242,7 +231,6 @@ pub async fn run(
             policies: policies.clone(),
             metrics: handles.dhcp6.clone(),
             control: Some(control6),
-            replication: replication.clone(),
             timeline: handles.timeline.clone(),
         };
         tasks.run(crate::dhcp6::shell::run(
@@ -268,7 +256,6 @@ pub async fn run(
             metrics: handles.dhcp.clone(),
             timeline: handles.timeline.clone(),
             control: Some(control),
-            replication,
         };
         let server = dhcp::prepare(&config, parts).await?;
         let interfaces: Vec<String> = server
@@ -345,31 +332,4 @@ fn member_name(config: &Config) -> String {
             .map(|h| h.trim().chars().take(64).collect())
             .unwrap_or_else(|_| "shardboot".into())
     })
-}
-
-/// Lease replication, for a member of several serving DHCPv4 or DHCPv6: every lease
-/// change goes to the other members before it is acknowledged.
-fn replicator(
-    config: &Config,
-    resolver: &crate::owner::Resolver,
-) -> Option<Arc<crate::replication::Replicator>> {
-    let several = config.members.len() > 1
-        || !matches!(config.owner.members, crate::config::MembersSource::Static);
-    let me = config.owner.self_name.clone()?;
-    if !(several && (config.dhcp.enabled || !config.subnets6.is_empty())) {
-        return None;
-    }
-    let r = crate::replication::Replicator::new(
-        me,
-        resolver.roster().clone(),
-        resolver.member_secret().cloned(),
-        config.owner.replication_timeout,
-        tokio::runtime::Handle::current(),
-    );
-    if r.is_none() {
-        tracing::error!(
-            "lease replication cannot start (HTTP client or random numbers); leases are not shared"
-        );
-    }
-    r.map(Arc::new)
 }

@@ -48,14 +48,6 @@ pub fn check_config(config: &Config) -> anyhow::Result<()> {
                 .as_ref()
                 .map_or("as the URL says".into(), |f| format!("verified with {}", f.display())),
         )?,
-        None if config.members.len() > 1
-            || !matches!(config.owner.members, crate::config::MembersSource::Static) =>
-        {
-            writeln!(
-                out,
-                "warning: several members and no store.shared: they agree through lease replication between members, which the shared store replaces; set store.shared to the database Ironic's HA runs on"
-            )?
-        }
         None => writeln!(out, "store: embedded (sled) in state_dir")?,
     }
     if !config.dhcp.enabled && config.subnets6.is_empty() {
@@ -329,14 +321,14 @@ pub fn members_table(v: &serde_json::Value) -> String {
             text(&v["last_error"])
         ),
     };
-    let replication = match &v["replication_in_step"] {
-        serde_json::Value::Bool(true) => "  replication: in step",
-        serde_json::Value::Bool(false) => "  replication: DEGRADED (members behind)",
+    let shared = match &v["shared_store"]["up"] {
+        serde_json::Value::Bool(true) => "  shared store: up",
+        serde_json::Value::Bool(false) => "  shared store: DOWN (no fresh address)",
         _ => "",
     };
     let _ = writeln!(
         out,
-        "source: {}  generation: {}  split: {}  fingerprint: {}{stale}{replication}",
+        "source: {}  generation: {}  split: {}  fingerprint: {}{stale}{shared}",
         text(&v["source"]),
         text(&v["generation"]),
         text(&v["split"]),
@@ -345,8 +337,9 @@ pub fn members_table(v: &serde_json::Value) -> String {
     let _ = writeln!(
         out,
         "{:<24}  {:<5}  {:<5}  {:<14}  {:<24}  {:<30}  SHARE",
-        "MEMBER", "SELF", "ALIVE", "REPLICATION", "CONDUCTOR", "HTTP URL"
+        "MEMBER", "SELF", "ALIVE", "HEARTBEAT", "CONDUCTOR", "HTTP URL"
     );
+    let heartbeats = v["shared_store"]["heartbeats"].as_array();
     for m in v["members"].as_array().into_iter().flatten() {
         let shares: Vec<String> = m["shares"]
             .as_array()
@@ -361,20 +354,22 @@ pub fn members_table(v: &serde_json::Value) -> String {
                 )
             })
             .collect();
-        // How this member's lease changes stand with that member.
-        let r = &m["replication"];
-        let replication = match &r["in_step"] {
-            serde_json::Value::Bool(true) => "in step".to_string(),
-            serde_json::Value::Bool(false) => format!("behind {}", text(&r["backlog"])),
-            _ => "-".to_string(),
-        };
+        // How long ago the shared store last heard from that member.
+        let heartbeat = heartbeats
+            .into_iter()
+            .flatten()
+            .find(|h| h["name"] == m["name"])
+            .and_then(|h| h["heartbeat_age_ms"].as_i64())
+            .map_or("-".to_string(), |ms| {
+                format!("{:.1} s ago", ms as f64 / 1000.0)
+            });
         let _ = writeln!(
             out,
             "{:<24}  {:<5}  {:<5}  {:<14}  {:<24}  {:<30}  {}",
             text(&m["name"]),
             if m["self"] == true { "yes" } else { "" },
             if m["alive"] == true { "yes" } else { "no" },
-            replication,
+            heartbeat,
             text(&m["conductor"]),
             text(&m["http_url"]),
             shares.join("; "),
@@ -571,10 +566,11 @@ mod tests {
                  "http_url": "http://10.0.0.1:8080",
                  "shares": [{"range": "10.0.1.0 - 10.0.1.255", "addresses": 128, "runs": ["a", "b"]}]},
                 {"name": "10.0.0.2_8090", "self": false, "alive": false, "conductor": "10.0.0.2:8090",
-                 "http_url": "http://10.0.0.2:8080", "shares": [],
-                 "replication": {"in_step": false, "backlog": 7}}
+                 "http_url": "http://10.0.0.2:8080", "shares": []}
             ],
-            "replication_in_step": false
+            "shared_store": {"up": false, "heartbeats": [
+                {"name": "10.0.0.2_8090", "heartbeat_age_ms": 12_500, "up_ms": 60_000, "version": "0.1.0"}
+            ]}
         });
         let t = members_table(&v);
         let lines: Vec<&str> = t.lines().collect();
@@ -596,11 +592,11 @@ mod tests {
             "{t}"
         );
         assert!(
-            lines[0].ends_with("replication: DEGRADED (members behind)"),
+            lines[0].ends_with("shared store: DOWN (no fresh address)"),
             "{t}"
         );
         assert!(
-            lines[2].contains(" - ") && lines[3].contains("behind 7"),
+            lines[2].contains(" - ") && lines[3].contains("12.5 s ago"),
             "{t}"
         );
         // Text from Ironic is escaped, never raw control characters.

@@ -16,7 +16,6 @@ pub mod metrics;
 pub mod net_error;
 pub mod owner;
 pub mod ra;
-pub mod replication;
 pub mod secret_file;
 pub mod shared;
 pub mod sockopt;

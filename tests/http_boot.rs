@@ -171,8 +171,6 @@ fn start_with(owner: &str, max_file_size: u64, member_b_up: bool) -> TestServer 
         resolver: Arc::new(Resolver::new(&config).unwrap()),
         handles: handles.clone(),
         chain_check: Default::default(),
-        replication: None,
-        replays: Default::default(),
         shared: None,
         dhcp6: None,
     });

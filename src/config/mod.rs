@@ -288,6 +288,15 @@ impl TryFrom<RawConfig> for Config {
         let dhcp6 = dhcp6::validate(raw.dhcp6, &mut issues);
         let subnets6 = subnet6::validate_all(raw.subnets6, &mut issues);
         let hosts = host::validate_all(raw.hosts, &subnets, &subnets6, &mut issues);
+        let serves_leases = dhcp.enabled || !subnets6.is_empty();
+        if owner.members.several(members.len()) && serves_leases && store.shared.is_none() {
+            issues.add(
+                "store.shared",
+                "is required with two or more [[member]]s or owner.members = \"ironic\" or \
+                 \"file\": members agree on every lease through the shared lease store (the \
+                 database Ironic's HA runs on); member-to-member lease replication was removed",
+            );
+        }
         issues.finish()?;
         Ok(Config {
             state_dir,

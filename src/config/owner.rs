@@ -92,6 +92,12 @@ impl MembersSource {
     pub fn follows(&self) -> bool {
         !matches!(self, MembersSource::Static)
     }
+
+    /// Whether the instance is one of several members: a static list of two or more,
+    /// or a list that can grow while running.
+    pub fn several(&self, static_members: usize) -> bool {
+        self.follows() || static_members > 1
+    }
 }
 
 /// Members from a file (`owner.members_file`), polled every `poll`.
@@ -142,9 +148,6 @@ pub struct OwnerSettings {
     pub insecure_members: bool,
     /// Where the member list comes from.
     pub members: MembersSource,
-    /// How long a lease change waits for a member's answer before the member is
-    /// left behind (lease replication).
-    pub replication_timeout: std::time::Duration,
 }
 
 /// Validates a URL template of `owner.members = "ironic"`: it must name `{host}`, and
@@ -291,14 +294,14 @@ pub(super) fn validate(raw: RawOwner, members: &[Member], issues: &mut Issues) -
              owner.insecure_members = true to trust any answer from a member's address)",
         );
     }
-    let replication_timeout = std::time::Duration::from_millis(issues.in_range(
-        "owner.replication_timeout_ms",
-        raw.replication_timeout_ms.unwrap_or(500),
-        10,
-        10_000,
-    ));
+    if raw.replication_timeout_ms.is_some() {
+        issues.add(
+            "owner.replication_timeout_ms",
+            "was removed with lease replication between members: members agree through \
+             the shared lease store (store.shared) now; delete this key",
+        );
+    }
     OwnerSettings {
-        replication_timeout,
         member_secret_file: raw.member_secret_file.map(PathBuf::from),
         insecure_members,
         ironic: raw.ironic.map(|r| ironic::validate(r, issues)),
@@ -453,7 +456,8 @@ mod tests {
     #[test]
     fn members_from_ironic_need_their_keys_and_find_themselves_by_conductor() {
         let ok = format!(
-            "[owner]\nmembers = \"ironic\"\nself = \"172.22.0.3:8090\"\ninsecure_members = true\n\
+            "[store]\nshared = \"mysql://db.test/shardboot\"\n\
+             [owner]\nmembers = \"ironic\"\nself = \"172.22.0.3:8090\"\ninsecure_members = true\n\
              member_http_url = \"http://{{host}}:8080\"\nconductor_group = \"rack1\"\n{IRONIC}"
         );
         let c = Config::from_toml_with_overrides(&ok, &[]).unwrap();
@@ -492,7 +496,8 @@ mod tests {
 
     #[test]
     fn members_from_a_file_need_the_file_and_rule_out_the_list_and_ironic_keys() {
-        let ok = "[owner]\nmembers = \"file\"\nself = \"a\"\ninsecure_members = true\n\
+        let ok = "[store]\nshared = \"mysql://db.test/shardboot\"\n\
+                  [owner]\nmembers = \"file\"\nself = \"a\"\ninsecure_members = true\n\
                   members_file = \"/etc/shardboot/members.toml\"\n";
         let c = Config::from_toml_with_overrides(ok, &[]).unwrap();
         let MembersSource::File(f) = &c.owner.members else {

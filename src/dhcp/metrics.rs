@@ -46,7 +46,7 @@ pub struct DhcpMetrics {
     /// DISCOVERs left unanswered while the lease store fails writes.
     pub store_failing: Counter,
     /// ACKs withheld because a member holds the address for another client.
-    pub peer_refused: Counter,
+    pub store_refused: Counter,
     /// Relayed packets (giaddr set) from a source no `dhcp.relays` entry trusts.
     pub untrusted_relay: Counter,
     /// ICMP echo probes sent before offering an inherited address.
@@ -93,7 +93,7 @@ impl Default for DhcpMetrics {
             send_errors: Counter::default(),
             queue_full: Counter::default(),
             store_failing: Counter::default(),
-            peer_refused: Counter::default(),
+            store_refused: Counter::default(),
             untrusted_relay: Counter::default(),
             probes: Counter::default(),
             probe_conflicts: Counter::default(),
@@ -217,9 +217,9 @@ impl DhcpMetrics {
                 &self.store_failing,
             ),
             (
-                "shardboot_dhcp_peer_refused_total",
-                "ACKs withheld because a member holds the address for another client",
-                &self.peer_refused,
+                "shardboot_dhcp_store_refused_total",
+                "ACKs withheld because the shared lease store holds the address for another client",
+                &self.store_refused,
             ),
             (
                 "shardboot_dhcp_untrusted_relay_total",

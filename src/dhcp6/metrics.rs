@@ -14,7 +14,7 @@ pub const DROP_REASONS: [&str; 12] = [
     "store_failed",
     "queue_full",
     "receive_buffer_full",
-    "peer_refused",
+    "store_refused",
     "store_unavailable",
 ];
 

@@ -8,7 +8,6 @@ pub mod boot;
 pub mod chain_check;
 pub mod files;
 pub mod metrics;
-pub mod peer;
 pub mod serve;
 pub mod tls;
 pub mod ui;
@@ -62,10 +61,6 @@ pub struct HttpState {
     pub handles: Handles,
     /// Checks a URL before a boot script chains it (a 404 is a miss).
     pub chain_check: ChainChecker,
-    /// Lease replication (None: a single instance, or DHCP off).
-    pub replication: Option<Arc<crate::replication::Replicator>>,
-    /// Replication messages already taken, per sender.
-    pub replays: crate::replication::ReplayGuard,
     /// The shared lease store (None: no `store.shared`).
     pub shared: Option<Arc<crate::shared::SharedStore>>,
     /// Requests for the DHCPv6 engine (None: no `[[subnet6]]` is served).
@@ -98,8 +93,6 @@ impl HttpState {
             resolver,
             handles,
             chain_check: ChainChecker::default(),
-            replication: None,
-            replays: Default::default(),
             shared: None,
             dhcp6: None,
         }
@@ -229,21 +222,7 @@ pub fn router_for(state: Arc<HttpState>, serves: Serves) -> Router {
             .route("/boot.ipxe", get(first_stage))
             .route("/v1/boot/fallback.ipxe", get(boot_fallback))
             .route("/v1/boot/{mac}/{name}", get(boot_mac))
-            .route("/ipxe/{*file}", get(files::ipxe_file))
-            .merge(
-                Router::new()
-                    .route(
-                        crate::replication::BATCH_PATH,
-                        axum::routing::post(peer::take_batch),
-                    )
-                    .route(
-                        crate::replication::SNAPSHOT_PATH,
-                        axum::routing::post(peer::give_snapshot),
-                    )
-                    .layer(axum::extract::DefaultBodyLimit::max(
-                        crate::replication::wire::MAX_BODY,
-                    )),
-            );
+            .route("/ipxe/{*file}", get(files::ipxe_file));
     }
     app.layer(axum::middleware::from_fn_with_state(
         state.clone(),
@@ -545,10 +524,6 @@ async fn metrics(State(s): State<Arc<HttpState>>) -> Response {
     }
     if s.config.ra.enabled {
         s.handles.ra.render_prometheus(&mut out);
-    }
-    if let Some(r) = &s.replication {
-        let behind = r.status().iter().filter(|p| !p.in_step).count();
-        r.metrics.render_prometheus(&mut out, behind, r.in_step());
     }
     if let Some(shared) = &s.shared {
         shared.metrics.render_prometheus(&mut out, shared.is_up());

@@ -11,9 +11,8 @@
 //!
 //! Why a shared secret and not mutual TLS: the member URLs are the boot listeners,
 //! plain HTTP because firmware speaks nothing else; one secret (a Kubernetes Secret
-//! mounted into every pod) needs no certificate per member and no clock agreement, and
-//! the same key can authenticate lease replication later. The secret file may hold
-//! several lines: the first signs, every line verifies, so a new secret can be rolled
+//! mounted into every pod) needs no certificate per member and no clock agreement. The
+//! secret file may hold several lines: the first signs, every line verifies, so a new secret can be rolled
 //! out member by member before the old one is removed.
 
 use std::path::{Path, PathBuf};
@@ -27,11 +26,9 @@ pub const MIN_SECRET_LEN: usize = 32;
 const MAX_FILE_LEN: u64 = 64 * 1024;
 /// Octets of randomness in a challenge (sent as 32 hex digits).
 const CHALLENGE_LEN: usize = 16;
-/// Separate the uses of the key from each other (and from lease replication later).
+/// Separate the uses of the key from each other.
 const HEALTH_CONTEXT: &[u8] = b"shardboot/healthz/v1";
 const PROBE_CONTEXT: &[u8] = b"shardboot/healthz-probe/v1";
-const REPLICATE_CONTEXT: &[u8] = b"shardboot/replicate/v1";
-const REPLICATE_ANSWER_CONTEXT: &[u8] = b"shardboot/replicate-answer/v1";
 
 /// The header a prober sends: the challenge, 32 lowercase hex digits.
 pub const CHALLENGE_HEADER: &str = "x-shardboot-challenge";
@@ -141,51 +138,6 @@ impl MemberSecret {
     /// verifies, and earns the replayer only the answer it already saw.
     pub fn verify_probe(&self, challenge: &str, proof: &str) -> bool {
         self.check(&message(&[PROBE_CONTEXT, challenge.as_bytes()]), proof)
-    }
-
-    /// The proof of a replication message (`replication::wire`) sent by `member` to
-    /// `path`: binds the body to its sender and to the kind of request.
-    pub fn prove_message(&self, member: &str, path: &str, body: &[u8]) -> String {
-        self.sign(&message(&[
-            REPLICATE_CONTEXT,
-            member.as_bytes(),
-            path.as_bytes(),
-            body,
-        ]))
-    }
-
-    /// Whether `proof` is the proof of a replication message.
-    pub fn verify_message(&self, member: &str, path: &str, body: &[u8], proof: &str) -> bool {
-        let m = message(&[REPLICATE_CONTEXT, member.as_bytes(), path.as_bytes(), body]);
-        self.check(&m, proof)
-    }
-
-    /// The proof of the answer to a replication message whose proof was
-    /// `request_proof`: an answer cannot be replayed for another request.
-    pub fn prove_answer(&self, member: &str, request_proof: &str, body: &[u8]) -> String {
-        self.sign(&message(&[
-            REPLICATE_ANSWER_CONTEXT,
-            member.as_bytes(),
-            request_proof.as_bytes(),
-            body,
-        ]))
-    }
-
-    /// Whether `proof` is `member`'s proof of its answer to `request_proof`.
-    pub fn verify_answer(
-        &self,
-        member: &str,
-        request_proof: &str,
-        body: &[u8],
-        proof: &str,
-    ) -> bool {
-        let m = message(&[
-            REPLICATE_ANSWER_CONTEXT,
-            member.as_bytes(),
-            request_proof.as_bytes(),
-            body,
-        ]);
-        self.check(&m, proof)
     }
 
     fn sign(&self, message: &[u8]) -> String {

@@ -17,7 +17,7 @@ use tracing::{debug, warn};
 
 use super::bindings;
 use super::SharedStore;
-use crate::store::{Finish, Flushed, Replicate, SharedChange, StoreError, Verdict};
+use crate::store::{Arbiter, Finish, Flushed, SharedChange, StoreError, Verdict};
 
 /// One group commit's lease changes, waiting for the database.
 struct Batch {
@@ -41,8 +41,8 @@ impl Hook {
     }
 }
 
-impl Replicate for Hook {
-    fn replicate(&self, changes: Vec<SharedChange>, flushed: Flushed, finish: Finish) {
+impl Arbiter for Hook {
+    fn decide(&self, changes: Vec<SharedChange>, flushed: Flushed, finish: Finish) {
         // The committer's queue bounds what can wait here.
         if let Err(mpsc::error::SendError(b)) = self.tx.send(Batch {
             changes,

@@ -1,7 +1,7 @@
 //! The store battery's DHCPv6 half: lease records, mixed v4+v6 commits, paging and the
 //! server DUID, run against every [`Store`] implementation through the
 //! `store_battery!` invocations in `battery.rs`; then the sled-only tests (reopen, a
-//! record set aside, a newer format) and the committer's replication filter.
+//! record set aside, a newer format) and the committer's arbiter filter.
 
 use std::net::Ipv6Addr;
 use std::sync::Arc;
@@ -370,7 +370,7 @@ fn a_store_with_newer_v6_records_is_refused() {
     );
 }
 
-/// A replication hook that records what it is handed and refuses the v6 puts on
+/// An arbiter that records what it is handed and refuses the v6 puts on
 /// `refuse` (held by `holder`), accepting everything else.
 #[derive(Debug, Default)]
 struct Recorder {
@@ -378,8 +378,8 @@ struct Recorder {
     refuse: Option<Lease6>,
 }
 
-impl super::Replicate for Recorder {
-    fn replicate(
+impl super::Arbiter for Recorder {
+    fn decide(
         &self,
         changes: Vec<super::SharedChange>,
         flushed: super::Flushed,
@@ -406,12 +406,12 @@ impl super::Replicate for Recorder {
     }
 }
 
-fn replicated_committer(hook: &Arc<Recorder>) -> (Arc<super::MemoryStore>, super::Committer) {
+fn decided_committer(hook: &Arc<Recorder>) -> (Arc<super::MemoryStore>, super::Committer) {
     let store = Arc::new(super::MemoryStore::new());
-    let committer = super::Committer::start_replicated(
+    let committer = super::Committer::start_decided(
         store.clone(),
         Arc::default(),
-        Some(hook.clone() as Arc<dyn super::Replicate>),
+        Some(hook.clone() as Arc<dyn super::Arbiter>),
     )
     .unwrap();
     (store, committer)
@@ -421,7 +421,7 @@ fn replicated_committer(hook: &Arc<Recorder>) -> (Arc<super::MemoryStore>, super
 fn the_committer_hands_v4_and_v6_lease_changes_to_the_peers_and_nothing_else() {
     use super::SharedChange;
     let hook = Arc::new(Recorder::default());
-    let (store, committer) = replicated_committer(&hook);
+    let (store, committer) = decided_committer(&hook);
     let v4 = LeaseEffect::Put(lease(10, 1));
     let remove6 = Lease6Effect::Remove(lease6(0x11, 1).ip, duid(1));
     committer
@@ -455,7 +455,7 @@ fn a_v6_lease_a_peer_refuses_is_durable_here_but_not_acknowledged() {
         refuse: Some(holder.clone()),
         ..Recorder::default()
     });
-    let (store, committer) = replicated_committer(&hook);
+    let (store, committer) = decided_committer(&hook);
     let ours = lease6(0x20, 1);
     let err = committer.commit_blocking(vec![put6(&ours)]).unwrap_err();
     assert!(err.to_string().contains("held by another client"), "{err}");

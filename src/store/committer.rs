@@ -64,20 +64,20 @@ impl std::fmt::Debug for Reply {
 /// One job's answer: when it was queued, what runs, and the reply that leaves.
 type Waiting = (Instant, Then, Option<Reply>);
 
-/// Hands lease changes to the other members while the local flush runs (lease
-/// replication): an ACK then waits for both, so a peer knows every acknowledged lease
-/// before its client does.
-pub trait Replicate: Send + Sync + std::fmt::Debug {
-    /// Sends `changes` to the peers without waiting. Once the peers in step have
-    /// answered (or timed out) and the local flush has ended (`flushed`), `finish` runs,
-    /// on another thread, with the flush's result and one verdict per change:
-    /// `Refused` when any peer holds the address for another client.
-    fn replicate(&self, changes: Vec<SharedChange>, flushed: Flushed, finish: Finish);
+/// Hands lease changes to the shared lease store while the local flush runs: an ACK
+/// then waits for both, so the database has decided every acknowledged binding before
+/// its client hears of it (`shared::hook`).
+pub trait Arbiter: Send + Sync + std::fmt::Debug {
+    /// Sends `changes` to the arbiter without waiting. Once it has answered (or given
+    /// up) and the local flush has ended (`flushed`), `finish` runs, on another thread,
+    /// with the flush's result and one verdict per change: `Refused` when the address
+    /// is held for another client, `Unavailable` when the arbiter cannot be reached.
+    fn decide(&self, changes: Vec<SharedChange>, flushed: Flushed, finish: Finish);
 }
 
 /// The local flush's result, sent once it has ended.
 pub type Flushed = tokio::sync::oneshot::Receiver<Result<(), StoreError>>;
-/// What runs once a replicated flush has been answered: the flush's result, the changes
+/// What runs once a decided flush has been answered: the flush's result, the changes
 /// sent and one verdict per change.
 pub type Finish = Box<dyn FnOnce(Result<(), StoreError>, Vec<SharedChange>, Vec<Verdict>) + Send>;
 
@@ -246,15 +246,16 @@ pub struct Committer {
 impl Committer {
     /// Starts the committer thread over `store`.
     pub fn start(store: Arc<dyn Store>, metrics: Arc<StoreMetrics>) -> std::io::Result<Self> {
-        Self::start_replicated(store, metrics, None)
+        Self::start_decided(store, metrics, None)
     }
 
-    /// Starts the committer thread over `store`; with `replicate`, the engines' lease
-    /// changes ([`Change::Lease`], [`Change::Lease6`]) of every flush also go to the other members.
-    pub fn start_replicated(
+    /// Starts the committer thread over `store`; with `arbiter`, the engines' lease
+    /// changes ([`Change::Lease`], [`Change::Lease6`]) of every flush also go to it
+    /// (the shared lease store), and none is acknowledged before its verdict.
+    pub fn start_decided(
         store: Arc<dyn Store>,
         metrics: Arc<StoreMetrics>,
-        replicate: Option<Arc<dyn Replicate>>,
+        arbiter: Option<Arc<dyn Arbiter>>,
     ) -> std::io::Result<Self> {
         let (jobs, queue) = mpsc::sync_channel(QUEUE_CAPACITY);
         let m = metrics.clone();
@@ -262,7 +263,7 @@ impl Committer {
             .name("store-commit".into())
             .spawn(move || {
                 let died = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    commit_loop(&*store, replicate.as_deref(), &queue, &m)
+                    commit_loop(&*store, arbiter.as_deref(), &queue, &m)
                 }));
                 if died.is_err() {
                     // Without the committer nothing is ever ACKed again: a process that
@@ -348,7 +349,7 @@ impl Committer {
 
 fn commit_loop(
     store: &dyn Store,
-    replicate: Option<&dyn Replicate>,
+    arbiter: Option<&dyn Arbiter>,
     queue: &mpsc::Receiver<Job>,
     metrics: &StoreMetrics,
 ) {
@@ -381,11 +382,11 @@ fn commit_loop(
         under_load = jobs.len() > 1;
         let mut changes = Vec::with_capacity(jobs.len());
         let mut waiting = Vec::with_capacity(jobs.len());
-        // The engine's own lease changes, with the job each came from, for the peers.
+        // The engine's own lease changes, with the job each came from, for the arbiter.
         let mut shared: Vec<SharedChange> = Vec::new();
         let mut shared_job = Vec::new();
         for (i, job) in jobs.into_iter().enumerate() {
-            if replicate.is_some() {
+            if arbiter.is_some() {
                 for c in &job.changes {
                     let effect = match c {
                         Change::Lease(e) => SharedChange::V4(e.clone()),
@@ -404,16 +405,16 @@ fn commit_loop(
                 tracing::debug!(error = %e, "lease store not back yet");
             }
         }
-        // With peers: the changes go out now, the flush runs meanwhile, and the answers
-        // wait on another thread for both, so this thread goes on to the next batch
-        // (a peer's own changes, which its answer to ours may wait for, among them).
+        // With an arbiter: the changes go out now, the flush runs meanwhile, and the
+        // answers wait on another thread for both, so this thread goes on to the next
+        // batch.
         let queued: Vec<Instant> = waiting.iter().map(|(q, _, _)| *q).collect();
         let mut waiting = Some(waiting);
-        let answer_later = match replicate {
+        let answer_later = match arbiter {
             Some(r) if !shared.is_empty() => {
                 let waiting = waiting.take().expect("not taken yet");
                 let (flushed, flush_result) = tokio::sync::oneshot::channel();
-                r.replicate(
+                r.decide(
                     shared,
                     flush_result,
                     Box::new(move |flush, changes, verdicts| {
@@ -441,7 +442,7 @@ fn commit_loop(
                 let _ = flushed.send(result);
             }
             None => answer(
-                waiting.take().expect("taken only with replication"),
+                waiting.take().expect("taken only with an arbiter"),
                 &[],
                 result,
                 &[],
@@ -453,7 +454,7 @@ fn commit_loop(
 
 /// Tells each waiting party how its job ended: the flush's result, or, when the flush
 /// held, a peer's refusal of one of its lease changes (`shared_job[i]` is the job of
-/// the i-th replicated change, `verdicts[i]` its verdict).
+/// the i-th decided change, `verdicts[i]` its verdict).
 fn answer(
     waiting: Vec<Waiting>,
     shared_job: &[usize],
@@ -466,13 +467,13 @@ fn answer(
     for ((verdict, &job), change) in verdicts.into_iter().zip(shared_job).zip(changes) {
         let refusal = match (verdict, change) {
             (Verdict::Refused(holder), SharedChange::V4(LeaseEffect::Put(ours))) => {
-                StoreError::HeldByPeer {
+                StoreError::HeldByAnother {
                     ours: Box::new(ours.clone()),
                     holder: Box::new(holder),
                 }
             }
             (Verdict::Refused6(holder), SharedChange::V6(Lease6Effect::Put(ours))) => {
-                StoreError::HeldByPeer6 {
+                StoreError::HeldByAnother6 {
                     ours: Box::new(ours.clone()),
                     holder: Box::new(holder),
                 }

@@ -66,8 +66,8 @@ pub enum LeaseEffect {
     /// Insert or replace the lease for `lease.ip`.
     Put(Lease),
     /// Forget the lease for this address, held by this MAC. The store forgets the
-    /// address whoever holds it; a member that replicates the change forgets it only
-    /// when the record it holds is this MAC's (it may hold a newer one).
+    /// address whoever holds it; a member that takes the change from the shared store
+    /// forgets it only when the record it holds is this MAC's (it may hold a newer one).
     Remove(Ipv4Addr, MacAddr),
 }
 
@@ -81,13 +81,13 @@ impl LeaseEffect {
     }
 }
 
-/// What a member answers for one of a peer's lease changes (lease replication).
+/// What the arbiter (the shared lease store) answers for one lease change.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
-    /// Held (or forgotten) as the peer said; durable before the answer.
+    /// Written (or forgotten) as asked; durable before the answer.
     Accepted,
-    /// The address is held by another client: this is the lease that holds it. The peer
-    /// must not acknowledge its change to its client.
+    /// The address is held by another client: this is the lease that holds it. The
+    /// change must not be acknowledged to its client.
     Refused(Lease),
     /// The same for a DHCPv6 change: this v6 lease holds the address.
     Refused6(super::Lease6),
@@ -105,7 +105,7 @@ impl Verdict {
     }
 }
 
-/// A lease change handed to the other members (lease replication): a DHCPv4 or a
+/// A lease change handed to the arbiter (the shared lease store): a DHCPv4 or a
 /// DHCPv6 one, in the order the engines made them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SharedChange {

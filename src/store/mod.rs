@@ -26,7 +26,7 @@ use crate::mac::MacAddr;
 pub use codec::{decode_lease, encode_lease, CodecError, LEASE_FORMAT_VERSION};
 pub use codec6::{decode_lease6, encode_lease6, LEASE6_FORMAT_VERSION};
 pub use committer::{
-    CommitFailed, Committer, Finish, Flushed, Replicate, Reply, StoreMetrics, StoreStatus,
+    Arbiter, CommitFailed, Committer, Finish, Flushed, Reply, StoreMetrics, StoreStatus,
 };
 pub use lease::{Lease, LeaseEffect, LeaseState, SharedChange, Verdict};
 pub use lease6::{Lease6, Lease6Effect};
@@ -40,10 +40,10 @@ pub use view::{Lease6View, LeaseView};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
     /// A lease written or removed by the DHCP engine (or forgotten by the operator);
-    /// with several members, handed to the peers before anyone is answered.
+    /// with a shared lease store, decided by it before anyone is answered.
     Lease(LeaseEffect),
-    /// A lease change a peer replicated to this member: stored like its own, never
-    /// handed on.
+    /// A binding the shared lease store decided for another member (or read at
+    /// start): stored like its own, never written back.
     Replica(LeaseEffect),
     /// A run-time reservation set (`Some`) or removed (`None`) for a MAC.
     Reservation(MacAddr, Option<Reservation>),
@@ -51,12 +51,12 @@ pub enum Change {
     HostPolicy(MacAddr, Option<HostPolicy>),
     /// The member list this instance now serves with.
     Membership(Membership),
-    /// A DHCPv6 lease written or removed by the DHCPv6 engine; with several members,
-    /// handed to the peers before anyone is answered, as [`Change::Lease`]. A removal
+    /// A DHCPv6 lease written or removed by the DHCPv6 engine; with a shared lease
+    /// store, decided by it before anyone is answered, as [`Change::Lease`]. A removal
     /// forgets the address whoever holds it, as a v4 removal does.
     Lease6(Lease6Effect),
-    /// A DHCPv6 lease change a peer replicated to this member: stored like its own,
-    /// never handed on.
+    /// A DHCPv6 binding the shared lease store decided for another member: stored
+    /// like its own, never written back.
     Replica6(Lease6Effect),
     /// The DHCPv6 server's DUID (RFC 8415 §11: it must not change once chosen). Written
     /// once: the first one a store takes stays, and a later, different one is not
@@ -161,18 +161,18 @@ pub enum StoreError {
     /// The flush could not be made durable (fsync failed).
     #[error("lease store fsync: {0}")]
     Sync(std::io::Error),
-    /// A member holds the address for another client (lease replication): the change
-    /// is durable here but must not be acknowledged.
-    #[error("member refused the lease on {}: held for {} until {}", .holder.ip, .holder.mac, .holder.expires)]
-    HeldByPeer {
+    /// The shared store holds the address for another client: the change is durable
+    /// here but must not be acknowledged.
+    #[error("the shared store refused the lease on {}: held for {} until {}", .holder.ip, .holder.mac, .holder.expires)]
+    HeldByAnother {
         /// The change that was refused.
         ours: Box<Lease>,
         /// The lease that holds the address.
         holder: Box<Lease>,
     },
     /// The same for a DHCPv6 lease.
-    #[error("member refused the lease on {}: held by another client until {}", .holder.ip, .holder.expires)]
-    HeldByPeer6 {
+    #[error("the shared store refused the lease on {}: held by another client until {}", .holder.ip, .holder.expires)]
+    HeldByAnother6 {
         /// The change that was refused.
         ours: Box<Lease6>,
         /// The lease that holds the address.

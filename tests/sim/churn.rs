@@ -1,4 +1,4 @@
-//! Membership: members starting (with the peers' leases first, `start.rs`), dying,
+//! Membership: members starting (the database's rows first, `app.rs`), dying,
 //! Ironic's list changing and each member reading it (`control.rs`), and the churn
 //! events of issue 14 that drive them.
 
@@ -32,7 +32,8 @@ impl Sim {
     }
 
     /// A member's process starts: on its old store (`keep`) or an empty one, with
-    /// Ironic's list, every running peer's live leases taken first (`start.rs`).
+    /// Ironic's list, every row of the shared store taken over it first (`app.rs`,
+    /// `shared::Loaded::over`).
     pub(super) fn start(&mut self, slot: usize, keep: bool) -> Result<(), ConfigError> {
         let config = self.config_of(slot)?;
         let now = self.secs();
@@ -43,28 +44,17 @@ impl Sim {
         };
         let list = MemberList::new(self.ironic.iter().cloned());
         self.members[slot].start(&config, stored, list, now);
-        if self.p.replication {
-            let mut snapshot: Vec<Lease> = Vec::new();
-            for peer in 0..self.members.len() {
-                if peer != slot {
-                    if let Some(e) = self.members[peer].engine.as_ref() {
-                        snapshot.extend(e.live_leases(now));
-                    }
-                }
+        if self.p.shared_store {
+            let mut rows: Vec<Lease> = self.db.values().cloned().collect();
+            rows.sort_by_key(|l| l.ip);
+            let followed = self.db_log.len();
+            let m = &mut self.members[slot];
+            let engine = m.engine.as_mut().expect("just started");
+            engine.set_shared_store_up(true);
+            for l in rows {
+                engine.apply_decided_change(&LeaseEffect::Put(l), now);
             }
-            snapshot.sort_by_key(|l| (l.ip, l.starts));
-            let engine = self.members[slot].engine.as_mut().expect("just started");
-            for l in snapshot {
-                engine.apply_peer_change(&LeaseEffect::Put(l), now, true);
-            }
-            // Every peer is new to a process just started: each gets a full resync.
-            let peers: Vec<usize> = self
-                .ironic
-                .iter()
-                .filter_map(|n| self.by_name.get(n).copied())
-                .filter(|&p| p != slot)
-                .collect();
-            self.members[slot].resync.extend(peers);
+            m.followed = followed;
         }
         self.refresh_live(slot);
         if self.dead.contains(&self.members[slot].name) {
@@ -118,29 +108,10 @@ impl Sim {
             return;
         }
         let list = MemberList::new(names.iter().cloned());
-        let old: Vec<usize> = self.members[slot]
-            .list
-            .names()
-            .iter()
-            .filter_map(|n| self.by_name.get(n).copied())
-            .collect();
-        let new: Vec<usize> = list
-            .names()
-            .iter()
-            .filter_map(|n| self.by_name.get(n).copied())
-            .filter(|&p| p != slot)
-            .collect();
+        let now = self.secs();
         let m = &mut self.members[slot];
         m.list = list.clone();
-        m.behind.retain(|p, _| new.contains(p));
-        m.resync.retain(|p| new.contains(p));
-        if self.p.replication {
-            m.resync.extend(new.iter().filter(|p| !old.contains(p)));
-        }
-        let in_step = self.in_step(slot);
-        let now = self.secs();
-        let engine = self.members[slot].engine.as_mut().expect("running");
-        engine.set_replicated(in_step);
+        let engine = m.engine.as_mut().expect("running");
         engine.change_members(list, now);
         self.refresh_live(slot);
     }

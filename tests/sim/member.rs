@@ -1,15 +1,13 @@
 //! One member of the simulated segment: a pure [`Engine`] (its table is the member's
-//! "in-memory store") and what the shell keeps beside it for lease replication: the
-//! member list in force, the live members it answers for, and the peers that fell
-//! behind with their backlogs (`src/replication/send.rs`).
+//! "in-memory store") and what the shell keeps beside it: the member list in force,
+//! the live members it answers for, and how far it has followed the shared store.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 
 use shardboot::config::Config;
 use shardboot::dhcp::engine::{Engine, Interface};
 use shardboot::owner::MemberList;
-use shardboot::store::{Lease, LeaseEffect};
+use shardboot::store::Lease;
 
 /// Why a member's configuration did not parse (a bug in the simulation's template).
 #[derive(Debug, thiserror::Error)]
@@ -34,11 +32,8 @@ pub(super) struct Member {
     /// `list` without the members its health probes found dead: the bucket is taken
     /// over these (`responsibility::responsible`).
     pub(crate) live: Vec<String>,
-    /// Peers (by slot) that did not answer a replication batch, and what they lack.
-    pub(crate) behind: BTreeMap<usize, Vec<LeaseEffect>>,
-    /// Peers new to the list, or every peer after a start: sent a full resync at the
-    /// next catch-up round (`Peer { resync: true }` in the shell).
-    pub(crate) resync: BTreeSet<usize>,
+    /// How many of the database's writes (`Sim::db_log`) it has taken.
+    pub(crate) followed: usize,
 }
 
 impl Member {
@@ -54,24 +49,12 @@ impl Member {
             incarnation: 0,
             list: MemberList::default(),
             live: Vec::new(),
-            behind: BTreeMap::new(),
-            resync: BTreeSet::new(),
+            followed: 0,
         }
     }
 
     pub(crate) fn running(&self) -> bool {
         self.engine.is_some()
-    }
-
-    /// Every peer of the list has every change (`Replicator::in_step`): a peer that
-    /// only awaits a resync counts as in step, as in the shell.
-    pub(crate) fn in_step(&self, slot_of: impl Fn(&str) -> Option<usize>) -> bool {
-        self.list
-            .names()
-            .iter()
-            .filter(|n| **n != self.name)
-            .filter_map(|n| slot_of(n))
-            .all(|s| !self.behind.contains_key(&s))
     }
 
     /// Starts the process: an engine on `stored` (its old store, or nothing for an
@@ -88,16 +71,12 @@ impl Member {
         self.engine = Some(engine);
         self.list = list;
         self.incarnation += 1;
-        self.behind.clear();
-        self.resync.clear();
     }
 
     /// SIGKILL: returns what its store held (every lease but offers, which are never
     /// stored; the sim counts a decision's effects durable when it is made).
     pub(crate) fn kill(&mut self) -> Vec<Lease> {
         self.incarnation += 1;
-        self.behind.clear();
-        self.resync.clear();
         self.engine
             .take()
             .map(|e| e.leases().cloned().collect())
@@ -118,6 +97,7 @@ pub(super) fn config_for(
     let mut text = format!(
         "state_dir = \"/nonexistent/shardboot-sim\"\n\
          [dhcp]\ninterfaces = []\nconflict_probe_ms = 0\ntakeover_secs = {takeover_secs}\n\
+         [store]\nshared = \"postgres://db.sim/shardboot\"\n\
          [owner]\ninsecure_members = true\nself = \"{me}\"\n"
     );
     for (name, addr) in names {

@@ -7,17 +7,15 @@
 //!
 //! What each member does is what the shell does with its engine (`src/dhcp/shell/`):
 //! - a decision's reply without lease effects (an OFFER, a NAK) is sent at once; one
-//!   with effects (an ACK) is sent only after every peer of the list in force answered
-//!   the replication batch, and never when one refused (the lease is withdrawn with
-//!   `Engine::withdraw`, and the withdrawal replicated);
-//! - a peer that does not answer within the replication timeout (500 ms) falls behind:
-//!   its changes queue and are sent with `catch_up` every 0.5 s once it answers again;
-//!   `set_replicated` follows whether every peer is in step;
-//! - a peer new to the list (and every peer, for a member just started) gets a full
-//!   resync of the live leases;
+//!   with effects (an ACK) is sent only after the shared lease store (a map of one row
+//!   per address, as `src/shared/bindings.rs` writes it) decided every change, one hop
+//!   away and one hop back, and never when it refused one (the row is another
+//!   client's live binding): the lease is withdrawn with `Engine::withdraw`, locally;
+//! - every `poll` each member takes the rows the other members wrote since its last
+//!   look (`shared::follow`, `Engine::apply_decided_change`);
 //! - a member starting (after a crash, on its old store or an empty one; a replacement;
-//!   a join) first applies every running peer's `live_leases` with `catch_up`
-//!   (`start.rs`), then serves;
+//!   a join) first takes every row of the database over its own store
+//!   (`shared::SharedStore::load`), then serves with the store up;
 //! - responsibility is `responsible(None, live, mac)` and `decide(…, takeover_secs)`
 //!   over the list minus the members health probes found dead, which each member
 //!   learns `detect` after a crash; a member list change reaches every member within
@@ -35,11 +33,10 @@
 //! - no conflict probes (nothing on the simulated segment would answer them); every
 //!   packet goes to `handle_message`, never to the raw-packet shortcut `handle_peeked`;
 //! - a decision's effects count as durable when it is made (no fsync delay, no lost
-//!   write on a crash); replication batches are per decision, not per group commit;
+//!   write on a crash); the database's writes are per decision, not per group commit;
+//!   the database never fails (its outages are the nemesis test's, `shared_members`);
 //! - every member sees a crash at the same moment (`detect`) and a member's return
-//!   `detect / 2` after it; a peer that is down when a batch is sent falls behind at
-//!   once (the batch's reply waits the timeout) instead of each concurrent batch timing
-//!   out on its own;
+//!   `detect / 2` after it;
 //! - one subnet, one range, no relays; clients take the first OFFER; PXE's second DHCP
 //!   round (iPXE) is not modelled, a boot is one acquisition; an INIT-REBOOT nobody
 //!   answers (four tries) falls back to DISCOVER asking for the same address;
@@ -97,9 +94,11 @@ pub(crate) struct Params {
     pub(crate) reboots_per_day: f64,
     /// Probability that one packet (either direction) is lost.
     pub(crate) loss: f64,
-    /// Lease replication between members; off, each member knows only its own leases
-    /// (the negative test: duplicates and lost addresses must appear).
-    pub(crate) replication: bool,
+    /// The shared lease store decides every binding; off, each member knows only its
+    /// own leases (the negative test: duplicates and lost addresses must appear).
+    pub(crate) shared_store: bool,
+    /// How often each member reads the rows the others wrote (`store.poll_ms`).
+    pub(crate) poll: u64,
     /// How far apart members see a change of Ironic's list.
     pub(crate) list_spread: u64,
     /// How long after a crash the others' health probes count the member dead.
@@ -124,7 +123,8 @@ impl Params {
             enrolled_later: 0.05,
             reboots_per_day: 0.5,
             loss: 0.01,
-            replication: true,
+            shared_store: true,
+            poll: SEC,
             list_spread: 2 * SEC,
             detect: 600 * MS,
             trace: None,
@@ -189,17 +189,16 @@ enum Event {
         c: u32,
         a: Answer,
     },
-    /// A replication batch arrives at a peer.
-    PeerBatch {
+    /// A commit's changes arrive at the database, which decides each.
+    DbWrite {
         commit: u64,
-        peer: usize,
-        incarnation: u32,
     },
-    /// Every peer answered (or the timeout passed): the reply goes out or not.
+    /// The database's answer is back: the reply goes out or not.
     CommitDone {
         commit: u64,
     },
-    CatchUp,
+    /// Every member reads the rows the others wrote since its last look.
+    Follow,
     Tick,
     Churn {
         n: u32,
@@ -297,14 +296,14 @@ impl Rng {
     }
 }
 
-/// A lease change waiting for the peers' answers before its reply goes out.
+/// A lease change waiting for the database's answer before its reply goes out.
 struct Commit {
     origin: usize,
     incarnation: u32,
     effects: Vec<LeaseEffect>,
     reply: Option<(u32, Answer)>,
     refused: Vec<(Lease, Lease)>,
-    /// The reply may go at this time (the last peer's answer, or the timeout).
+    /// The reply may go at this time (the database's answer is back).
     due: u64,
 }
 
@@ -318,8 +317,6 @@ struct Stats {
     takeover_offers: u64,
     naks_selecting: u64,
     refused: u64,
-    late_refusals: u64,
-    fell_behind: u64,
     reboots: u64,
     reboots_unanswered: u64,
     duplicates: u64,
@@ -345,6 +342,11 @@ pub(crate) struct Sim {
     dead: BTreeSet<String>,
     commits: HashMap<u64, Commit>,
     next_commit: u64,
+    /// The shared lease store: one row per address, as the database holds it.
+    db: HashMap<Ipv4Addr, Lease>,
+    /// Every row the database took, in order, with the slot that wrote it: what the
+    /// members follow.
+    db_log: Vec<(usize, LeaseEffect)>,
     /// Address → (machine, end of its lease as the machine counts it).
     held: HashMap<Ipv4Addr, (u32, u64)>,
     stats: Stats,
@@ -375,6 +377,8 @@ impl Sim {
             dead: BTreeSet::new(),
             commits: HashMap::new(),
             next_commit: 0,
+            db: HashMap::new(),
+            db_log: Vec::new(),
             held: HashMap::new(),
             stats: Stats::default(),
             churn: Vec::new(),
@@ -429,7 +433,9 @@ impl Sim {
             self.boot_at(c, at);
             self.schedule_reboot(c);
         }
-        self.at(500 * MS, Event::CatchUp);
+        if self.p.shared_store {
+            self.at(self.p.poll, Event::Follow);
+        }
         self.at(10 * SEC, Event::Tick);
         self.at(self.p.churn_every, Event::Churn { n: 0 });
         self.at(self.end, Event::Stop);
@@ -478,15 +484,11 @@ impl Sim {
                 m,
             } => self.member_receives(slot, incarnation, c, &m),
             Event::ToClient { c, a } => self.client_answer(c, a),
-            Event::PeerBatch {
-                commit,
-                peer,
-                incarnation,
-            } => self.peer_batch(commit, peer, incarnation),
+            Event::DbWrite { commit } => self.db_write(commit),
             Event::CommitDone { commit } => self.commit_done(commit),
-            Event::CatchUp => {
-                self.catch_up();
-                self.at(self.now + 500 * MS, Event::CatchUp);
+            Event::Follow => {
+                self.follow();
+                self.at(self.now + self.p.poll, Event::Follow);
             }
             Event::Tick => {
                 let now = self.secs();
@@ -563,9 +565,5 @@ impl Sim {
             .filter(|n| !self.dead.contains(*n))
             .cloned()
             .collect();
-    }
-
-    fn in_step(&self, slot: usize) -> bool {
-        self.p.replication && self.members[slot].in_step(|n| self.by_name.get(n).copied())
     }
 }

@@ -134,11 +134,8 @@ pub(crate) struct Report {
     /// ACKed by every member that holds the lease.
     pub(crate) member_acks: u64,
     pub(crate) takeover_offers: u64,
-    /// Leases a peer refused (withdrawn, never ACKed).
+    /// Leases the shared store refused (withdrawn, never ACKed).
     pub(crate) refused: u64,
-    /// Catch-up changes a peer refused (already ACKed: the shell's `conflicts`).
-    pub(crate) late_refusals: u64,
-    pub(crate) fell_behind: u64,
     pub(crate) reboots: u64,
     pub(crate) reboots_unanswered: u64,
     pub(crate) duplicates: u64,
@@ -180,8 +177,6 @@ impl Sim {
             member_acks: s.member_acks,
             takeover_offers: s.takeover_offers,
             refused: s.refused,
-            late_refusals: s.late_refusals,
-            fell_behind: s.fell_behind,
             reboots: s.reboots,
             reboots_unanswered: s.reboots_unanswered,
             duplicates: s.duplicates,
@@ -242,7 +237,7 @@ impl Report {
         let _ = writeln!(
             out,
             "\nACKs: {} fresh, {} renewals, {} rebindings, {} INIT-REBOOT ({} ACK decisions by the members); {} reboots ({} INIT-REBOOT unanswered); \
-             {} offers by takeover; {} leases refused by a peer, {} late refusals; a peer fell behind {} times; \
+             {} offers by takeover; {} leases refused by the shared store; \
              {} machines unbound at the end; lost {:?}",
             self.acks.fresh,
             self.acks.renew,
@@ -253,8 +248,6 @@ impl Report {
             self.reboots_unanswered,
             self.takeover_offers,
             self.refused,
-            self.late_refusals,
-            self.fell_behind,
             self.unbound_at_end,
             self.lost,
         );

@@ -1,17 +1,17 @@
-//! A member deciding one packet as the shell does, and lease replication between the
-//! members: the batch to every peer before the reply, refusals withdrawn, peers that
-//! fall behind caught up (`src/dhcp/shell/mod.rs`, `src/replication/send.rs`).
+//! A member deciding one packet as the shell does, and the shared lease store between
+//! the members: every change decided by the database before the reply, refusals
+//! withdrawn, the other members' rows followed (`src/dhcp/shell/mod.rs`,
+//! `src/shared/`).
 
 use dhcproto::v4::{Message, MessageType};
 use shardboot::dhcp::engine::{Decision, Outcome, PacketContext, Responsibility};
 use shardboot::dhcp::responsibility::{decide, responsible, Why};
-use shardboot::store::{LeaseEffect, Verdict};
+use shardboot::store::{LeaseEffect, LeaseState};
 
-use super::{Answer, Commit, Event, Sim, MS, SEC};
+use super::{Answer, Commit, Event, Sim, SEC};
 
 impl Sim {
     pub(super) fn member_receives(&mut self, slot: usize, incarnation: u32, c: u32, msg: &Message) {
-        let in_step = self.in_step(slot);
         let now = self.secs();
         let takeover = self.p.takeover_secs;
         let mac = self.clients[c as usize].mac;
@@ -44,7 +44,6 @@ impl Sim {
             dnsmasq: Default::default(),
             now,
         };
-        engine.set_replicated(in_step);
         let Decision {
             reply,
             effects,
@@ -79,8 +78,8 @@ impl Sim {
         }
     }
 
-    /// Hands `effects` to every peer of `origin`'s list (the shell's replication hook);
-    /// the reply waits for their answers.
+    /// Hands `effects` to the shared store (the shell's committer hook); the reply
+    /// waits for its answer, one hop there and one back.
     pub(super) fn commit(
         &mut self,
         origin: usize,
@@ -90,38 +89,10 @@ impl Sim {
         let id = self.next_commit;
         self.next_commit += 1;
         let mut due = self.now;
-        if self.p.replication {
-            let peers: Vec<usize> = self.members[origin]
-                .list
-                .names()
-                .iter()
-                .filter(|n| **n != self.members[origin].name)
-                .filter_map(|n| self.by_name.get(n).copied())
-                .collect();
-            for peer in peers {
-                if let Some(backlog) = self.members[origin].behind.get_mut(&peer) {
-                    backlog.extend(effects.iter().cloned());
-                    continue;
-                }
-                if !self.members[peer].running() {
-                    // The batch times out: the peer falls behind, the reply waits.
-                    self.stats.fell_behind += 1;
-                    self.members[origin].behind.insert(peer, effects.clone());
-                    due = due.max(self.now + 500 * MS);
-                    continue;
-                }
-                let (there, back) = (self.hop(), self.hop());
-                let incarnation = self.members[peer].incarnation;
-                self.at(
-                    self.now + there,
-                    Event::PeerBatch {
-                        commit: id,
-                        peer,
-                        incarnation,
-                    },
-                );
-                due = due.max(self.now + there + back);
-            }
+        if self.p.shared_store {
+            let (there, back) = (self.hop(), self.hop());
+            self.at(self.now + there, Event::DbWrite { commit: id });
+            due = self.now + there + back;
         }
         let incarnation = self.members[origin].incarnation;
         self.commits.insert(
@@ -138,46 +109,41 @@ impl Sim {
         self.at(due, Event::CommitDone { commit: id });
     }
 
-    pub(super) fn peer_batch(&mut self, commit: u64, peer: usize, incarnation: u32) {
+    /// The database decides each change of a commit as `shared::bindings` writes it: a
+    /// row is replaced only when it is the same client's, or free (released, or ended
+    /// by the database's clock); otherwise the change is refused with the holder's row.
+    /// Offers are never written. The write happens even if its member died meanwhile.
+    pub(super) fn db_write(&mut self, commit: u64) {
         let now = self.secs();
         let Some(k) = self.commits.get_mut(&commit) else {
             return;
         };
-        let m = &mut self.members[peer];
-        match m.engine.as_mut().filter(|_| m.incarnation == incarnation) {
-            Some(engine) => {
-                for e in &k.effects {
-                    if let (Verdict::Refused(holder), LeaseEffect::Put(ours)) =
-                        (engine.apply_peer_change(e, now, false).0, e)
-                    {
-                        k.refused.push((ours.clone(), holder));
+        for e in &k.effects {
+            match e {
+                LeaseEffect::Put(l) if l.state == LeaseState::Offered => {}
+                LeaseEffect::Put(l) => match self.db.get(&l.ip) {
+                    Some(row) if row.mac != l.mac && row.is_active(now) => {
+                        k.refused.push((l.clone(), row.clone()));
                     }
-                }
-            }
-            None => {
-                // It died with the batch on the way: no answer, the origin waits out
-                // the timeout and the peer falls behind.
-                k.due = k.due.max(self.now + 500 * MS);
-                let effects = k.effects.clone();
-                let o = &mut self.members[k.origin];
-                if o.incarnation == k.incarnation {
-                    self.stats.fell_behind += 1;
-                    o.behind.entry(peer).or_default().extend(effects);
+                    _ => {
+                        self.db.insert(l.ip, l.clone());
+                        self.db_log.push((k.origin, e.clone()));
+                    }
+                },
+                LeaseEffect::Remove(ip, mac) => {
+                    if self.db.get(ip).is_some_and(|row| &row.mac == mac) {
+                        self.db.remove(ip);
+                        self.db_log.push((k.origin, e.clone()));
+                    }
                 }
             }
         }
     }
 
     pub(super) fn commit_done(&mut self, id: u64) {
-        let Some(k) = self.commits.get(&id) else {
+        let Some(k) = self.commits.remove(&id) else {
             return;
         };
-        if k.due > self.now {
-            let due = k.due;
-            self.at(due, Event::CommitDone { commit: id });
-            return;
-        }
-        let k = self.commits.remove(&id).expect("looked up above");
         let now = self.secs();
         let o = &mut self.members[k.origin];
         if o.incarnation != k.incarnation {
@@ -192,64 +158,29 @@ impl Sim {
             }
             return;
         }
+        // Never acknowledged; withdrawn here only (the database holds the other row).
         self.stats.refused += k.refused.len() as u64;
-        let withdrawn: Vec<LeaseEffect> = k
-            .refused
-            .iter()
-            .filter_map(|(ours, holder)| engine.withdraw(ours, holder, now))
-            .collect();
-        if !withdrawn.is_empty() {
-            self.commit(k.origin, withdrawn, None);
+        for (ours, holder) in &k.refused {
+            engine.withdraw(ours, holder, now);
         }
     }
 
-    /// Every 0.5 s each member sends what its peers that are behind lack, and a full
-    /// resync to peers new to it, with `catch_up` (`Replicator::catch_up`).
-    pub(super) fn catch_up(&mut self) {
-        if !self.p.replication {
-            return;
-        }
+    /// Every running member takes the rows the others wrote since its last look
+    /// (`shared::follow`).
+    pub(super) fn follow(&mut self) {
         let now = self.secs();
+        let end = self.db_log.len();
         for slot in 0..self.members.len() {
-            if !self.members[slot].running() {
+            let m = &mut self.members[slot];
+            let Some(engine) = m.engine.as_mut() else {
                 continue;
-            }
-            let behind: Vec<usize> = self.members[slot].behind.keys().copied().collect();
-            for peer in behind {
-                if !self.members[peer].running() {
-                    continue;
+            };
+            for (writer, change) in &self.db_log[m.followed..end] {
+                if *writer != slot {
+                    engine.apply_decided_change(change, now);
                 }
-                let changes = self.members[slot].behind.remove(&peer).unwrap_or_default();
-                self.apply_catch_up(peer, &changes, now);
             }
-            let resync: Vec<usize> = self.members[slot].resync.iter().copied().collect();
-            for peer in resync {
-                if !self.members[peer].running() {
-                    continue;
-                }
-                self.members[slot].resync.remove(&peer);
-                let mut leases = self.members[slot]
-                    .engine
-                    .as_ref()
-                    .map(|e| e.live_leases(now))
-                    .unwrap_or_default();
-                leases.sort_by_key(|l| l.ip);
-                let changes: Vec<LeaseEffect> = leases.into_iter().map(LeaseEffect::Put).collect();
-                self.apply_catch_up(peer, &changes, now);
-            }
-        }
-    }
-
-    pub(super) fn apply_catch_up(&mut self, peer: usize, changes: &[LeaseEffect], now: u64) {
-        let Some(engine) = self.members[peer].engine.as_mut() else {
-            return;
-        };
-        for c in changes {
-            if let (Verdict::Refused(_), _) = engine.apply_peer_change(c, now, true) {
-                // Answered long ago; nothing can take that ACK back (counted as the
-                // shell counts `conflicts`).
-                self.stats.late_refusals += 1;
-            }
+            m.followed = end;
         }
     }
 }

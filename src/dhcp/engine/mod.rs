@@ -8,12 +8,12 @@ use std::net::Ipv4Addr;
 use dhcproto::v4::{DhcpOption, Message, MessageType, OptionCode};
 
 mod allocate;
+pub mod decided;
 pub mod decision;
 mod limits;
 pub mod pool;
 pub mod probe;
 pub mod proxy;
-pub mod replica;
 pub mod reply;
 pub mod reserve;
 pub mod table;
@@ -108,8 +108,9 @@ pub struct Engine {
     runtime_reserved: std::collections::HashSet<MacAddr>,
     /// The limits that keep known machines served while unknown ones misbehave.
     limits: Limits,
-    /// Every other member has every lease change (lease replication in step).
-    replicated: bool,
+    /// The shared lease store answers: the database decides every binding, so any
+    /// member may extend any lease it knows and takes a new share at once.
+    shared_up: bool,
     /// The shared lease store does not answer: no lease is extended past its
     /// current end (`set_shared_store_up`).
     degraded: bool,
@@ -155,7 +156,7 @@ impl Engine {
             config_hosts: config.hosts.iter().map(|h| (h.mac, h.clone())).collect(),
             runtime_reserved: std::collections::HashSet::new(),
             limits: Limits::default(),
-            replicated: false,
+            shared_up: false,
             degraded: false,
             probes: probe::Probes::new(config.dhcp.conflict_probe.is_some()),
         };
@@ -452,9 +453,9 @@ impl Engine {
         };
         match self.table.get(ip) {
             // Every member that holds the client's lease answers, the responsible one or
-            // not (a peer's replicated lease included): the responsible member may lack
-            // a lease granted by a member that died before it caught up, and the same
-            // ACK twice costs the client nothing.
+            // not (a binding another member wrote to the shared store included): the
+            // responsible member may be dead, and the same ACK twice costs the client
+            // nothing.
             Some(l) if &l.mac == mac && l.state != LeaseState::Declined => {
                 if self.servable(si, ip, mac)
                     && self.partition_allows(si, ip, mac, ctx.now)
@@ -556,9 +557,9 @@ impl Engine {
     /// address out.
     fn timers(&self, si: usize, ip: Ipv4Addr, mac: &MacAddr, now: u64) -> Timers {
         let full = Timers::for_client(&self.subnets[si].cfg, self.hosts.get(mac));
-        // With every peer in step, every member knows the lease it extends; with a
-        // shared store that does not answer, none may be extended.
-        if !self.degraded && (self.replicated || self.fresh_allowed(si, ip, mac)) {
+        // While the shared store answers, it decides every extension; while it does
+        // not, none may be extended.
+        if !self.degraded && (self.shared_up || self.fresh_allowed(si, ip, mac)) {
             return full;
         }
         match self
@@ -636,9 +637,8 @@ impl Engine {
                 until: p.until,
             })
             .collect();
-        // With every peer in step, the new shares hold at once: a member still on the
-        // old list waits for this one's answer before it acknowledges anything, and
-        // this one refuses an address it knows is held. A join that keeps this member
+        // While the shared store answers, the new shares hold at once: the database
+        // refuses an address another client holds, whichever member writes it. A join that keeps this member
         // needs none either: its new share lies inside its old one, so narrowing by the
         // old list changes nothing now or later (a later list narrows by this one,
         // which is smaller). Otherwise, a transition.
@@ -646,11 +646,11 @@ impl Engine {
         // What this member's share gains is probed (`probe`) unless the transition rule
         // already covers it: back after less than a span in a list without it, the
         // others stayed narrowed to their shares under the list before (as
-        // `past_share_list` reasons), so its share under that list is no gain. In step
-        // there is no transition, so whatever was not its share a moment ago is.
+        // `past_share_list` reasons), so its share under that list is no gain. With
+        // the shared store up there is no transition, so whatever was not its share a moment ago is.
         let reference = match &self.members_before {
             Some(before)
-                if !self.replicated
+                if !self.shared_up
                     && old.index_of(me).is_none()
                     && before.index_of(me).is_some()
                     && self
@@ -666,7 +666,7 @@ impl Engine {
                 .names()
                 .iter()
                 .all(|n| self.members.index_of(n).is_some());
-        if !(self.replicated || pure_join) {
+        if !(self.shared_up || pure_join) {
             self.past.push(PastList {
                 list: old.clone(),
                 split: Split::CURRENT,

@@ -1,10 +1,10 @@
 //! Conflict detection before offering an address inherited from a departed member.
 //!
 //! RFC 2131 §2.2 and §3.1 step 2: the server SHOULD probe a reused address before
-//! allocating it, e.g. with an ICMP Echo Request. Lease replication normally tells a
-//! member every lease, so this is defence in depth, not the guarantee: a member that
-//! died right after an ACK its peers had not yet heard of, or a peer that was behind,
-//! leaves a lease nobody here knows. So for one window after a membership change (the
+//! allocating it, e.g. with an ICMP Echo Request. The shared lease store holds every
+//! binding a member acknowledged, so this is defence in depth, not the guarantee: a
+//! client on an address with no row (a machine configured by hand, a lease from
+//! another server) is found this way. So for one window after a membership change (the
 //! longest lease of the subnet, plus the offer hold: by then every client of the
 //! departed member has renewed with someone or let its lease go), the first offer of a
 //! free address this member gained at that change waits for a probe.

@@ -20,24 +20,28 @@ fn two_members() -> Config {
     ))
 }
 
-/// Member a of a, b after b left at T0, every peer in step: a serves b's blocks at once.
+/// Member a of a, b after b left at T0, the shared store up: a serves b's blocks at once.
 fn inheritor(edit: impl FnOnce(&mut Config)) -> Engine {
     let mut cfg = two_members();
     edit(&mut cfg);
     let mut e = Engine::new(&cfg, Vec::new(), T0);
     e.adopt_members(MemberList::new(["a", "b"]));
-    e.set_replicated(true);
+    e.set_shared_store_up(true);
     e.change_members(MemberList::new(["a"]), T0).unwrap();
-    assert_eq!(e.transition_until(), None, "in step: the new share at once");
+    assert_eq!(
+        e.transition_until(),
+        None,
+        "the shared store up: the new share at once"
+    );
     e
 }
 
-/// Member a, back in a, b with peers in step after serving under b alone: every
+/// Member a, back in a, b with the shared store up after serving under b alone: every
 /// address of its share was gained at T0.
 fn all_inherited(cfg: &Config) -> Engine {
     let mut e = Engine::new(cfg, Vec::new(), T0);
     e.adopt_members(MemberList::new(["b"]));
-    e.set_replicated(true);
+    e.set_shared_store_up(true);
     e.change_members(MemberList::new(["a", "b"]), T0).unwrap();
     e
 }
@@ -193,7 +197,7 @@ fn a_member_whose_share_did_not_grow_never_probes() {
         T0,
     );
     join.adopt_members(MemberList::new(["a", "b"]));
-    join.set_replicated(true);
+    join.set_shared_store_up(true);
     join.change_members(MemberList::new(["a", "b", "c"]), T0)
         .unwrap();
     let off = inheritor(|c| c.dhcp.conflict_probe = None);
@@ -253,7 +257,7 @@ fn beyond_the_probes_in_flight_cap_addresses_are_offered_unprobed() {
     let cfg = Config::from_toml_with_overrides(
         &format!(
             "[[subnet]]\nnetwork = \"192.0.2.0/24\"\nranges = [\"192.0.2.2 - 192.0.2.254\"]\n\
-             lease_time = 3600\n[owner]\ninsecure_members = true\nself = \"a\"\n{AB}"
+             lease_time = 3600\n{SHARED_STORE}[owner]\ninsecure_members = true\nself = \"a\"\n{AB}"
         ),
         &[],
     )

@@ -24,9 +24,13 @@ mod conformance_tests;
 const SERVER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 const T0: u64 = 1_000_000;
 
+/// Several members need a shared lease store (`store.shared`); the engine never opens
+/// it, so the URL names no server.
+pub(super) const SHARED_STORE: &str = "[store]\nshared = \"postgres://db.test/shardboot\"\n";
+
 fn config(extra: &str) -> Config {
     let text = format!(
-        "{DEFAULT_CONFIG_TOML}\n{extra}\n[[subnet]]\nnetwork = \"198.51.100.0/24\"\nranges = [\"198.51.100.10 - 198.51.100.12\"]\n"
+        "{DEFAULT_CONFIG_TOML}\n{extra}\n{SHARED_STORE}[[subnet]]\nnetwork = \"198.51.100.0/24\"\nranges = [\"198.51.100.10 - 198.51.100.12\"]\n"
     );
     Config::from_toml_with_overrides(&text, &[]).unwrap()
 }
@@ -1512,9 +1516,9 @@ fn a_bad_option_names_its_key_and_the_offending_text() {
     );
 }
 
-// Lease replication (`replica.rs`).
+// Bindings the shared lease store decided (`decided.rs`).
 
-fn peer_lease(ip: Ipv4Addr, m: MacAddr, now: u64) -> crate::store::Lease {
+fn decided_lease(ip: Ipv4Addr, m: MacAddr, now: u64) -> crate::store::Lease {
     crate::store::Lease {
         ip,
         mac: m,
@@ -1529,32 +1533,26 @@ fn peer_lease(ip: Ipv4Addr, m: MacAddr, now: u64) -> crate::store::Lease {
 }
 
 #[test]
-fn a_peers_lease_is_never_offered_to_another_client_and_its_client_keeps_it() {
-    use crate::store::Verdict;
+fn a_binding_the_database_decided_is_never_offered_to_another_client_and_its_client_keeps_it() {
     let i = iface();
     let mut e = Engine::new(&config(""), vec![], T0);
     let ip = Ipv4Addr::new(198, 51, 100, 10);
-    let put = LeaseEffect::Put(peer_lease(ip, mac(1), T0));
-    assert_eq!(
-        e.apply_peer_change(&put, T0, false),
-        (Verdict::Accepted, Some(put.clone()))
-    );
-    // A late copy of what is already known changes nothing on disk.
-    assert_eq!(
-        e.apply_peer_change(&put, T0, false),
-        (Verdict::Accepted, None)
-    );
+    let put = LeaseEffect::Put(decided_lease(ip, mac(1), T0));
+    assert_eq!(e.apply_decided_change(&put, T0), Some(put.clone()));
+    // The same row read again changes nothing on disk.
+    assert_eq!(e.apply_decided_change(&put, T0), None);
     let other = e.handle_message(&msg(MessageType::Discover, mac(2)), &ctx(&i, T0 + 1));
     assert_ne!(offered(&other), ip);
-    // The peer's client rebinds here (ciaddr, no server id): ACKed on its address.
+    // The other member's client rebinds here (ciaddr, no server id): ACKed on its
+    // address.
     let mut rebind = msg(MessageType::Request, mac(1));
     rebind.set_ciaddr(ip);
     let d = e.handle_message(&rebind, &ctx(&i, T0 + 2));
     assert_eq!(d.outcome, Outcome::Ack(ip));
     // Another member is responsible for the client: this member answers its rebind all
-    // the same (the responsible one may lack the lease, if its granter died first).
+    // the same (the responsible one may be dead).
     let ip2 = Ipv4Addr::new(198, 51, 100, 12);
-    e.apply_peer_change(&LeaseEffect::Put(peer_lease(ip2, mac(3), T0)), T0, false);
+    e.apply_decided_change(&LeaseEffect::Put(decided_lease(ip2, mac(3), T0)), T0);
     let mut rebind = msg(MessageType::Request, mac(3));
     rebind.set_ciaddr(ip2);
     let not_mine = PacketContext {
@@ -1565,47 +1563,31 @@ fn a_peers_lease_is_never_offered_to_another_client_and_its_client_keeps_it() {
         e.handle_message(&rebind, &not_mine).outcome,
         Outcome::Ack(ip2)
     );
-    // A remove for another client's record is not this record's: kept.
+    // A removal of another client's record is not this record's: kept.
     let wrong = LeaseEffect::Remove(ip2, mac(9));
-    assert_eq!(
-        e.apply_peer_change(&wrong, T0 + 3, false),
-        (Verdict::Accepted, None)
-    );
+    assert_eq!(e.apply_decided_change(&wrong, T0 + 3), None);
     assert!(e.lease(ip2).is_some());
     let right = LeaseEffect::Remove(ip2, mac(3));
-    assert_eq!(e.apply_peer_change(&right, T0 + 3, false).1, Some(right));
+    assert_eq!(e.apply_decided_change(&right, T0 + 3), Some(right));
     assert!(e.lease(ip2).is_none());
 }
 
 #[test]
-fn a_peers_lease_on_an_address_held_by_another_client_is_refused_an_offer_is_not() {
-    use crate::store::Verdict;
+fn the_databases_binding_takes_an_offered_address_and_the_offered_client_is_naked() {
     let i = iface();
     let mut e = Engine::new(&config(""), vec![], T0);
-    let bound = bind(&mut e, &i, mac(1), T0);
-    let theirs = peer_lease(bound, mac(2), T0);
-    let (verdict, store) = e.apply_peer_change(&LeaseEffect::Put(theirs.clone()), T0 + 1, false);
-    assert_eq!(verdict, Verdict::Refused(e.lease(bound).unwrap().clone()));
-    assert_eq!(store, None);
-    assert_eq!(e.lease(bound).unwrap().mac, mac(1));
-    // Sent to catch this member up, the lease that began later wins: the other must
-    // have ended where this member did not hear of it.
-    let later = crate::store::Lease {
-        starts: T0 + 5,
-        ..theirs.clone()
-    };
-    let (verdict, store) = e.apply_peer_change(&LeaseEffect::Put(later.clone()), T0 + 6, true);
-    assert_eq!(verdict, Verdict::Accepted);
-    assert_eq!(store, Some(LeaseEffect::Put(later)));
-    assert_eq!(e.lease(bound).unwrap().mac, mac(2));
-    // An offer is no promise: the peer's lease takes the address, and the offered
-    // client's REQUEST is NAKed.
+    // An offer is no promise: the binding another member wrote takes the address.
     let offer = offered(&e.handle_message(&msg(MessageType::Discover, mac(3)), &ctx(&i, T0)));
-    let (verdict, _) =
-        e.apply_peer_change(&LeaseEffect::Put(peer_lease(offer, mac(4), T0)), T0, false);
-    assert_eq!(verdict, Verdict::Accepted);
+    let theirs = LeaseEffect::Put(decided_lease(offer, mac(4), T0));
+    assert_eq!(e.apply_decided_change(&theirs, T0), Some(theirs.clone()));
     let d = e.handle_message(&request_selecting(mac(3), offer), &ctx(&i, T0 + 1));
     assert_eq!(d.outcome, Outcome::Nak);
+    // The database's word replaces even this member's own binding (read after a
+    // refusal, or a row another member wrote while this one was cut off).
+    let bound = bind(&mut e, &i, mac(1), T0);
+    let later = LeaseEffect::Put(decided_lease(bound, mac(2), T0 + 5));
+    assert!(e.apply_decided_change(&later, T0 + 6).is_some());
+    assert_eq!(e.lease(bound).unwrap().mac, mac(2));
 }
 
 #[test]
@@ -1614,7 +1596,7 @@ fn a_refused_lease_is_withdrawn_and_its_address_not_chosen_while_the_holder_hold
     let mut e = Engine::new(&config(""), vec![], T0);
     let ip = bind(&mut e, &i, mac(1), T0);
     let ours = e.lease(ip).unwrap().clone();
-    let holder = peer_lease(ip, mac(2), T0);
+    let holder = decided_lease(ip, mac(2), T0);
     assert_eq!(
         e.withdraw(&ours, &holder, T0 + 1),
         Some(LeaseEffect::Remove(ip, mac(1)))
@@ -1627,7 +1609,8 @@ fn a_refused_lease_is_withdrawn_and_its_address_not_chosen_while_the_holder_hold
 }
 
 #[test]
-fn in_step_a_lease_outside_the_share_is_extended_and_a_member_change_needs_no_transition() {
+fn with_the_shared_store_up_a_lease_outside_the_share_is_extended_and_a_member_change_needs_no_transition(
+) {
     use crate::owner::MemberList;
     let i = iface();
     let cfg = config(&format!(
@@ -1636,31 +1619,28 @@ fn in_step_a_lease_outside_the_share_is_extended_and_a_member_change_needs_no_tr
     let mut e = Engine::new(&cfg, Vec::new(), T0);
     e.adopt_members(MemberList::new(ABC));
     let outside = share(&ABC, "a")[0];
-    e.apply_peer_change(
-        &LeaseEffect::Put(peer_lease(outside, mac(1), T0)),
-        T0,
-        false,
-    );
+    e.apply_decided_change(&LeaseEffect::Put(decided_lease(outside, mac(1), T0)), T0);
     let mut rebind = msg(MessageType::Request, mac(1));
     rebind.set_ciaddr(outside);
     let lease_of = |d: &Decision| match &d.effects[..] {
         [LeaseEffect::Put(l)] => l.expires,
         e => panic!("expected one lease, got {e:?}"),
     };
-    // Not in step: renewed only to its current end (another member may not know it).
+    // The shared store down: renewed only to its current end (degraded mode).
+    e.set_shared_store_up(false);
     let d = e.handle_message(&rebind, &ctx(&i, T0 + 100));
     assert_eq!(lease_of(&d), T0 + 3600);
-    // In step: every member knows it, so it is extended.
-    e.set_replicated(true);
+    // Up: the database decides the extension, so it is extended.
+    e.set_shared_store_up(true);
     let d = e.handle_message(&rebind, &ctx(&i, T0 + 200));
     assert!(lease_of(&d) > T0 + 3600);
     // And a list change takes effect at once, with no narrowing transition.
     e.change_members(MemberList::new(["a", "b"]), T0 + 300)
         .unwrap();
     assert_eq!(e.transition_until(), None);
-    // A join needs none either (b's share only shrinks); a leave while not in step
-    // does.
-    e.set_replicated(false);
+    // A join needs none either (b's share only shrinks); a leave while the store is
+    // down does.
+    e.set_shared_store_up(false);
     e.change_members(MemberList::new(ABC), T0 + 400).unwrap();
     assert_eq!(e.transition_until(), None);
     e.change_members(MemberList::new(["b", "c"]), T0 + 500)
@@ -1680,7 +1660,7 @@ fn with_a_shared_store_a_renewal_runs_only_to_what_the_database_holds_while_it_i
     e.set_shared_store_up(true);
     // Another member's binding, as the database decided it (read by following).
     let theirs = share(&ABC, "a")[0];
-    let decided = peer_lease(theirs, mac(1), T0);
+    let decided = decided_lease(theirs, mac(1), T0);
     assert_eq!(
         e.apply_decided_change(&LeaseEffect::Put(decided.clone()), T0),
         Some(LeaseEffect::Put(decided.clone()))

@@ -10,7 +10,7 @@ use tracing::info;
 use crate::dhcp::engine::reserve::{Reservation, ReserveError};
 use crate::dhcp::engine::Engine;
 use crate::mac::MacAddr;
-use crate::store::{Change, CommitFailed, Committer, Lease, LeaseEffect, Verdict};
+use crate::store::{Change, CommitFailed, Committer, LeaseEffect};
 
 /// How long the API waits for the engine thread to answer.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -30,20 +30,12 @@ pub(super) enum Control {
         mac: MacAddr,
         done: oneshot::Sender<Result<(), ReserveError>>,
     },
-    /// A peer's lease changes (lease replication): answered once durable.
-    PeerChanges {
-        changes: Vec<LeaseEffect>,
-        catch_up: bool,
-        done: oneshot::Sender<Result<Vec<Verdict>, CommitFailed>>,
-    },
     /// Bindings the shared lease store decided (other members' writes): taken, and
     /// answered once durable in this member's cache.
     Decided {
         changes: Vec<LeaseEffect>,
-        done: oneshot::Sender<Result<Vec<Verdict>, CommitFailed>>,
+        done: oneshot::Sender<Result<(), CommitFailed>>,
     },
-    /// Every live lease, for a member starting.
-    Snapshot { done: oneshot::Sender<Vec<Lease>> },
     /// The member list changed while running (members from Ironic).
     Members {
         list: crate::owner::MemberList,
@@ -79,36 +71,27 @@ pub(crate) async fn ask<C, T>(
     }
 }
 
-/// Takes a peer's lease changes into an engine (`apply` gives each one's verdict and
-/// what to store) and answers `done` with the verdicts once what was taken is durable
-/// (the DHCPv4 engine here, the DHCPv6 one in `dhcp6::shell`).
-pub(crate) fn take_peer_changes<C>(
+/// Takes bindings the shared store decided into an engine (`apply` gives what to
+/// store of each) and answers `done` once what was taken is durable (the DHCPv4 engine
+/// here, the DHCPv6 one in `dhcp6::shell`).
+pub(crate) fn take_decided<C>(
     changes: &[C],
     committer: &Committer,
-    done: oneshot::Sender<Result<Vec<Verdict>, CommitFailed>>,
-    mut apply: impl FnMut(&C) -> (Verdict, Option<Change>),
+    done: oneshot::Sender<Result<(), CommitFailed>>,
+    apply: impl FnMut(&C) -> Option<Change>,
 ) {
-    let mut verdicts = Vec::with_capacity(changes.len());
-    let mut taken = Vec::new();
-    for c in changes {
-        let (verdict, store) = apply(c);
-        verdicts.push(verdict);
-        taken.extend(store);
-    }
+    let taken: Vec<Change> = changes.iter().filter_map(apply).collect();
     if taken.is_empty() {
-        let _ = done.send(Ok(verdicts));
+        let _ = done.send(Ok(()));
         return;
     }
     // Answered from the committer thread once durable. Not queued (a full queue): the
-    // sender is dropped with the job, the peer hears no answer and sends again.
+    // sender is dropped with the job, and the follower reads the rows again.
     let submitted = committer.submit(taken, move |r| {
-        let _ = done.send(
-            r.map(|()| verdicts)
-                .map_err(|e| CommitFailed::Store(e.to_string())),
-        );
+        let _ = done.send(r.map_err(|e| CommitFailed::Store(e.to_string())));
     });
     if let Err(e) = submitted {
-        tracing::debug!(error = %e, "peer's lease changes not queued");
+        tracing::debug!(error = %e, "decided bindings not queued");
     }
 }
 
@@ -166,29 +149,10 @@ impl DhcpHandle {
         .await
     }
 
-    /// Applies a peer's lease changes; the verdicts once what was taken is durable.
-    pub async fn peer_changes(
-        &self,
-        changes: Vec<LeaseEffect>,
-        catch_up: bool,
-    ) -> Result<Result<Vec<Verdict>, CommitFailed>, ControlError> {
-        self.ask(|done| Control::PeerChanges {
-            changes,
-            catch_up,
-            done,
-        })
-        .await
-    }
-
     /// Takes bindings the shared lease store decided; answered once durable here.
     pub async fn decided(&self, changes: Vec<LeaseEffect>) -> Result<(), ControlError> {
         let _ = self.ask(|done| Control::Decided { changes, done }).await?;
         Ok(())
-    }
-
-    /// Every lease that holds its address now.
-    pub async fn live_leases(&self) -> Result<Vec<Lease>, ControlError> {
-        self.ask(|done| Control::Snapshot { done }).await
     }
 
     /// Removes a MAC's run-time reservation, durable before the answer.
@@ -268,24 +232,10 @@ pub(super) fn apply(engine: &mut Engine, cmd: Control, committer: &Committer, no
             }
             let _ = done.send(until);
         }
-        Control::PeerChanges {
-            changes,
-            catch_up,
-            done,
-        } => {
-            take_peer_changes(&changes, committer, done, |c| {
-                let (verdict, store) = engine.apply_peer_change(c, now, catch_up);
-                (verdict, store.map(Change::Replica))
-            });
-        }
         Control::Decided { changes, done } => {
-            take_peer_changes(&changes, committer, done, |c| {
-                let store = engine.apply_decided_change(c, now);
-                (Verdict::Accepted, store.map(Change::Replica))
+            take_decided(&changes, committer, done, |c| {
+                engine.apply_decided_change(c, now).map(Change::Replica)
             });
-        }
-        Control::Snapshot { done } => {
-            let _ = done.send(engine.live_leases(now));
         }
         Control::Forget { ip, done } => match engine.forget(ip) {
             None => {

@@ -37,7 +37,7 @@ use crate::dhcp::engine::reply::Destination;
 use crate::mac::MacAddr;
 use crate::store::{Change, Committer, StoreMetrics, StoreStatus};
 use crate::udp_batch::{Counted, Outbox};
-pub(crate) use control::{ask, take_peer_changes};
+pub(crate) use control::{ask, take_decided};
 pub use control::{ControlError, ControlReceiver, DhcpHandle};
 pub use follow::follow_members;
 pub use probe::ProbeError;
@@ -85,8 +85,6 @@ pub struct Server {
     pub timeline: Arc<crate::timeline::Timeline>,
     /// Operator changes to apply; `None`: no operator API.
     pub control: Option<ControlReceiver>,
-    /// Lease replication to the other members; `None`: a single instance.
-    pub replication: Option<Arc<crate::replication::Replicator>>,
     /// Whether a shared lease store decides the bindings (`store.shared`).
     pub shared: bool,
     /// How long a conflict probe of an inherited address waits (`dhcp.conflict_probe_ms`);
@@ -96,7 +94,7 @@ pub struct Server {
 
 /// What the committer tells the engine of a lease it did not acknowledge.
 enum Withdrawal {
-    /// A peer (or the shared store) refused it: the lease that holds its address.
+    /// The shared store refused it: the lease that holds its address.
     Refused(Box<crate::store::Lease>, Box<crate::store::Lease>),
     /// The shared store could not be reached, and holds the same client's binding
     /// until this time: the engine's lease ends there.
@@ -171,7 +169,6 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
         relays,
         timeline,
         control,
-        replication,
         shared,
         conflict_probe,
     } = server;
@@ -238,9 +235,6 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
         }
         if kernel_drops.due.is_some_and(|d| Instant::now() >= d) {
             kernel_drops.count(&sockets, &metrics);
-        }
-        if let Some(r) = &replication {
-            engine.set_replicated(r.in_step());
         }
         if shared {
             engine.set_shared_store_up(!store.status.shared_is_down());
@@ -377,8 +371,8 @@ fn submit(
     let metrics = metrics.clone();
     let withdraw = withdraw.clone();
     let _ = committer.submit_with_reply(changes, reply, move |r| match r {
-        Err(crate::store::StoreError::HeldByPeer { ours, holder }) => {
-            metrics.peer_refused.inc();
+        Err(crate::store::StoreError::HeldByAnother { ours, holder }) => {
+            metrics.store_refused.inc();
             let _ = withdraw.send(Withdrawal::Refused(ours.clone(), holder.clone()));
         }
         Err(crate::store::StoreError::SharedUnavailable {
@@ -400,17 +394,18 @@ fn take_back(engine: &mut Engine, w: Withdrawal, committer: &Committer) {
     }
 }
 
-/// Withdraws a lease a peer refused (never acknowledged: its reply was withheld).
+/// Withdraws a lease the shared store refused (never acknowledged: its reply was
+/// withheld).
 fn withdraw(
     engine: &mut Engine,
     ours: &crate::store::Lease,
     holder: &crate::store::Lease,
     committer: &Committer,
 ) {
-    warn!(ip = %ours.ip, mac = %ours.mac, holder = %holder.mac, "a member holds the address for another client: lease withdrawn, not acknowledged");
+    warn!(ip = %ours.ip, mac = %ours.mac, holder = %holder.mac, "the shared lease store holds the address for another client: lease withdrawn, not acknowledged");
     if let Some(effect) = engine.withdraw(ours, holder, unix_now()) {
-        // Handed to the peers too: those that took the lease forget it.
-        let _ = committer.submit(vec![Change::Lease(effect)], |_| {});
+        // Stored here only: the database holds the other client's row.
+        let _ = committer.submit(vec![Change::Replica(effect)], |_| {});
     }
 }
 

@@ -19,8 +19,8 @@ use crate::owner::health::{check_member_lists, MemberListMismatch};
 use crate::owner::membership::{settle, transition_span};
 use crate::owner::Resolver;
 use crate::store::{
-    Change, CommitFailed, Committer, Lease, LeaseEffect, LeaseState, Membership, Reservation,
-    SetAside, StoreMetrics,
+    Change, CommitFailed, Committer, Lease, LeaseState, Membership, Reservation, SetAside,
+    StoreMetrics,
 };
 
 /// Why the DHCP server cannot start.
@@ -69,8 +69,6 @@ pub struct Parts {
     pub timeline: Arc<crate::timeline::Timeline>,
     /// Operator changes; `None`: no operator API.
     pub control: Option<ControlReceiver>,
-    /// Lease replication; `None`: a single instance.
-    pub replication: Option<Arc<crate::replication::Replicator>>,
 }
 
 /// With members from Ironic: waits for Ironic's first conductor list, since the shares
@@ -138,7 +136,6 @@ pub async fn prepare(config: &Config, parts: Parts) -> Result<Server, StartError
         metrics,
         timeline,
         control,
-        replication,
     } = parts;
     if let crate::config::MembersSource::Ironic(settings) = &config.owner.members {
         first_member_list(settings, &stored, &resolver).await;
@@ -193,32 +190,10 @@ pub async fn prepare(config: &Config, parts: Parts) -> Result<Server, StartError
             warn!(mac = %r.mac, ip = %r.ip, error = %e, "stored reservation not applied");
         }
     }
-    // Every lease the other members know, before anything is handed out: a member on
-    // an empty store (rescheduled) must not give out what another member's client
-    // holds. With every member's answer, nothing this member could hand out is held
-    // unknown to it, and no transition from an earlier list is needed.
     // With a shared lease store the database decides every binding, and this
     // member's engine already holds what it read from it (`shared::SharedStore::load`):
-    // nothing to wait out.
-    let mut synced = config.store.shared.is_some();
-    if let Some(r) = &replication {
-        let (snapshot, every) = r.pull_snapshots().await;
-        let mut taken = Vec::new();
-        for l in snapshot.leases {
-            if let (_, Some(effect)) = engine.apply_peer_change(&LeaseEffect::Put(l), now, true) {
-                taken.push(Change::Replica(effect));
-            }
-        }
-        info!(
-            taken = taken.len(),
-            every_member = every,
-            "leases from the other members"
-        );
-        if !taken.is_empty() {
-            committer.commit_blocking(taken)?;
-        }
-        synced = every;
-    }
+    // no transition from an earlier list to wait out.
+    let synced = config.store.shared.is_some();
     let settled = settle(stored.membership, &view.list, span, peer_transition, now);
     let settled = if synced {
         crate::owner::membership::Settled {
@@ -288,7 +263,6 @@ pub async fn prepare(config: &Config, parts: Parts) -> Result<Server, StartError
         relays: config.dhcp.relays.clone(),
         timeline,
         control,
-        replication,
         shared: config.store.shared.is_some(),
         conflict_probe: config.dhcp.conflict_probe,
     })

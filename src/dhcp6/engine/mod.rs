@@ -14,10 +14,10 @@
 //! replaces all of this for its MAC: that address, whichever member answers.
 
 pub mod bindings;
+mod decided;
 #[cfg(test)]
 mod host_tests;
 mod hosts;
-mod replica;
 pub mod reply;
 #[cfg(test)]
 mod tests;

@@ -13,7 +13,7 @@ pub(super) const SERVER_DUID: &[u8] =
 
 pub(super) fn config(extra: &str) -> Config {
     let text = format!(
-        "state_dir = \"/tmp/unused\"\n{extra}\n[[subnet6]]\nnetwork = \"fd00:1::/64\"\nranges = [\"fd00:1::10 - fd00:1::13\"]\nlease_time = 1000\ndns = [\"fd00:1::1\"]\n"
+        "state_dir = \"/tmp/unused\"\n{extra}\n[store]\nshared = \"postgres://db.test/shardboot\"\n[[subnet6]]\nnetwork = \"fd00:1::/64\"\nranges = [\"fd00:1::10 - fd00:1::13\"]\nlease_time = 1000\ndns = [\"fd00:1::1\"]\n"
     );
     Config::from_toml_with_overrides(&text, &[]).expect("config")
 }
@@ -644,7 +644,7 @@ fn members_hand_out_disjoint_addresses() {
     let members = "[owner]\nself = \"a\"\ninsecure_members = true\n[[member]]\nname = \"a\"\nhttp_url = \"http://127.0.0.1:1\"\n[[member]]\nname = \"b\"\nhttp_url = \"http://127.0.0.1:2\"\n";
     let text = |me: &str| {
         format!(
-            "state_dir = \"/tmp/unused\"\n{}\n[[subnet6]]\nnetwork = \"fd00:1::/64\"\nranges = [\"fd00:1::1000 - fd00:1::1fff\"]\n",
+            "state_dir = \"/tmp/unused\"\n{}\n[store]\nshared = \"postgres://db.test/shardboot\"\n[[subnet6]]\nnetwork = \"fd00:1::/64\"\nranges = [\"fd00:1::1000 - fd00:1::1fff\"]\n",
             members.replace("self = \"a\"", &format!("self = \"{me}\""))
         )
     };

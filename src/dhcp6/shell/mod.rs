@@ -27,7 +27,7 @@ use crate::config::Config;
 use crate::dhcp::engine::Responsibility;
 use crate::dhcp::responsibility::Responder;
 use crate::mac::MacAddr;
-use crate::store::{Change, Committer, Lease6, Lease6Effect, StoreError};
+use crate::store::{Change, Committer, Lease6, StoreError};
 use crate::udp_batch::Counted;
 pub use control::{Control6Receiver, Dhcp6Handle};
 use socket::{
@@ -81,16 +81,14 @@ pub struct Parts6 {
     pub policies: Arc<crate::dhcp::host_policy::HostPolicies>,
     /// Counters.
     pub metrics: Arc<Dhcp6Metrics>,
-    /// Requests from the member channel (lease replication).
+    /// Bindings the shared lease store decided (other members' writes).
     pub control: Option<Control6Receiver>,
-    /// Lease replication, with several members: every other member's v6 leases are
-    /// read before the first answer.
-    pub replication: Option<Arc<crate::replication::Replicator>>,
     /// Every machine's timeline, told of each decision for a client with a MAC.
     pub timeline: Arc<crate::timeline::Timeline>,
 }
 
-/// A lease a peer refused (ours, the holder's), to withdraw in the server loop.
+/// A lease the shared store refused (ours, the holder's), to withdraw in the server
+/// loop.
 type Withdrawal = (Box<Lease6>, Box<Lease6>);
 
 struct Listener {
@@ -149,9 +147,6 @@ pub async fn run(
         .unwrap_or(0);
     for ip in &parts.set_aside {
         engine.hold_back(*ip, now + longest);
-    }
-    if let Some(r) = &parts.replication {
-        take_peers_leases(&mut engine, r, &parts.committer).await?;
     }
     let (withdraw_tx, mut withdrawals) = tokio::sync::mpsc::unbounded_channel::<Withdrawal>();
     let mut control = parts.control.take().map(|c| c.0);
@@ -228,39 +223,6 @@ pub async fn run(
     Ok(())
 }
 
-/// Every v6 lease the other members know, before anything is handed out: a member on
-/// an empty store (rescheduled) must not hand out what another member's client holds.
-async fn take_peers_leases(
-    engine: &mut Engine6,
-    replication: &crate::replication::Replicator,
-    committer: &Committer,
-) -> Result<(), Server6Error> {
-    let (snapshot, every) = replication.pull_snapshots().await;
-    let now = crate::dhcp::shell::unix_now();
-    let taken: Vec<Change> = snapshot
-        .leases6
-        .into_iter()
-        .filter_map(|l| {
-            engine
-                .apply_peer_change(&Lease6Effect::Put(l), now, true)
-                .1
-                .map(Change::Replica6)
-        })
-        .collect();
-    info!(
-        taken = taken.len(),
-        every_member = every,
-        "DHCPv6 leases from the other members"
-    );
-    if !taken.is_empty() {
-        committer
-            .commit(taken)
-            .await
-            .map_err(|e| Server6Error::PeerLeases(e.to_string()))?;
-    }
-    Ok(())
-}
-
 async fn next_control(
     control: &mut Option<tokio::sync::mpsc::Receiver<control::Control6>>,
 ) -> Option<control::Control6> {
@@ -270,13 +232,14 @@ async fn next_control(
     }
 }
 
-/// Withdraws a lease a peer refused (never acknowledged: its reply was withheld).
+/// Withdraws a lease the shared store refused (never acknowledged: its reply was
+/// withheld).
 fn withdraw(engine: &mut Engine6, ours: &Lease6, holder: &Lease6, committer: &Committer) {
     warn!(ip = %ours.ip, mac = ?ours.mac, holder = ?holder.mac,
-        "a member holds the IPv6 address for another client: lease withdrawn, not acknowledged");
+        "the shared lease store holds the IPv6 address for another client: lease withdrawn, not acknowledged");
     if let Some(effect) = engine.withdraw(ours, holder, crate::dhcp::shell::unix_now()) {
-        // Handed to the peers too: those that took the lease forget it.
-        let _ = committer.submit(vec![Change::Lease6(effect)], |_| {});
+        // Stored here only: the database holds the other client's row.
+        let _ = committer.submit(vec![Change::Replica6(effect)], |_| {});
     }
 }
 
@@ -404,10 +367,11 @@ fn handle(
     };
     let queued = committer.submit_with_reply(changes, Some(reply), move |r| match r {
         Ok(()) => {}
-        // Durable here, but another member's client holds the address: no reply, and
-        // the lease is withdrawn; the client sends again and gets another address.
-        Err(StoreError::HeldByPeer6 { ours, holder }) => {
-            m.dropped.inc("peer_refused");
+        // Durable here, but the shared store holds the address for another client: no
+        // reply, and the lease is withdrawn; the client sends again and gets another
+        // address.
+        Err(StoreError::HeldByAnother6 { ours, holder }) => {
+            m.dropped.inc("store_refused");
             let _ = withdraw.send((ours.clone(), holder.clone()));
         }
         // Not durable: no reply; the client sends again.

@@ -59,11 +59,6 @@ pub(super) async fn members(State(s): State<Arc<HttpState>>) -> ApiResult {
     let health = s.resolver.live().snapshot();
     let view = s.resolver.roster().current();
     let status = s.resolver.roster().status_now();
-    let replication = s
-        .replication
-        .as_ref()
-        .map(|r| r.status())
-        .unwrap_or_default();
     let members: Vec<_> = view
         .members
         .iter()
@@ -78,8 +73,6 @@ pub(super) async fn members(State(s): State<Arc<HttpState>>) -> ApiResult {
                 "http_url": m.http_url,
                 "conductor": m.conductor,
                 "shares": shares(config, &view.list, &m.name),
-                // This member's lease changes as that member has them.
-                "replication": replication.iter().find(|p| p.member == m.name),
             })
         })
         .collect();
@@ -103,9 +96,6 @@ pub(super) async fn members(State(s): State<Arc<HttpState>>) -> ApiResult {
         "skipped_conductors": status.skipped,
         "fingerprint": view.fingerprint,
         "split": crate::owner::shares::Split::CURRENT.as_str(),
-        // Lease replication: every other member has every change (ACKs wait for them);
-        // false: degraded, the members behind are not waited for (see each member).
-        "replication_in_step": s.replication.as_ref().map(|r| r.in_step()),
         "members": members,
     })))
 }

@@ -1,11 +1,10 @@
-//! DHCPv6 leases other members gave (lease replication), as `dhcp::engine::replica`
-//! does for v4: taken into the bindings so no fresh address is handed out over them
-//! and their clients keep their addresses here when they Rebind after their server
-//! died; refused when another IA holds the address; and the engine's own lease
-//! withdrawn when a peer refused it.
+//! DHCPv6 bindings the shared lease store decided, as `dhcp::engine::decided` does for
+//! v4: taken into the bindings so no fresh address is handed out over them and their
+//! clients keep their addresses here when they Rebind after their server died; and the
+//! engine's own lease withdrawn when the database refused it.
 
 use super::Engine6;
-use crate::store::{Lease6, Lease6Effect, LeaseState, Verdict};
+use crate::store::{Lease6, Lease6Effect, LeaseState};
 
 /// Whether two records are the same IA's (RFC 8415 §12.1: a DUID and an IAID).
 fn same_ia(a: &Lease6, b: &Lease6) -> bool {
@@ -13,35 +12,12 @@ fn same_ia(a: &Lease6, b: &Lease6) -> bool {
 }
 
 impl Engine6 {
-    /// A peer's v6 lease change. Returns the verdict and the change to make durable
-    /// here (`None`: nothing to store). A live change (`catch_up` false) on an address
-    /// another IA holds is refused: its granter has not answered its client yet. A
-    /// change sent to catch this member up was answered long ago: in a conflict the
-    /// lease that began later wins, since the other must have ended while one of the
-    /// two members did not hear of it.
-    pub fn apply_peer_change(
-        &mut self,
-        change: &Lease6Effect,
-        now: u64,
-        catch_up: bool,
-    ) -> (Verdict, Option<Lease6Effect>) {
-        match change {
-            Lease6Effect::Put(lease) => self.apply_peer_lease(lease, now, catch_up),
-            Lease6Effect::Remove(ip, duid) => {
-                if self.bindings.get(*ip).is_some_and(|l| &l.duid == duid) {
-                    self.bindings.remove(*ip);
-                    self.set_used(*ip, false);
-                    return (Verdict::Accepted, Some(change.clone()));
-                }
-                (Verdict::Accepted, None)
-            }
-        }
-    }
-
     /// A binding the shared database decided (`shared::follow`), as
     /// `dhcp::engine::Engine::apply_decided_change` for v4: it replaces whatever this
-    /// engine holds on the address unless that is the same IA's record in the same
-    /// state running as long. Returns the change to make durable here.
+    /// engine holds on the address unless that is the same record. An Advertise is
+    /// never written to the database, and an empty DUID names no client: neither is
+    /// taken. A removal forgets only its own client's record. Returns the change to
+    /// make durable here.
     pub fn apply_decided_change(
         &mut self,
         change: &Lease6Effect,
@@ -58,51 +34,21 @@ impl Engine6 {
                 if self.bindings.get(lease.ip).is_some() {
                     self.bindings.remove(lease.ip);
                 }
-                self.take_peer_lease(lease.clone(), now);
+                self.take_decided_lease(lease.clone(), now);
                 Some(change.clone())
             }
-            Lease6Effect::Remove(..) => self.apply_peer_change(change, now, true).1,
+            Lease6Effect::Remove(ip, duid) => {
+                if self.bindings.get(*ip).is_some_and(|l| &l.duid == duid) {
+                    self.bindings.remove(*ip);
+                    self.set_used(*ip, false);
+                    return Some(change.clone());
+                }
+                None
+            }
         }
     }
 
-    fn apply_peer_lease(
-        &mut self,
-        lease: &Lease6,
-        now: u64,
-        catch_up: bool,
-    ) -> (Verdict, Option<Lease6Effect>) {
-        // Advertisements are never shared, and an empty DUID names no client: a peer
-        // that sends either is not believed.
-        if lease.state == LeaseState::Offered || lease.duid.is_empty() {
-            return (Verdict::Accepted, None);
-        }
-        match self.bindings.get(lease.ip) {
-            // Another IA's live lease (an Advertise is no promise: the peer's lease wins
-            // over it, and the advertised client gets another address when it asks).
-            Some(held)
-                if !same_ia(held, lease)
-                    && held.state != LeaseState::Offered
-                    && held.is_active(now)
-                    && lease.is_active(now)
-                    && !(catch_up && lease.starts > held.starts) =>
-            {
-                return (Verdict::Refused6(held.clone()), None);
-            }
-            // The same IA's lease, already known to run as long: a late copy.
-            Some(held)
-                if same_ia(held, lease)
-                    && held.state == lease.state
-                    && held.expires >= lease.expires =>
-            {
-                return (Verdict::Accepted, None);
-            }
-            _ => {}
-        }
-        self.take_peer_lease(lease.clone(), now);
-        (Verdict::Accepted, Some(Lease6Effect::Put(lease.clone())))
-    }
-
-    fn take_peer_lease(&mut self, lease: Lease6, now: u64) {
+    fn take_decided_lease(&mut self, lease: Lease6, now: u64) {
         let (ip, active, declined) = (
             lease.ip,
             lease.is_active(now),
@@ -116,10 +62,9 @@ impl Engine6 {
         self.set_used(ip, active);
     }
 
-    /// A peer refused `ours` because `holder` holds its address: the lease was never
-    /// acknowledged, so it is withdrawn (the change to store and hand to the peers that
-    /// took it), and the holder is taken so the address is not chosen again while it
-    /// holds it.
+    /// The shared store refused `ours` because `holder` holds its address: the lease
+    /// was never acknowledged, so it is withdrawn (the change to store), and the holder
+    /// is taken so the address is not chosen again while it holds it.
     pub fn withdraw(&mut self, ours: &Lease6, holder: &Lease6, now: u64) -> Option<Lease6Effect> {
         let mine = self
             .bindings
@@ -131,20 +76,9 @@ impl Engine6 {
             Lease6Effect::Remove(ours.ip, ours.duid.clone())
         });
         if holder.ip == ours.ip && holder.is_active(now) && self.bindings.get(holder.ip).is_none() {
-            self.take_peer_lease(holder.clone(), now);
+            self.take_decided_lease(holder.clone(), now);
         }
         withdrawn
-    }
-
-    /// Every lease that holds its address at `now` (bound or declined), for a member
-    /// starting: advertisements are this member's alone, and an address held back for
-    /// an unreadable record names no client.
-    pub fn live_leases(&self, now: u64) -> Vec<Lease6> {
-        self.bindings
-            .iter()
-            .filter(|l| l.state != LeaseState::Offered && !l.duid.is_empty() && l.is_active(now))
-            .cloned()
-            .collect()
     }
 }
 
@@ -158,7 +92,7 @@ mod tests {
     use crate::config::Config;
     use crate::dhcp::engine::Responsibility;
     use crate::mac::MacAddr;
-    use crate::store::{Lease6, Lease6Effect, LeaseState, Verdict};
+    use crate::store::{Lease6, Lease6Effect, LeaseState};
 
     const NOW: u64 = 10_000;
     const ADDRS: &[Ipv6Addr] = &[Ipv6Addr::new(0xfd00, 1, 0, 0, 0, 0, 0, 1)];
@@ -248,19 +182,21 @@ mod tests {
         })
     }
 
+    /// The bindings that hold an address at `now` (bound or declined).
+    fn held(e: &Engine6, now: u64) -> Vec<Lease6> {
+        e.leases()
+            .filter(|l| l.state != LeaseState::Offered && l.is_active(now))
+            .cloned()
+            .collect()
+    }
+
     #[test]
-    fn an_address_a_peer_granted_is_never_handed_to_another_client_here() {
+    fn an_address_the_database_gave_another_member_is_never_handed_to_another_client_here() {
         let mut e = engine();
         let put = Lease6Effect::Put(granted(1, ip(0x10)));
-        assert_eq!(
-            e.apply_peer_change(&put, NOW, false),
-            (Verdict::Accepted, Some(put.clone()))
-        );
-        // A late copy of the same lease is accepted and not stored again.
-        assert_eq!(
-            e.apply_peer_change(&put, NOW, false),
-            (Verdict::Accepted, None)
-        );
+        assert_eq!(e.apply_decided_change(&put, NOW), Some(put.clone()));
+        // The same row read again is not stored again.
+        assert_eq!(e.apply_decided_change(&put, NOW), None);
         let d = ask(
             &mut e,
             &message(MessageType::Solicit, 2, None, Some(ip(0x10))),
@@ -269,14 +205,14 @@ mod tests {
         assert_eq!(
             given(&d),
             Some(ip(0x11)),
-            "the hint on the peer's address is not taken"
+            "the hint on the other member's address is not taken"
         );
     }
 
     #[test]
     fn a_client_whose_server_died_rebinds_here_and_keeps_its_address() {
         let mut e = engine();
-        e.apply_peer_change(&Lease6Effect::Put(granted(1, ip(0x12))), NOW, false);
+        e.apply_decided_change(&Lease6Effect::Put(granted(1, ip(0x12))), NOW);
         // Its server (another DUID) does not answer its Renews; this member is not the
         // responsible one, but it knows the binding, so it answers the Rebind.
         let renew = message(MessageType::Renew, 1, Some(&[0, 4, 1, 1]), Some(ip(0x12)));
@@ -294,7 +230,7 @@ mod tests {
     }
 
     #[test]
-    fn a_live_change_on_an_address_another_client_holds_is_refused() {
+    fn the_databases_binding_replaces_an_advertise_of_this_member() {
         let mut e = engine();
         let d = ask(
             &mut e,
@@ -302,54 +238,23 @@ mod tests {
             Responsibility::Mine,
         );
         let ours = given(&d).unwrap();
-        // Advertised only: a peer's lease wins over an Advertise.
         let theirs = granted(1, ours);
-        assert_eq!(
-            e.apply_peer_change(&Lease6Effect::Put(theirs.clone()), NOW, false)
-                .0,
-            Verdict::Accepted
-        );
-        let mut e = engine();
-        let req = message(MessageType::Request, 2, Some(&[0, 4, 9, 9]), None);
-        let d = ask(&mut e, &req, Responsibility::Mine);
-        let held = match &d.effects[..] {
-            [Lease6Effect::Put(l)] => l.clone(),
-            other => panic!("{other:?}"),
-        };
-        let clash = granted(1, held.ip);
-        assert_eq!(
-            e.apply_peer_change(&Lease6Effect::Put(clash.clone()), NOW, false),
-            (Verdict::Refused6(held.clone()), None)
-        );
-        // Sent to catch up (answered long ago): the lease that began later wins.
-        let later = Lease6 {
-            starts: NOW + 1,
-            ..clash
-        };
-        assert_eq!(
-            e.apply_peer_change(&Lease6Effect::Put(later.clone()), NOW + 1, true)
-                .0,
-            Verdict::Accepted
-        );
-        assert_eq!(e.live_leases(NOW + 1), vec![later]);
+        assert!(e
+            .apply_decided_change(&Lease6Effect::Put(theirs.clone()), NOW)
+            .is_some());
+        assert_eq!(held(&e, NOW), vec![theirs]);
     }
 
     #[test]
-    fn a_peer_removal_forgets_only_its_own_clients_lease() {
+    fn a_decided_removal_forgets_only_its_own_clients_lease() {
         let mut e = engine();
-        e.apply_peer_change(&Lease6Effect::Put(granted(1, ip(0x10))), NOW, false);
+        e.apply_decided_change(&Lease6Effect::Put(granted(1, ip(0x10))), NOW);
         let wrong = Lease6Effect::Remove(ip(0x10), duid(2));
-        assert_eq!(
-            e.apply_peer_change(&wrong, NOW, false),
-            (Verdict::Accepted, None)
-        );
-        assert_eq!(e.live_leases(NOW).len(), 1);
+        assert_eq!(e.apply_decided_change(&wrong, NOW), None);
+        assert_eq!(held(&e, NOW).len(), 1);
         let right = Lease6Effect::Remove(ip(0x10), duid(1));
-        assert_eq!(
-            e.apply_peer_change(&right, NOW, false),
-            (Verdict::Accepted, Some(right.clone()))
-        );
-        assert!(e.live_leases(NOW).is_empty());
+        assert_eq!(e.apply_decided_change(&right, NOW), Some(right.clone()));
+        assert!(held(&e, NOW).is_empty());
         let d = ask(
             &mut e,
             &message(MessageType::Solicit, 2, None, Some(ip(0x10))),
@@ -359,7 +264,7 @@ mod tests {
     }
 
     #[test]
-    fn a_lease_a_peer_refused_is_withdrawn_and_the_client_gets_another_address() {
+    fn a_lease_the_database_refused_is_withdrawn_and_the_client_gets_another_address() {
         let mut e = engine();
         let req = message(MessageType::Request, 2, Some(&[0, 4, 9, 9]), None);
         let ours = match &ask(&mut e, &req, Responsibility::Mine).effects[..] {
@@ -371,30 +276,31 @@ mod tests {
             e.withdraw(&ours, &holder, NOW),
             Some(Lease6Effect::Remove(ours.ip, ours.duid.clone()))
         );
-        assert_eq!(e.live_leases(NOW), vec![holder]);
+        assert_eq!(held(&e, NOW), vec![holder]);
         let d = ask(&mut e, &req, Responsibility::Mine);
         assert_ne!(given(&d), Some(ours.ip));
         assert!(given(&d).is_some());
     }
 
     #[test]
-    fn advertisements_and_unreadable_records_are_not_given_to_a_starting_member() {
+    fn advertisements_and_records_without_a_client_are_not_taken() {
         let mut e = engine();
-        ask(
-            &mut e,
-            &message(MessageType::Solicit, 2, None, None),
-            Responsibility::Mine,
-        );
-        e.hold_back(ip(0x13), NOW + 1000);
-        assert!(e.live_leases(NOW).is_empty());
-        // Nor believed from a peer.
         let offered = Lease6 {
             state: LeaseState::Offered,
             ..granted(1, ip(0x12))
         };
         assert_eq!(
-            e.apply_peer_change(&Lease6Effect::Put(offered), NOW, false),
-            (Verdict::Accepted, None)
+            e.apply_decided_change(&Lease6Effect::Put(offered), NOW),
+            None
         );
+        let nameless = Lease6 {
+            duid: Vec::new(),
+            ..granted(1, ip(0x12))
+        };
+        assert_eq!(
+            e.apply_decided_change(&Lease6Effect::Put(nameless), NOW),
+            None
+        );
+        assert!(held(&e, NOW).is_empty());
     }
 }
