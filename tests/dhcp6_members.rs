@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use common::members::wait_until;
 use common::relay6::{relay_forward, relay_reply, RelayReply};
 use common::segment::Segment;
+use common::db::{DbServer, Kind};
 use common::Server;
 use dhcproto::v6::{DhcpOption, IAAddr, Message, MessageType, OptionCode, IANA};
 use dhcproto::{Encodable, Encoder};
@@ -37,7 +38,8 @@ fn member_v6(i: usize) -> Ipv6Addr {
     format!("fd00:1::{}", 11 + i).parse().unwrap()
 }
 
-fn config(interface: &str, i: usize) -> String {
+/// Member `i`'s configuration; `store`: the shared lease store's table.
+fn config(interface: &str, i: usize, store: &str) -> String {
     let members: Vec<(&str, String)> = NAMES
         .iter()
         .enumerate()
@@ -63,7 +65,7 @@ rebinding_time = 4
 [[subnet6]]
 network = "fd00:2::/64"
 ranges = ["{first} - {last}"]
-"#,
+{store}"#,
         tables = common::members::segment_member_tables(member_v4(i), NAMES[i], &members),
         first = RANGE.0,
         last = RANGE.1,
@@ -267,7 +269,9 @@ fn boot(
 }
 
 /// Three members on one bridge, each with its v4 (member URL) and v6 address, serving.
-fn three_members() -> (Segment, Vec<tempfile::TempDir>, Vec<Server>) {
+/// The database server and the members' `[store]` table come back too: a member
+/// restarted in the test needs them.
+fn three_members() -> (Segment, DbServer, String, Vec<tempfile::TempDir>, Vec<Server>) {
     let addrs: Vec<String> = (0..3).map(|i| format!("{}/16", member_v4(i))).collect();
     let addr_refs: Vec<&str> = addrs.iter().map(String::as_str).collect();
     let seg = Segment::new(&addr_refs);
@@ -281,22 +285,30 @@ fn three_members() -> (Segment, Vec<tempfile::TempDir>, Vec<Server>) {
             "nodad",
         ]);
     }
+    let mut db = DbServer::start(Kind::Postgres, Some(&seg.servers));
+    let store = db.store_table();
     let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let servers: Vec<Server> = (0..3)
-        .map(|i| Server::start(&seg.servers, dirs[i].path(), &config(&seg.member_ifs[i], i)))
+        .map(|i| {
+            Server::start(
+                &seg.servers,
+                dirs[i].path(),
+                &config(&seg.member_ifs[i], i, &store),
+            )
+        })
         .collect();
     for s in &servers {
         wait_until("DHCPv6 listening", Duration::from_secs(10), || {
             s.log_text().contains("DHCPv6 listening")
         });
     }
-    (seg, dirs, servers)
+    (seg, db, store, dirs, servers)
 }
 
 #[test]
 fn three_members_serve_relayed_v6_machines_owner_first_without_duplicates() {
     require_root!();
-    let (seg, _dirs, mut servers) = three_members();
+    let (seg, _db, store, _dirs, mut servers) = three_members();
     seg.clients.ip(&[
         "addr",
         "add",
@@ -363,12 +375,16 @@ fn three_members_serve_relayed_v6_machines_owner_first_without_duplicates() {
         of_c.len()
     );
 
-    // b is rescheduled onto an empty store: it reads every v6 lease from a before it
-    // answers anyone, so the machines it binds next get addresses nobody holds (its
+    // b is rescheduled onto an empty store: it reads every v6 binding from the shared
+    // store before it answers anyone, so the machines it binds next get addresses nobody holds (its
     // share starts with the ones its earlier run handed out).
     servers[1].kill9();
     let fresh = tempfile::tempdir().unwrap();
-    servers[1] = Server::start(&seg.servers, fresh.path(), &config(&seg.member_ifs[1], 1));
+    servers[1] = Server::start(
+        &seg.servers,
+        fresh.path(),
+        &config(&seg.member_ifs[1], 1, &store),
+    );
     wait_until("b knows every v6 lease", Duration::from_secs(15), || {
         seg.metric(member_v4(1), "shardboot_dhcp6_leases")
             .is_some_and(|n| n >= 250)
@@ -392,12 +408,12 @@ fn three_members_serve_relayed_v6_machines_owner_first_without_duplicates() {
 
 /// A real client, ISC `dhclient -6` on the members' link (T1 2 s, T2 4 s): bound by
 /// its responsible member, which is then SIGKILLed. Its Renews go unanswered; at T2 it
-/// Rebinds, and a live member, which holds the replicated lease, answers with the same
-/// address, then renews it.
+/// Rebinds, and a live member, which followed the binding from the shared store,
+/// answers with the same address, then renews it.
 #[test]
 fn dhclient6_keeps_its_address_when_its_member_dies() {
     require_root!();
-    let (seg, dirs, mut servers) = three_members();
+    let (seg, _db, _store, dirs, mut servers) = three_members();
     common::lab6::wait_addresses_usable(&seg.clients, &seg.client_if);
     let events = dirs[0].path().join("events6");
     let hook = common::clients::dhclient_hook(dirs[0].path(), "dhclient6-script", &events);

@@ -47,7 +47,8 @@ fn write_members(path: &Path, members: &[usize]) {
     common::members::write_members_file(path, &list);
 }
 
-fn config(interface: &str, i: usize, members_file: &Path) -> String {
+/// Member `i`'s configuration; `store`: the shared lease store's table.
+fn config(interface: &str, i: usize, members_file: &Path, store: &str) -> String {
     format!(
         r#"
 [dhcp]
@@ -71,7 +72,7 @@ self = "{name}"
 network = "198.18.0.0/16"
 ranges = ["198.18.1.0 - 198.18.1.63"]
 lease_time = 3600
-"#,
+{store}"#,
         ip = member_ip(i),
         name = NAMES[i],
         file = members_file.display(),
@@ -99,6 +100,8 @@ fn offers(seen: &[Seen]) -> Vec<Seen> {
 fn an_inherited_address_in_use_by_a_host_without_a_lease_is_never_offered() {
     require_root!();
     let seg = Segment::new(&["198.18.0.11/16", "198.18.0.12/16"]);
+    let mut db = common::db::DbServer::start(common::db::Kind::Postgres, Some(&seg.servers));
+    let store = db.store_table();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("members.toml");
     write_members(&file, &[0, 1]);
@@ -106,12 +109,12 @@ fn an_inherited_address_in_use_by_a_host_without_a_lease_is_never_offered() {
     let a = Server::start(
         &seg.servers,
         dirs[0].path(),
-        &config(&seg.member_ifs[0], 0, &file),
+        &config(&seg.member_ifs[0], 0, &file, &store),
     );
     let mut b = Server::start(
         &seg.servers,
         dirs[1].path(),
-        &config(&seg.member_ifs[1], 1, &file),
+        &config(&seg.member_ifs[1], 1, &file, &store),
     );
 
     // The squatter: on b's first address, leased by nobody.

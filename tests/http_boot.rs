@@ -140,7 +140,7 @@ fn start_with(owner: &str, max_file_size: u64, member_b_up: bool) -> TestServer 
     let inv = dir.path().join("inventory.toml");
     std::fs::write(&inv, INVENTORY).unwrap();
     let text = format!(
-        "[owner]\nself = \"a\"\ninsecure_members = true\ninventory = \"{}\"\n{owner}\n{}",
+        "[dhcp]\nenabled = false\n[owner]\nself = \"a\"\ninsecure_members = true\ninventory = \"{}\"\n{owner}\n{}",
         inv.display(),
         world.members()
     );

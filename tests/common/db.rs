@@ -356,3 +356,15 @@ impl Drop for DbServer {
         self.kill();
     }
 }
+
+impl DbServer {
+    /// A new database on this server as the `[store]` table of a member's config:
+    /// every member of one test gets the same table. Append it to the config's text.
+    pub(crate) fn store_table(&mut self) -> String {
+        let (url, _) = self.database();
+        format!(
+            "\n[store]\nshared = \"{url}\"\ncredentials_dir = \"{}\"\n",
+            self.credentials_dir().display()
+        )
+    }
+}
