@@ -3,10 +3,10 @@
 //! members' addresses does): each machine is advertised by exactly its responsible
 //! member (the bucket of the MAC in option 79), each address comes from that member's
 //! share, no address goes to two machines; a SIGKILLed member's machines are then
-//! answered by exactly one live member, still without a duplicate. The members
-//! replicate their v6 leases: the dead member's machines keep their addresses when
-//! they Rebind, and a member restarted on an empty store learns every lease before it
-//! hands out one.
+//! answered by exactly one live member, still without a duplicate. The members share a
+//! lease store (PostgreSQL, started by the test): the dead member's machines keep their
+//! addresses when they Rebind, and a member restarted on an empty store reads every
+//! binding before it hands out one.
 
 mod common;
 
@@ -14,10 +14,10 @@ use std::collections::HashMap;
 use std::net::{Ipv6Addr, SocketAddrV6, UdpSocket};
 use std::time::{Duration, Instant};
 
+use common::db::{DbServer, Kind};
 use common::members::wait_until;
 use common::relay6::{relay_forward, relay_reply, RelayReply};
 use common::segment::Segment;
-use common::db::{DbServer, Kind};
 use common::Server;
 use dhcproto::v6::{DhcpOption, IAAddr, Message, MessageType, OptionCode, IANA};
 use dhcproto::{Encodable, Encoder};
@@ -84,8 +84,11 @@ fn responsible(m: &[u8; 6], live: &[&str]) -> usize {
 
 /// The member whose share of the relayed range holds `ip`.
 fn share_owner(ip: Ipv6Addr) -> Option<usize> {
-    let cfg =
-        |i| shardboot::config::Config::from_toml_with_overrides(&config("x", i), &[]).unwrap();
+    // The share depends on the member list only; the store URL is never opened here.
+    let store = "[store]\nshared = \"postgres://db.test/shardboot\"\n";
+    let cfg = |i| {
+        shardboot::config::Config::from_toml_with_overrides(&config("x", i, store), &[]).unwrap()
+    };
     (0..3).find(|&i| {
         let c = cfg(i);
         let e = shardboot::dhcp6::engine::Engine6::new(&c, vec![0, 4, i as u8], Vec::new(), 0);
@@ -271,7 +274,13 @@ fn boot(
 /// Three members on one bridge, each with its v4 (member URL) and v6 address, serving.
 /// The database server and the members' `[store]` table come back too: a member
 /// restarted in the test needs them.
-fn three_members() -> (Segment, DbServer, String, Vec<tempfile::TempDir>, Vec<Server>) {
+fn three_members() -> (
+    Segment,
+    DbServer,
+    String,
+    Vec<tempfile::TempDir>,
+    Vec<Server>,
+) {
     let addrs: Vec<String> = (0..3).map(|i| format!("{}/16", member_v4(i))).collect();
     let addr_refs: Vec<&str> = addrs.iter().map(String::as_str).collect();
     let seg = Segment::new(&addr_refs);

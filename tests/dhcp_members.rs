@@ -108,7 +108,13 @@ fn three_members_share_a_segment_without_duplicates_and_take_over() {
     let store = db.store_table();
     let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let mut servers: Vec<Server> = (0..3)
-        .map(|i| Server::start(&seg.servers, dirs[i].path(), &config(&seg.member_ifs[i], i, &store)))
+        .map(|i| {
+            Server::start(
+                &seg.servers,
+                dirs[i].path(),
+                &config(&seg.member_ifs[i], i, &store),
+            )
+        })
         .collect();
     let mut client = seg.client();
     // The client socket was made inside the namespace; using it from this thread is
@@ -307,7 +313,8 @@ fn three_members_share_a_segment_without_duplicates_and_take_over() {
     // 3. b restarts on its store: its machines rebooting (INIT-REBOOT) get their old
     // addresses back from b (and from the others, which hold the same leases).
     servers[1].restart();
-    // Every member knows b's leases (replicated): one that still counts b dead would
+    // Every member knows b's leases (followed from the shared store): one that still
+    // counts b dead would
     // answer b's machines itself, so the check waits until both see b again.
     for other in [0, 2] {
         wait_until("a and c see b again", Duration::from_secs(10), || {
@@ -320,8 +327,8 @@ fn three_members_share_a_segment_without_duplicates_and_take_over() {
         .map(|(ip, m)| (*m, *ip))
         .collect();
     assert!(!b_leases.is_empty());
-    // Every member holds these leases (replicated), so each may ACK; all on the
-    // machine's own address, b among them.
+    // Every member holds these leases (followed from the shared store), so each may
+    // ACK; all on the machine's own address, b among them.
     let replies = client.init_reboot(&b_leases, Duration::from_millis(1500));
     for ((m, ip), s) in b_leases.iter().zip(replies) {
         assert!(
@@ -332,9 +339,18 @@ fn three_members_share_a_segment_without_duplicates_and_take_over() {
         );
     }
 
-    // 4. The three stores: leases are replicated, so each holds every ACKed lease,
-    // bound to the client it was ACKed to, and no store holds an address for another
-    // client than another store does.
+    // 4. The three stores: every member follows the shared store (every poll_ms), so
+    // each comes to hold every ACKed lease, bound to the client it was ACKed to, and no
+    // store holds an address for another client than another store does.
+    for m in 0..3 {
+        wait_until(
+            "every member holds as many records",
+            Duration::from_secs(10),
+            || metric(&seg, m, "shardboot_leases ").is_some_and(|n| n >= leases.len() as u64),
+        );
+    }
+    // Offers of its own count too: two more polls make sure the last rows are in.
+    std::thread::sleep(Duration::from_secs(2));
     let mut holder: HashMap<Ipv4Addr, String> = HashMap::new();
     for (i, s) in servers.iter_mut().enumerate() {
         s.stop();
@@ -361,7 +377,11 @@ fn a_member_with_a_different_member_list_refuses_to_start() {
     let store = db.store_table();
     let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
     // a runs with the list a, b, c.
-    let _a = Server::start(&seg.servers, dirs[0].path(), &config(&seg.member_ifs[0], 0, &store));
+    let _a = Server::start(
+        &seg.servers,
+        dirs[0].path(),
+        &config(&seg.member_ifs[0], 0, &store),
+    );
     wait_until("a's HTTP up", Duration::from_secs(10), || {
         metric(&seg, 0, "shardboot_member_up{member=\"a\"} ") == Some(1)
     });
@@ -451,7 +471,13 @@ fn adding_a_member_never_hands_out_an_address_twice() {
     }
     drop(ab);
     let servers: Vec<Server> = (0..3)
-        .map(|i| Server::start(&seg.servers, dirs[i].path(), &config(&seg.member_ifs[i], i, &store)))
+        .map(|i| {
+            Server::start(
+                &seg.servers,
+                dirs[i].path(),
+                &config(&seg.member_ifs[i], i, &store),
+            )
+        })
         .collect();
     // Every member read the database's bindings before it answered: c, on an empty
     // store, knows the 60 leases a and b gave, and nobody waits out a transition.

@@ -2,8 +2,8 @@
 //! real sockets on one bridge: members `a` and `b` follow a members file; a "squatter"
 //! host on the segment uses an address of b's share that no member has a lease for
 //! (the lease a member dying right after its ACK would leave). While both run nothing is
-//! probed. Then b dies and leaves the file: a inherits b's blocks at once (its peers are
-//! in step) and, asked by many machines, offers every free address but the squatter's,
+//! probed. Then b dies and leaves the file: a inherits b's blocks at once (the shared
+//! lease store answers) and, asked by many machines, offers every free address but the squatter's,
 //! which answered a's ICMP echo and is quarantined.
 
 mod common;

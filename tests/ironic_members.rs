@@ -20,6 +20,7 @@ use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
+use common::db::{DbServer, Kind};
 use common::ironic_lab::{conductor_name, IronicLab, ONE_LAB_AT_A_TIME};
 use common::machines::{bound_leases, Lost, Machines, Reconfirm};
 use common::members::wait_until;
@@ -56,7 +57,8 @@ fn conductor_of(i: usize) -> String {
     conductor_name(i as u8 + 1)
 }
 
-fn config(interface: &str, i: usize, api: &str, dir: &std::path::Path) -> String {
+/// Member `i`'s configuration; `store`: the members' shared lease store table.
+fn config(interface: &str, i: usize, api: &str, dir: &std::path::Path, store: &str) -> String {
     let tokens = dir.join("tokens");
     std::fs::write(&tokens, "ironic-members-operator-token\n").unwrap();
     use std::os::unix::fs::PermissionsExt;
@@ -88,7 +90,7 @@ refresh_secs = 2
 network = "198.18.0.0/16"
 ranges = ["198.18.1.0 - 198.18.4.255"]
 lease_time = 3600
-"#,
+{store}"#,
         host = host(i),
         tokens = tokens.display(),
         conductor = conductor_of(i),
@@ -97,10 +99,13 @@ lease_time = 3600
 }
 
 /// The lab: Ironic, the segment and the members, by index (None: not running).
-/// Dropped in field order: the members, then Ironic (stopped from inside the
-/// namespace), then the state directories, then the namespaces.
+/// Dropped in field order: the members, then the shared store's database server, then
+/// Ironic (stopped from inside the namespace), then the state directories, then the
+/// namespaces.
 struct Cluster {
     servers: Vec<Option<Server>>,
+    _db: DbServer,
+    store: String,
     lab: IronicLab,
     dirs: Vec<tempfile::TempDir>,
     enrolled: Vec<[u8; 6]>,
@@ -129,6 +134,7 @@ impl Cluster {
             i,
             &self.lab.api_url(),
             self.dirs[i].path(),
+            &self.store,
         );
         self.servers[i] = Some(Server::start(
             &self.seg.servers,
@@ -137,17 +143,17 @@ impl Cluster {
         ));
     }
 
-    /// Waits until every running member lists exactly `members` and is in step with
-    /// all of them.
+    /// Waits until every running member lists exactly `members` and reaches the shared
+    /// store.
     fn wait_members(&self, members: &[usize]) {
         let n = members.len() as u64;
         wait_until(
-            &format!("members {members:?} listed and in step everywhere"),
+            &format!("members {members:?} listed and the shared store up everywhere"),
             Duration::from_secs(60),
             || {
                 members.iter().all(|&i| {
                     self.metric(i, "shardboot_members") == Some(n)
-                        && self.metric(i, "shardboot_replication_in_step") == Some(1)
+                        && self.metric(i, "shardboot_shared_store_up") == Some(1)
                 })
             },
         );
@@ -322,8 +328,12 @@ fn members_follow_ironic_through_join_leave_crash_replacement_and_rolling_restar
         })
         .collect();
     assert_eq!(enrolled.len(), ENROLLED);
+    let mut db = DbServer::start(Kind::Postgres, Some(&seg.servers));
+    let store = db.store_table();
     let mut cluster = Cluster {
         servers: (0..MEMBERS).map(|_| None).collect(),
+        _db: db,
+        store,
         lab,
         dirs: (0..MEMBERS).map(|_| tempfile::tempdir().unwrap()).collect(),
         enrolled,

@@ -324,6 +324,9 @@ fn dhcp_answers_come_from_the_member_beside_the_owning_conductor() {
     let lab = IronicLab::start_in(Some(&seg.servers.name), &[]);
     lab.run(&["enroll"], &["20"]);
     let owners = lab.owners();
+    // The members' shared lease store: a database server of its own beside Ironic's.
+    let mut db = common::db::DbServer::start(common::db::Kind::Postgres, Some(&seg.servers));
+    let store = db.store_table();
     let config = |i: usize| {
         format!(
             r#"
@@ -354,7 +357,7 @@ conductor_url = "{c2}"
 [[subnet]]
 network = "198.18.0.0/16"
 ranges = ["198.18.1.0 - 198.18.4.255"]
-"#,
+{store}"#,
             interface = seg.member_ifs[i],
             ip = ips[i],
             name = ["a", "b"][i],

@@ -198,6 +198,10 @@ pub struct Engine6 {
     /// `[[host]]` entries (deny, host name, `ip6`), and `dhcp.known_only`.
     hosts: hosts::Hosts6,
     known_only: bool,
+    /// The shared lease store does not answer: a Renew or Rebind is answered only up
+    /// to the end of the binding already held, and nothing is bound afresh
+    /// (`set_shared_store_up`).
+    degraded: bool,
 }
 
 impl Engine6 {
@@ -235,6 +239,7 @@ impl Engine6 {
             me,
             hosts: hosts::Hosts6::new(&config.hosts),
             known_only: config.dhcp.known_only,
+            degraded: false,
         };
         // A reserved address inside a range is never handed out dynamically.
         let reserved: Vec<Ipv6Addr> = engine.hosts.reserved().collect();
@@ -715,6 +720,21 @@ impl Engine6 {
             // add one; what it asked about gets lifetimes 0). Otherwise a binding lost
             // with a store (or never replicated) is made again when the address it asks
             // for is free in this member's share.
+            // The shared store unreachable (degraded mode): only the binding this IA
+            // already holds is answered, with what is left of it; the database may
+            // hold nothing longer, and nothing new can be written to it.
+            if self.degraded {
+                let left = held
+                    .and_then(|ip| self.bindings.get(ip))
+                    .filter(|l| l.state == LeaseState::Bound && l.is_active(ctx.now))
+                    .map(|l| (l.ip, remaining(l, ctx.now, life)));
+                if let Some((ip, capped)) = left {
+                    r.opts_mut()
+                        .insert(reply::ia_with(ia.id, ip, capped, &asked));
+                    bound += 1;
+                }
+                continue;
+            }
             let ip = match self.reserved_address((client, ia.id), ctx.mac, si, ctx.now) {
                 Some(reserved) => reserved,
                 None => {
@@ -767,6 +787,12 @@ impl Engine6 {
             effects,
             outcome,
         }
+    }
+
+    /// While the shared lease store answers, any binding may be extended (it decides);
+    /// while it does not, a Renew or Rebind runs only to the binding's current end.
+    pub fn set_shared_store_up(&mut self, up: bool) {
+        self.degraded = !up;
     }
 
     /// Release (RFC 8415 §18.3.7) and Decline (§18.3.8): the client gives addresses up,
@@ -906,4 +932,23 @@ fn client_fqdn(msg: &Message) -> Option<String> {
         rest = &tail[usize::from(len)..];
     }
     (!labels.is_empty()).then(|| labels.join("."))
+}
+
+/// The lifetimes left of `lease` at `now`, for a renewal that may not extend it: valid
+/// and preferred run to the binding's ends, and T1 and T2 keep their proportions of the
+/// subnet's lifetimes within what is left (RFC 8415 §21.4: T1 ≤ T2 ≤ preferred).
+fn remaining(lease: &Lease6, now: u64, configured: Lifetimes) -> Lifetimes {
+    let secs = |end: u64| u32::try_from(end.saturating_sub(now)).unwrap_or(u32::MAX);
+    let valid = secs(lease.expires);
+    let preferred = secs(lease.preferred).min(valid);
+    let share = |t: u32| {
+        let whole = u64::from(configured.preferred.max(1));
+        u32::try_from(u64::from(t) * u64::from(preferred) / whole).unwrap_or(preferred)
+    };
+    Lifetimes {
+        t1: share(configured.t1).min(preferred),
+        t2: share(configured.t2).min(preferred),
+        preferred,
+        valid,
+    }
 }

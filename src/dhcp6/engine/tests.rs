@@ -708,3 +708,58 @@ fn ironics_pxe_filter_and_known_only_hold_for_v6_too() {
         Outcome6::Ignored(Ignore6::UnknownClient)
     );
 }
+
+#[test]
+fn with_the_shared_store_down_a_renewal_runs_only_to_the_bindings_end() {
+    let mut e = engine("");
+    let c = duid(1);
+    let req = e.handle_message(
+        &message(MessageType::Request, &c, Some(SERVER_DUID), Some((7, None))),
+        &[],
+        &ctx(1_000),
+    );
+    let (addrs, _) = ia_of(&req.reply.unwrap(), 7);
+    let (bound, _) = addrs[0];
+    e.set_shared_store_up(false);
+    // 400 s later: what is left (600 s of the 1,000), and nothing to store.
+    for kind in [MessageType::Renew, MessageType::Rebind] {
+        let server = (kind == MessageType::Renew).then_some(SERVER_DUID);
+        let d = e.handle_message(
+            &message(kind, &c, server, Some((7, Some(bound)))),
+            &[],
+            &ctx(1_400),
+        );
+        assert_eq!(d.outcome, Outcome6::Bound(1), "{kind:?}");
+        assert!(d.effects.is_empty(), "{kind:?}: {:?}", d.effects);
+        let reply = d.reply.unwrap();
+        assert_eq!(ia_of(&reply, 7), (vec![(bound, 600)], None), "{kind:?}");
+        let ia = &reply::ia_nas(&reply)[0];
+        assert!(ia.t1 <= ia.t2 && ia.t2 <= 600, "{ia:?}");
+    }
+    // An IA with no binding here gets nothing new while the database is unreachable.
+    let d = e.handle_message(
+        &message(
+            MessageType::Renew,
+            &duid(2),
+            Some(SERVER_DUID),
+            Some((1, Some(ip("fd00:1::11")))),
+        ),
+        &[],
+        &ctx(1_400),
+    );
+    assert!(d.reply.is_none() && d.effects.is_empty(), "{:?}", d.outcome);
+    // Back up: extended again.
+    e.set_shared_store_up(true);
+    let d = e.handle_message(
+        &message(
+            MessageType::Renew,
+            &c,
+            Some(SERVER_DUID),
+            Some((7, Some(bound))),
+        ),
+        &[],
+        &ctx(1_500),
+    );
+    assert_eq!(ia_of(&d.reply.unwrap(), 7), (vec![(bound, 1000)], None));
+    assert_eq!(d.effects.len(), 1);
+}

@@ -336,6 +336,8 @@ fn handle(
         policy: mac.and_then(|m| parts.policies.lookup(&m)),
         now: crate::dhcp::shell::unix_now(),
     };
+    // Degraded mode follows the shared store (never down without one).
+    engine.set_shared_store_up(!parts.store.status.shared_is_down());
     let decision = engine.handle_message(msg, &request.hops, &ctx);
     metrics.outcome(&decision.outcome);
     if let Some((mac, via)) = found {
