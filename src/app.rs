@@ -122,6 +122,7 @@ pub async fn run(
         let s = crate::shared::SharedStore::connect(
             settings,
             member_name(&config),
+            crate::owner::MemberList::of(&config.members).fingerprint(),
             handles.store.clone(),
             &shutdown,
         )
@@ -256,6 +257,7 @@ pub async fn run(
             metrics: handles.dhcp.clone(),
             timeline: handles.timeline.clone(),
             control: Some(control),
+            shared: shared.clone(),
         };
         let server = dhcp::prepare(&config, parts).await?;
         let interfaces: Vec<String> = server
@@ -301,9 +303,18 @@ pub async fn run(
         ));
     }
     if let (Some(s), Some(settings)) = (&shared, &config.store.shared) {
+        let several = config.owner.members.several(config.members.len());
         let to = crate::shared::follow::Followers {
             dhcp: config.dhcp.enabled.then(|| dhcp_handle.clone()),
             dhcp6: (!config.subnets6.is_empty()).then(|| dhcp6_handle.clone()),
+            liveness: several.then(|| {
+                crate::shared::follow::Liveness::new(
+                    resolver.roster().clone(),
+                    resolver.live().clone(),
+                    settings.heartbeat,
+                    config.health.dead_after,
+                )
+            }),
         };
         tasks.background(crate::shared::follow::follow(
             s.clone(),

@@ -353,8 +353,8 @@ fn members_follow_ironic_through_join_leave_crash_replacement_and_rolling_restar
     check(&cluster, &mut machines, "three conductors");
 
     // 1. A fourth conductor joins: its member starts first, on an empty store (it reads
-    //    every member's leases and hands out nothing until Ironic lists its conductor),
-    //    then the conductor; Ironic gives it nodes.
+    //    every binding from the shared store and hands out nothing until Ironic lists
+    //    its conductor), then the conductor; Ironic gives it nodes.
     let lost = under_storm(&mut machines, 1, "d joins", || {
         cluster.start(3);
         cluster.lab.start_conductor(4);
@@ -364,7 +364,7 @@ fn members_follow_ironic_through_join_leave_crash_replacement_and_rolling_restar
         .as_ref()
         .unwrap()
         .log_text()
-        .contains("every_member=true"));
+        .contains("bindings read from the shared lease store"));
     cluster.wait_members(&[0, 1, 2, 3]);
     wait_until(
         "Ironic gives conductor 4 nodes",
@@ -419,7 +419,7 @@ fn members_follow_ironic_through_join_leave_crash_replacement_and_rolling_restar
         .as_ref()
         .unwrap()
         .log_text()
-        .contains("every_member=true"));
+        .contains("bindings read from the shared lease store"));
     cluster.wait_members(&[0, 1, 4]);
     wait_until(
         "Ironic gives conductor 5 nodes",

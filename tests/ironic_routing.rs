@@ -447,6 +447,8 @@ fn two_machines_boot_from_the_members_beside_their_conductors() {
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens");
     std::fs::write(&tokens, format!("{TOKEN}\n")).unwrap();
+    let mut db = common::db::DbServer::start(common::db::Kind::Postgres, Some(&ns));
+    let store = db.store_table();
     let config = |i: usize| {
         format!(
             r#"
@@ -481,7 +483,7 @@ conductor_url = "http://{ip_b}:8088"
 [[subnet]]
 network = "198.18.0.0/16"
 ranges = ["198.18.1.0 - 198.18.4.255"]
-"#,
+{store}"#,
             ip = ips[i],
             name = ["a", "b"][i],
             secret = common::member_secret_line(),
@@ -726,6 +728,8 @@ fn members_from_ironic_follow_a_conductor_leaving_and_coming_back() {
     // Each member's HTTP listener on its conductor's host, inside the namespace, as the
     // template says: http://{host}:8080.
     let hosts = ["127.0.0.1", "127.0.0.2"];
+    let mut db = common::db::DbServer::start(common::db::Kind::Postgres, Some(&seg.servers));
+    let store = db.store_table();
     let config = |i: usize| {
         format!(
             r#"
@@ -752,7 +756,7 @@ refresh_secs = 2
 network = "198.18.0.0/16"
 ranges = ["198.18.1.0 - 198.18.4.255"]
 lease_time = 600
-"#,
+{store}"#,
             interface = seg.member_ifs[i],
             host = hosts[i],
             conductor = [CONDUCTOR_1, CONDUCTOR_2][i],

@@ -42,9 +42,15 @@ fn settings(kind: Kind, url: &str, credentials: Option<std::path::PathBuf>) -> S
 
 async fn member(s: &SharedStoreSettings, name: &str) -> (Arc<SharedStore>, Arc<StoreMetrics>) {
     let metrics = Arc::new(StoreMetrics::default());
-    let store = SharedStore::connect(s, name.into(), metrics.clone(), &CancellationToken::new())
-        .await
-        .expect("connect");
+    let store = SharedStore::connect(
+        s,
+        name.into(),
+        format!("list-of-{name}"),
+        metrics.clone(),
+        &CancellationToken::new(),
+    )
+    .await
+    .expect("connect");
     (store, metrics)
 }
 
@@ -355,6 +361,36 @@ async fn schema_versions(server: &DbServer, kind: Kind, url: &str) {
     member(&s, "a").await;
     member(&s, "a").await;
     let db = url.rsplit('/').next().unwrap();
+    let admin = |sql: &str| {
+        let out = server.admin_in(Some(db), sql);
+        assert!(
+            out.status.success(),
+            "{sql}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    // A step another member already ran (its column exists, its version row not yet
+    // written): taken as done, on MySQL too, which has no ADD COLUMN IF NOT EXISTS.
+    admin("DELETE FROM shardboot_schema WHERE version = 2");
+    let (a, _) = member(&s, "a").await;
+    // A database of the first schema (no fingerprints): migrated.
+    admin("DELETE FROM shardboot_schema WHERE version = 2");
+    admin("ALTER TABLE shardboot_member DROP COLUMN fingerprint");
+    let (b, _) = member(&s, "b").await;
+    let rows = b.members().await.unwrap();
+    let of = |name: &str| {
+        rows.iter()
+            .find(|r| r.name == name)
+            .map(|r| r.fingerprint.clone())
+    };
+    assert_eq!(of("b").as_deref(), Some("list-of-b"), "{kind:?}: {rows:?}");
+    // The heartbeat writes the list this member serves now.
+    a.set_fingerprint("changed");
+    a.heartbeat().await;
+    let rows = b.members().await.unwrap();
+    let a_row = rows.iter().find(|r| r.name == "a").unwrap();
+    assert_eq!(a_row.fingerprint, "changed", "{kind:?}");
+    assert!(a_row.heartbeat_age_ms < 5_000, "{kind:?}: {a_row:?}");
     let out = server.admin_in(Some(db), "INSERT INTO shardboot_schema VALUES (99, 0)");
     assert!(
         out.status.success(),
@@ -364,6 +400,7 @@ async fn schema_versions(server: &DbServer, kind: Kind, url: &str) {
     let err = SharedStore::connect(
         &s,
         "b".into(),
+        String::new(),
         Arc::new(StoreMetrics::default()),
         &CancellationToken::new(),
     )

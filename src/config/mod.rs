@@ -280,7 +280,7 @@ impl TryFrom<RawConfig> for Config {
         let tftp = tftp::validate(raw.tftp, &mut issues);
         let http = http::validate(raw.http, &mut issues);
         let members = member::validate_all(raw.members, &mut issues);
-        let owner = owner::validate(raw.owner, &members, &mut issues);
+        let owner = owner::validate(raw.owner, &members, raw.store.has_shared(), &mut issues);
         let health = health::validate(raw.health, &mut issues);
         let ra = ra::validate(raw.ra, !raw.subnets6.is_empty(), &mut issues);
         let store = store::validate(raw.store, &mut issues);

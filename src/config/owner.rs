@@ -167,7 +167,14 @@ fn url_template(key: &str, value: Option<String>, issues: &mut Issues) -> Option
 }
 
 /// Validates `[owner]` against the already validated `members` (`self` must name one).
-pub(super) fn validate(raw: RawOwner, members: &[Member], issues: &mut Issues) -> OwnerSettings {
+/// `shared_store`: members then judge each other by heartbeat rows in the database, and
+/// no member secret is needed (nothing is believed from a member's HTTP answer).
+pub(super) fn validate(
+    raw: RawOwner,
+    members: &[Member],
+    shared_store: bool,
+    issues: &mut Issues,
+) -> OwnerSettings {
     let (from_ironic, from_file) = match raw.members.as_deref() {
         None | Some("static") => (false, false),
         Some("ironic") => (true, false),
@@ -286,6 +293,7 @@ pub(super) fn validate(raw: RawOwner, members: &[Member], issues: &mut Issues) -
     if (members.len() > 1 || from_ironic || from_file)
         && raw.member_secret_file.is_none()
         && !insecure_members
+        && !shared_store
     {
         issues.add(
             "owner.member_secret_file",

@@ -21,6 +21,14 @@ pub(super) struct RawStore {
     heartbeat_secs: Option<u64>,
 }
 
+impl RawStore {
+    /// Whether a shared lease store is configured (members then judge each other by
+    /// their heartbeat rows, not by HTTP probes).
+    pub(super) fn has_shared(&self) -> bool {
+        self.shared.is_some()
+    }
+}
+
 /// Which SQL the shared store speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {

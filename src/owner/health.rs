@@ -65,6 +65,11 @@ pub struct LiveSet {
 }
 
 impl LiveSet {
+    /// This member's name, if it is one of several.
+    pub fn self_name(&self) -> Option<&str> {
+        self.self_name.as_deref()
+    }
+
     /// Every member alive.
     pub fn new(members: &[Member], self_name: Option<&str>) -> Self {
         Self {

@@ -27,7 +27,7 @@ pub use members::{slice_of, MemberList};
 
 use crate::config::{Config, Member, MembersSource, OwnerSettings, ResolverKind};
 use crate::mac::MacAddr;
-use health::LiveSet;
+pub use health::LiveSet;
 use ironic::{IronicError, IronicOwners};
 use ironic_cache::{Cached, Known};
 use peer_auth::MemberSecret;
@@ -94,7 +94,10 @@ pub fn start(
         }
         MembersSource::Static => {}
     }
-    if config.members.len() > 1 || config.owner.members.follows() {
+    // With a shared lease store, members are judged by their heartbeat rows
+    // (`shared::follow::Liveness`): nothing is probed over HTTP.
+    let probes = config.store.shared.is_none();
+    if probes && (config.members.len() > 1 || config.owner.members.follows()) {
         tasks.push(Box::pin(health::run_probes(
             resolver.roster().clone(),
             resolver.live().clone(),

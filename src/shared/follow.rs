@@ -1,8 +1,9 @@
 //! Following the shared store: other members' binding changes read into this member's
 //! engines (so a dead member's clients keep their addresses here, and no fresh address
 //! is offered over another member's binding), this member's heartbeat row (which also
-//! brings a member back out of degraded mode with no client asking), and tombstones
-//! purged.
+//! brings a member back out of degraded mode with no client asking), the other
+//! members' heartbeat rows (which members are alive: members talk through the
+//! database, as Ironic's conductors do, never to each other), and tombstones purged.
 //!
 //! The cache is only a cache: a binding it lacks still cannot be given twice, because
 //! the database refuses the write. What following buys is availability: a renewal or a
@@ -13,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::bindings::{Decided, KeyValue};
 use super::sql::Family;
@@ -31,6 +32,73 @@ pub struct Followers {
     pub dhcp: Option<DhcpHandle>,
     /// The DHCPv6 engine.
     pub dhcp6: Option<Dhcp6Handle>,
+    /// Which members are alive, from their heartbeat rows; `None`: a single instance.
+    pub liveness: Option<Liveness>,
+}
+
+/// Members' liveness from their heartbeat rows: a member of the list in force whose
+/// row the database last heard from longer than `dead_after` ago (by the database's
+/// clock, so no member's clock matters) is dead; one without a row is dead once this
+/// member has run that long (every member starts alive, so a restart does not
+/// reshuffle the hash ring while rows are first read).
+#[derive(Debug, Clone)]
+pub struct Liveness {
+    /// The member list in force (its fingerprint goes into this member's row).
+    pub roster: Arc<crate::owner::roster::Roster>,
+    /// Where the verdicts go (the hash ring, DHCP takeover, `/v1/members`).
+    pub live: Arc<crate::owner::LiveSet>,
+    /// How long a silent member stays alive.
+    pub dead_after: Duration,
+}
+
+impl Liveness {
+    /// `store.heartbeat_secs` × `health.dead_after`: that many heartbeats missed.
+    pub fn new(
+        roster: Arc<crate::owner::roster::Roster>,
+        live: Arc<crate::owner::LiveSet>,
+        heartbeat: Duration,
+        dead_after: u32,
+    ) -> Self {
+        Self {
+            roster,
+            live,
+            dead_after: heartbeat * dead_after.max(1),
+        }
+    }
+
+    /// Takes one reading of the heartbeat rows, `running` after this member started.
+    pub fn observe(&self, rows: &[super::MemberRow], running: Duration) {
+        let view = self.roster.current();
+        self.live.sync(view.list.names());
+        let limit = i64::try_from(self.dead_after.as_millis()).unwrap_or(i64::MAX);
+        for m in &view.members {
+            if Some(m.name.as_str()) == self.live.self_name() {
+                continue;
+            }
+            let row = rows.iter().find(|r| r.name == m.name);
+            let alive = match row {
+                Some(r) => r.heartbeat_age_ms <= limit,
+                None => running < self.dead_after,
+            };
+            if let Some(r) = row.filter(|r| alive && !r.fingerprint.is_empty()) {
+                if r.fingerprint != view.fingerprint {
+                    // A member restarted with another list: its shares overlap ours
+                    // (the database still refuses any second binding).
+                    warn!(member = %m.name, theirs = %r.fingerprint, ours = %view.fingerprint, "member lists differ; address shares may overlap");
+                }
+            }
+            if self
+                .live
+                .observe(&m.name, alive, std::time::Instant::now(), 1)
+            {
+                if alive {
+                    info!(member = %m.name, "member is alive again (its heartbeat row is fresh)");
+                } else {
+                    warn!(member = %m.name, silent_ms = row.map(|r| r.heartbeat_age_ms), "member is dead: its heartbeat row is stale; removed from the hash ring");
+                }
+            }
+        }
+    }
 }
 
 /// Reads other members' changes every `poll` from `since_ms` on (the newest stamp the
@@ -52,7 +120,12 @@ pub async fn follow(
     poll_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // The heartbeat on its own task: a poll waiting on an unreachable database must
     // not delay noticing it, nor noticing it back.
-    tokio::spawn(beat(shared.clone(), heartbeat, shutdown.clone()));
+    tokio::spawn(beat(
+        shared.clone(),
+        heartbeat,
+        to.liveness.clone(),
+        shutdown.clone(),
+    ));
     let mut failing = false;
     loop {
         tokio::select! {
@@ -91,9 +164,15 @@ pub async fn follow(
     }
 }
 
-/// Writes the heartbeat every `every` and purges what ended long ago, until
-/// `shutdown`.
-async fn beat(shared: Arc<SharedStore>, every: Duration, shutdown: CancellationToken) {
+/// Writes the heartbeat every `every`, reads the other members' (with `liveness`),
+/// and purges what ended long ago, until `shutdown`.
+async fn beat(
+    shared: Arc<SharedStore>,
+    every: Duration,
+    liveness: Option<Liveness>,
+    shutdown: CancellationToken,
+) {
+    let started = std::time::Instant::now();
     let mut beat_tick = tokio::time::interval(every);
     let mut purge_tick = tokio::time::interval(PURGE_EVERY);
     for t in [&mut beat_tick, &mut purge_tick] {
@@ -102,7 +181,18 @@ async fn beat(shared: Arc<SharedStore>, every: Duration, shutdown: CancellationT
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return,
-            _ = beat_tick.tick() => shared.heartbeat().await,
+            _ = beat_tick.tick() => {
+                if let Some(l) = &liveness {
+                    shared.set_fingerprint(&l.roster.current().fingerprint);
+                }
+                shared.heartbeat().await;
+                // Unreachable: nobody is judged (this member cannot tell who is up).
+                if let (Some(l), true) = (&liveness, shared.is_up()) {
+                    if let Ok(rows) = shared.members().await {
+                        l.observe(&rows, started.elapsed());
+                    }
+                }
+            }
             _ = purge_tick.tick() => shared.purge().await,
         }
     }
@@ -134,7 +224,10 @@ impl SharedStore {
         let q = self.sql.heartbeat();
         let r = tokio::time::timeout(
             self.timeout,
-            sqlx::query(&q).bind(self.me.clone()).execute(&self.pool),
+            sqlx::query(&q)
+                .bind(self.fingerprint())
+                .bind(self.me.clone())
+                .execute(&self.pool),
         )
         .await;
         match r {

@@ -75,6 +75,8 @@ pub struct SharedStore {
     /// far as this member knows: a renewal up to that end needs no write while the
     /// database is unreachable, since that binding already stands.
     coverage: Mutex<std::collections::HashMap<KeyValue, (Vec<u8>, u64)>>,
+    /// The fingerprint of the member list this member serves (its heartbeat row).
+    fingerprint: Mutex<String>,
     /// Counters, for `/metrics`.
     pub metrics: SharedMetrics,
 }
@@ -195,12 +197,13 @@ pub(crate) fn is_transient(e: &sqlx::Error) -> bool {
 }
 
 impl SharedStore {
-    /// Connects as member `me`, runs the schema's migrations and registers this run.
-    /// Waits (logging) until the database answers: a member that cannot read the
-    /// bindings must not hand out addresses.
+    /// Connects as member `me`, serving the member list of `fingerprint`, runs the
+    /// schema's migrations and registers this run. Waits (logging) until the database
+    /// answers: a member that cannot read the bindings must not hand out addresses.
     pub async fn connect(
         settings: &SharedStoreSettings,
         me: String,
+        fingerprint: String,
         store: Arc<StoreMetrics>,
         shutdown: &tokio_util::sync::CancellationToken,
     ) -> Result<Arc<Self>, SharedError> {
@@ -219,6 +222,7 @@ impl SharedStore {
             up: AtomicBool::new(false),
             store,
             coverage: Mutex::default(),
+            fingerprint: Mutex::new(fingerprint),
             metrics: SharedMetrics::default(),
         });
         let mut logged = false;
@@ -285,7 +289,15 @@ impl SharedStore {
         }
         for (i, step) in steps.iter().enumerate().skip(found as usize) {
             for statement in step {
-                sqlx::query(statement).execute(&self.pool).await?;
+                match sqlx::query(statement).execute(&self.pool).await {
+                    // Another member ran this step first (MySQL error 1060,
+                    // ER_DUP_FIELDNAME: the column exists).
+                    Err(sqlx::Error::Database(e))
+                        if e.code().as_deref() == Some("42S21")
+                            || e.message().contains("Duplicate column") => {}
+                    Err(e) => return Err(e.into()),
+                    Ok(_) => {}
+                }
             }
             sqlx::query(&self.sql.record_version())
                 .bind(i as i32 + 1)
@@ -300,9 +312,27 @@ impl SharedStore {
         sqlx::query(&self.sql.register())
             .bind(self.me.clone())
             .bind(env!("CARGO_PKG_VERSION").to_string())
+            .bind(self.fingerprint())
             .execute(&self.pool)
             .await?;
         Ok(())
+    }
+
+    /// The fingerprint of the member list this member serves, as its heartbeat row
+    /// says it.
+    pub fn fingerprint(&self) -> String {
+        self.fingerprint
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Sets the fingerprint the next heartbeat writes (the member list changed).
+    pub fn set_fingerprint(&self, fingerprint: &str) {
+        let mut f = self.fingerprint.lock().unwrap_or_else(|p| p.into_inner());
+        if *f != fingerprint {
+            *f = fingerprint.to_string();
+        }
     }
 
     /// Every binding the database holds, in this member's clock (a member starting, on
@@ -381,6 +411,7 @@ impl SharedStore {
                     heartbeat_age_ms: now_ms.saturating_sub(heartbeat_ms).max(0),
                     up_ms: now_ms.saturating_sub(started_ms).max(0),
                     version: r.try_get(3)?,
+                    fingerprint: r.try_get(5)?,
                 })
             })
             .collect::<Result<_, sqlx::Error>>()
@@ -500,6 +531,8 @@ pub struct MemberRow {
     pub up_ms: i64,
     /// Its version.
     pub version: String,
+    /// The fingerprint of the member list it serves.
+    pub fingerprint: String,
 }
 
 #[cfg(test)]

@@ -123,7 +123,20 @@ impl Sql {
                 ));
             }
         }
-        vec![v1]
+        // v2: the member list each member serves, by fingerprint, in its heartbeat
+        // row (members check each other's lists through the database). MySQL has no
+        // ADD COLUMN IF NOT EXISTS: its "duplicate column" is taken as done
+        // (`SharedStore::migrate`).
+        let v2 = vec![match self.0 {
+            Dialect::MySql => {
+                "ALTER TABLE shardboot_member ADD COLUMN fingerprint VARCHAR(64) NOT NULL DEFAULT ''"
+            }
+            Dialect::Postgres => {
+                "ALTER TABLE shardboot_member ADD COLUMN IF NOT EXISTS fingerprint VARCHAR(64) NOT NULL DEFAULT ''"
+            }
+        }
+        .to_string()];
+        vec![v1, v2]
     }
 
     /// Creates the table of applied schema versions.
@@ -257,37 +270,41 @@ impl Sql {
         )
     }
 
-    /// Writes this member's heartbeat: (name, version), keeping `started_ms` of this
-    /// run from `heartbeat`'s first call via [`Sql::register`].
+    /// Writes this member's heartbeat: (fingerprint, name), keeping `started_ms` of
+    /// this run from [`Sql::register`].
     pub(super) fn heartbeat(self) -> String {
         format!(
-            "UPDATE shardboot_member SET heartbeat_ms = {} WHERE name = {}",
+            "UPDATE shardboot_member SET heartbeat_ms = {}, fingerprint = {} WHERE name = {}",
             self.now_ms(),
-            self.p(1)
+            self.p(1),
+            self.p(2)
         )
     }
 
-    /// Registers this member's run: (name, version).
+    /// Registers this member's run: (name, version, fingerprint).
     pub(super) fn register(self) -> String {
         let now = self.now_ms();
         match self.0 {
             Dialect::MySql => format!(
-                "INSERT INTO shardboot_member (name, heartbeat_ms, started_ms, version) \
-                 VALUES (?, {now}, {now}, ?) ON DUPLICATE KEY UPDATE heartbeat_ms = {now}, \
-                 started_ms = {now}, version = VALUES(version)"
+                "INSERT INTO shardboot_member (name, heartbeat_ms, started_ms, version, fingerprint) \
+                 VALUES (?, {now}, {now}, ?, ?) ON DUPLICATE KEY UPDATE heartbeat_ms = {now}, \
+                 started_ms = {now}, version = VALUES(version), fingerprint = VALUES(fingerprint)"
             ),
             Dialect::Postgres => format!(
-                "INSERT INTO shardboot_member (name, heartbeat_ms, started_ms, version) \
-                 VALUES ($1, {now}, {now}, $2) ON CONFLICT (name) DO UPDATE SET \
-                 heartbeat_ms = {now}, started_ms = {now}, version = EXCLUDED.version"
+                "INSERT INTO shardboot_member (name, heartbeat_ms, started_ms, version, fingerprint) \
+                 VALUES ($1, {now}, {now}, $2, $3) ON CONFLICT (name) DO UPDATE SET \
+                 heartbeat_ms = {now}, started_ms = {now}, version = EXCLUDED.version, \
+                 fingerprint = EXCLUDED.fingerprint"
             ),
         }
     }
 
-    /// Every member's heartbeat row: (name, heartbeat_ms, started_ms, version, now_ms).
+    /// Every member's heartbeat row: (name, heartbeat_ms, started_ms, version, now_ms,
+    /// fingerprint).
     pub(super) fn members(self) -> String {
         format!(
-            "SELECT name, heartbeat_ms, started_ms, version, {} FROM shardboot_member ORDER BY name",
+            "SELECT name, heartbeat_ms, started_ms, version, {}, fingerprint FROM shardboot_member \
+             ORDER BY name",
             self.now_ms()
         )
     }

@@ -360,10 +360,11 @@ impl Drop for DbServer {
 impl DbServer {
     /// A new database on this server as the `[store]` table of a member's config:
     /// every member of one test gets the same table. Append it to the config's text.
+    /// Heartbeats every second, so a dead member is found within a few.
     pub(crate) fn store_table(&mut self) -> String {
         let (url, _) = self.database();
         format!(
-            "\n[store]\nshared = \"{url}\"\ncredentials_dir = \"{}\"\n",
+            "\n[store]\nshared = \"{url}\"\ncredentials_dir = \"{}\"\nheartbeat_secs = 1\n",
             self.credentials_dir().display()
         )
     }

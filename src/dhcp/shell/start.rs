@@ -69,6 +69,9 @@ pub struct Parts {
     pub timeline: Arc<crate::timeline::Timeline>,
     /// Operator changes; `None`: no operator API.
     pub control: Option<ControlReceiver>,
+    /// The shared lease store, where the other members' heartbeat rows say which
+    /// member list each serves; `None`: none configured.
+    pub shared: Option<Arc<crate::shared::SharedStore>>,
 }
 
 /// With members from Ironic: waits for Ironic's first conductor list, since the shares
@@ -124,6 +127,42 @@ async fn first_member_list(
     roster.replace_if_unset(members);
 }
 
+/// With a shared lease store: a member whose heartbeat row is fresh and names another
+/// member list than this one's refuses this start, as a member answering `/healthz`
+/// with another fingerprint did before (its shares would overlap this member's). A
+/// stale row (a member that is down) does not count: it takes this list when it
+/// starts again.
+async fn check_lists_in_rows(
+    shared: &crate::shared::SharedStore,
+    view: &crate::owner::roster::RosterView,
+    config: &Config,
+) -> Result<(), MemberListMismatch> {
+    let Ok(rows) = shared.members().await else {
+        return Ok(());
+    };
+    let fresh_ms = config.store.shared.as_ref().map_or(0, |s| {
+        i64::try_from((s.heartbeat * config.health.dead_after.max(1)).as_millis())
+            .unwrap_or(i64::MAX)
+    });
+    let me = config.owner.self_name.as_deref();
+    for r in rows {
+        let listed = view.members.iter().find(|m| m.name == r.name);
+        if Some(r.name.as_str()) == me || r.fingerprint.is_empty() || r.heartbeat_age_ms > fresh_ms
+        {
+            continue;
+        }
+        if let Some(m) = listed.filter(|_| r.fingerprint != view.fingerprint) {
+            return Err(MemberListMismatch {
+                member: r.name.clone(),
+                url: m.http_url.clone(),
+                theirs: r.fingerprint,
+                ours: view.fingerprint.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Checks the member list against the running members, settles the membership record,
 /// loads the engine and binds one socket per served interface.
 pub async fn prepare(config: &Config, parts: Parts) -> Result<Server, StartError> {
@@ -136,13 +175,17 @@ pub async fn prepare(config: &Config, parts: Parts) -> Result<Server, StartError
         metrics,
         timeline,
         control,
+        shared,
     } = parts;
     if let crate::config::MembersSource::Ironic(settings) = &config.owner.members {
         first_member_list(settings, &stored, &resolver).await;
     }
     let view = resolver.roster().current();
     let mut peer_transition = 0;
-    if view.members.len() > 1 {
+    if let (true, Some(s)) = (view.members.len() > 1, &shared) {
+        s.set_fingerprint(&view.fingerprint);
+        check_lists_in_rows(s, &view, config).await?;
+    } else if view.members.len() > 1 {
         peer_transition = check_member_lists(
             &view.members,
             config.owner.self_name.as_deref(),
