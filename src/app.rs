@@ -133,7 +133,12 @@ pub async fn run(
             leases6 = loaded.leases6.len(),
             "bindings read from the shared lease store"
         );
-        loaded.over(&mut snapshot.leases, &mut snapshot.leases6);
+        // The cache takes the database's word too: what this member answers renewals
+        // from while the database is unreachable, after a restart included.
+        let cached = loaded.over(&mut snapshot.leases, &mut snapshot.leases6);
+        if !cached.is_empty() {
+            store.commit(&cached).map_err(store_err)?;
+        }
         s.seed(
             &loaded,
             &mut snapshot.leases,

@@ -129,7 +129,10 @@ pub async fn follow(
     let mut failing = false;
     loop {
         tokio::select! {
-            () = shutdown.cancelled() => return,
+            () = shutdown.cancelled() => {
+                shared.sign_off().await;
+                return;
+            }
             _ = poll_tick.tick() => {
                 match shared.changed_since(since - overlap_ms, &shared.me, crate::dhcp::shell::unix_now()).await {
                     Ok(rows) => {
@@ -221,6 +224,9 @@ impl SharedStore {
     /// Writes this member's heartbeat; its result says whether the database answers
     /// (the way back out of degraded mode when no write is tried).
     pub async fn heartbeat(&self) {
+        if self.signed_off.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
         let q = self.sql.heartbeat();
         let r = tokio::time::timeout(
             self.timeout,
@@ -240,6 +246,22 @@ impl SharedStore {
             Ok(Ok(_)) => self.set_up(true, None),
             Ok(Err(e)) => self.set_up(false, Some(&e.to_string())),
             Err(_) => self.set_up(false, Some("heartbeat ran past store.timeout_ms")),
+        }
+    }
+
+    /// Says the database this member stops (bounded by `store.timeout_ms`).
+    pub async fn sign_off(&self) {
+        // No heartbeat after this one, whichever task ticks last.
+        self.signed_off
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let q = self.sql.sign_off();
+        let r = tokio::time::timeout(
+            self.timeout,
+            sqlx::query(&q).bind(self.me.clone()).execute(&self.pool),
+        )
+        .await;
+        if !matches!(r, Ok(Ok(_))) {
+            debug!("sign-off not written: the others find this member dead by its heartbeat");
         }
     }
 

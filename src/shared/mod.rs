@@ -27,7 +27,7 @@ use sqlx::{AnyPool, Row};
 use tracing::{error, info, warn};
 
 use crate::config::{Dialect, SharedStoreSettings};
-use crate::store::{Lease, Lease6, StoreMetrics};
+use crate::store::{Change, Lease, Lease6, StoreMetrics};
 use bindings::{Decided, KeyValue};
 pub use metrics::SharedMetrics;
 use sql::{Family, Sql};
@@ -77,6 +77,8 @@ pub struct SharedStore {
     coverage: Mutex<std::collections::HashMap<KeyValue, (Vec<u8>, u64)>>,
     /// The fingerprint of the member list this member serves (its heartbeat row).
     fingerprint: Mutex<String>,
+    /// This run has ended (`sign_off`): no more heartbeats.
+    signed_off: AtomicBool,
     /// Counters, for `/metrics`.
     pub metrics: SharedMetrics,
 }
@@ -223,6 +225,7 @@ impl SharedStore {
             store,
             coverage: Mutex::default(),
             fingerprint: Mutex::new(fingerprint),
+            signed_off: AtomicBool::new(false),
             metrics: SharedMetrics::default(),
         });
         let mut logged = false;
@@ -499,8 +502,24 @@ pub struct Loaded {
 
 impl Loaded {
     /// `stored` (this member's disk) with the database's word on every address it has
-    /// one for: the database decides, the disk is a cache.
-    pub fn over(&self, stored: &mut Vec<Lease>, stored6: &mut Vec<Lease6>) {
+    /// one for: the database decides, the disk is a cache. Returns the changes that
+    /// bring the disk to the same (only what differs), so the cache holds what this
+    /// member answers renewals from if the database is unreachable after a restart.
+    pub fn over(&self, stored: &mut Vec<Lease>, stored6: &mut Vec<Lease6>) -> Vec<Change> {
+        use crate::store::{Lease6Effect, LeaseEffect};
+        let mut changes = Vec::new();
+        let before: std::collections::HashMap<_, _> =
+            stored.iter().map(|l| (l.ip, l.clone())).collect();
+        for l in &self.leases {
+            if before.get(&l.ip) != Some(l) {
+                changes.push(Change::Replica(LeaseEffect::Put(l.clone())));
+            }
+        }
+        for ip in &self.removed {
+            if let Some(old) = before.get(ip) {
+                changes.push(Change::Replica(LeaseEffect::Remove(*ip, old.mac)));
+            }
+        }
         let taken: std::collections::HashSet<std::net::Ipv4Addr> = self
             .leases
             .iter()
@@ -509,6 +528,21 @@ impl Loaded {
             .collect();
         stored.retain(|l| !taken.contains(&l.ip));
         stored.extend(self.leases.iter().cloned());
+        let before6: std::collections::HashMap<_, _> =
+            stored6.iter().map(|l| (l.ip, l.clone())).collect();
+        for l in &self.leases6 {
+            if before6.get(&l.ip) != Some(l) {
+                changes.push(Change::Replica6(Lease6Effect::Put(l.clone())));
+            }
+        }
+        for ip in &self.removed6 {
+            if let Some(old) = before6.get(ip) {
+                changes.push(Change::Replica6(Lease6Effect::Remove(
+                    *ip,
+                    old.duid.clone(),
+                )));
+            }
+        }
         let taken6: std::collections::HashSet<std::net::Ipv6Addr> = self
             .leases6
             .iter()
@@ -517,6 +551,7 @@ impl Loaded {
             .collect();
         stored6.retain(|l| !taken6.contains(&l.ip));
         stored6.extend(self.leases6.iter().cloned());
+        changes
     }
 }
 

@@ -281,6 +281,15 @@ impl Sql {
         )
     }
 
+    /// Marks this member's run as ended (a graceful stop): the other members count it
+    /// dead at their next reading, instead of after its heartbeat goes stale. (name)
+    pub(super) fn sign_off(self) -> String {
+        format!(
+            "UPDATE shardboot_member SET heartbeat_ms = 0 WHERE name = {}",
+            self.p(1)
+        )
+    }
+
     /// Registers this member's run: (name, version, fingerprint).
     pub(super) fn register(self) -> String {
         let now = self.now_ms();
