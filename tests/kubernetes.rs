@@ -41,7 +41,6 @@ fn manifests_validate_and_embedded_environments_pass_check_config() {
     for file in ["daemonset.yaml", "irso-ha-override.yaml"] {
         let section = section(&log, file);
         for var in [
-            "SHARDBOOT_OWNER__MEMBER_SECRET_FILE=/run/shardboot/member-secret",
             "SHARDBOOT_OWNER__IRONIC__PASSWORD_FILE=/auth/ironic/password",
             "SHARDBOOT_OWNER__IRONIC__CA_FILE=/certs/ironic/ca.crt",
             "SHARDBOOT_STORE__CA_FILE=/certs/ca/mariadb/tls.crt",
@@ -112,18 +111,8 @@ fn a_broken_manifest_or_environment_is_refused() {
         text(&out)
     );
 
-    // Members from Ironic without the member secret.
-    let secret_env = "            - name: SHARDBOOT_OWNER__MEMBER_SECRET_FILE\n              value: /run/shardboot/member-secret\n";
-    assert!(daemonset.contains(secret_env), "daemonset.yaml changed");
+    // The ConfigMap as shipped from here on.
     std::fs::write(&cm, &configmap).unwrap();
-    std::fs::write(&ds, daemonset.replace(secret_env, "")).unwrap();
-    let out = check(&[cm.clone(), ds.clone()]);
-    assert!(!out.status.success(), "members without a secret accepted");
-    assert!(
-        text(&out).contains("owner.member_secret_file: is required"),
-        "{}",
-        text(&out)
-    );
 
     // Members without Ironic's database settings: the shared store is missing.
     let use_db = "            - name: IRONIC_USE_MARIADB\n              value: \"true\"\n";
