@@ -9,7 +9,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
 use shardboot::config::{
-    apply_env_overrides, custom_firmware_dir, parse_flag, Config, ConfigError, HostFacts, LogFormat,
+    apply_env_overrides, custom_firmware_dir, parse_flag, Config, ConfigError, HostFacts,
+    LogFormat, DATABASE_CA_FILE, DATABASE_VAR,
 };
 use shardboot::{app, cli};
 
@@ -138,8 +139,10 @@ fn load(cli: &Cli) -> Result<Config, ConfigError> {
                 // Without the list, ranges written without a netmask are refused.
                 addresses: shardboot::dhcp::shell::socket::host_addresses().unwrap_or_default(),
                 custom_firmware_readable: custom_firmware_dir(&vars).read_dir().is_ok(),
+                database_ca_readable: std::fs::File::open(DATABASE_CA_FILE).is_ok(),
             };
-            let mut all = apply_env_overrides(std::env::vars());
+            // The mapping reads SHARDBOOT_DATABASE itself; it is no config key.
+            let mut all = apply_env_overrides(std::env::vars().filter(|(k, _)| k != DATABASE_VAR));
             all.extend(overrides);
             Config::from_ironic_env(&vars, &host, &all)
         }

@@ -1,6 +1,7 @@
 //! `shardboot serve --env ironic-image`: the binary configured only by the variables IrSO
 //! sets on ironic-image's dnsmasq container, in network namespaces, with real clients
-//! (busybox udhcpc, tftp-hpa) and IrSO's own exec probe.
+//! (busybox udhcpc, tftp-hpa) and IrSO's own exec probe; and by the database variables
+//! IrSO sets on Ironic's container, against a real MariaDB server the test starts.
 
 mod common;
 
@@ -8,6 +9,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::db::{DbServer, Kind, PASSWORD, USER};
 use common::{Lab, Netns, Server};
 
 /// The fields of the first `bound` event the udhcpc script recorded.
@@ -252,5 +254,153 @@ fn check_config_names_the_variable_it_cannot_honour() {
     assert!(
         err.contains("DHCP_OPTIONS: entry \"tag:range_1,option:router\": no DHCP_RANGE or DHCP_HOSTS entry sets tag \"range_1\""),
         "{err}"
+    );
+}
+
+/// Ironic's database on a MariaDB server, as IrSO's tests make it (a user with all
+/// privileges on it), and the `shardboot` database the operator adds for the same user.
+/// Returns Ironic's database name.
+fn ironic_and_shardboot_databases(db: &mut DbServer) -> String {
+    let (ironic_url, _) = db.database();
+    let ironic = ironic_url.rsplit('/').next().unwrap().to_string();
+    for sql in [
+        "CREATE DATABASE shardboot".to_string(),
+        format!("GRANT ALL PRIVILEGES ON shardboot.* TO '{USER}'@'%'"),
+    ] {
+        let out = db.admin(&sql);
+        assert!(
+            out.status.success(),
+            "{sql}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    ironic
+}
+
+/// One column of `sql`'s rows in database `name`.
+fn query(db: &DbServer, name: &str, sql: &str) -> Vec<String> {
+    let out = db.admin_in(Some(name), sql);
+    assert!(
+        out.status.success(),
+        "{sql}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.trim().to_string())
+        .collect()
+}
+
+#[test]
+fn ironic_database_settings_keep_leases_in_a_database_of_shardboots_own() {
+    require_root!();
+    let lab = Lab::new(&["192.0.2.1/24"], &[]);
+    // Ironic's MariaDB server, on loopback of the server's namespace.
+    let mut db = DbServer::start(Kind::MariaDb, Some(&lab.server));
+    let ironic = ironic_and_shardboot_databases(&mut db);
+    let dir = tempfile::tempdir().unwrap();
+    let fw = firmware(dir.path()).display().to_string();
+    let host = format!("127.0.0.1:{}", db.port);
+    // The Secret's files: /auth/mariadb in a pod, a directory of the test's here.
+    let credentials = db.credentials_dir().display().to_string();
+    let mut server = Server::start_ironic_env(
+        &lab.server,
+        dir.path(),
+        &[
+            ("PROVISIONING_IP", "192.0.2.1"),
+            ("DHCP_RANGE", "192.0.2.100,192.0.2.150,255.255.255.0"),
+            ("IPXE_CUSTOM_FIRMWARE_DIR", &fw),
+            // As IrSO sets them on Ironic's container from spec.database.
+            ("IRONIC_USE_MARIADB", "true"),
+            ("MARIADB_HOST", &host),
+            ("MARIADB_DATABASE", &ironic),
+            ("SHARDBOOT_STORE__CREDENTIALS_DIR", &credentials),
+        ],
+        "DHCP listening",
+    );
+    let ev = obtain(
+        &lab.client,
+        &lab.client_if,
+        &dir.path().join("events"),
+        &server,
+        &[],
+    );
+    let ip: std::net::Ipv4Addr = ev[1].parse().unwrap();
+
+    // The binding is in shardboot's database, committed before the ACK.
+    let addrs = query(&db, "shardboot", "SELECT addr FROM shardboot_lease4");
+    assert!(
+        addrs.contains(&u32::from(ip).to_string()),
+        "{ip} not in the shardboot database: {addrs:?}\n{}",
+        server.log_text()
+    );
+    // Ironic's database is left as it was: no table of shardboot's in it.
+    let tables = query(
+        &db,
+        &ironic,
+        &format!("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = '{ironic}'"),
+    );
+    assert_eq!(tables, ["0"], "tables in Ironic's database");
+    server.stop();
+    assert!(
+        !server.log_text().contains(PASSWORD),
+        "the password was logged:\n{}",
+        server.log_text()
+    );
+}
+
+#[test]
+fn check_config_shows_the_database_of_its_own_and_never_the_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let credentials = dir.path().join("mariadb");
+    std::fs::create_dir(&credentials).unwrap();
+    std::fs::write(credentials.join("username"), "ironic\n").unwrap();
+    std::fs::write(credentials.join("password"), PASSWORD).unwrap();
+    let run = |extra: &[(&str, &str)]| {
+        Command::new(common::shardboot_bin())
+            .args(["check-config", "--env", "ironic-image"])
+            .env_clear()
+            .env("PROVISIONING_IP", "192.0.2.1")
+            .env("DHCP_RANGE", "192.0.2.100,192.0.2.150,255.255.255.0")
+            .env("IRONIC_USE_MARIADB", "true")
+            .env("MARIADB_HOST", "mariadb.example.svc")
+            .env("MARIADB_DATABASE", "ironic")
+            .env("SHARDBOOT_STORE__CREDENTIALS_DIR", &credentials)
+            .envs(extra.iter().copied())
+            .output()
+            .unwrap()
+    };
+    let out = run(&[("SHARDBOOT_DATABASE", "boot_leases")]);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains(&format!(
+            "store: shared MySql database mysql://mariadb.example.svc/boot_leases (credentials from {}",
+            credentials.display()
+        )),
+        "{text}"
+    );
+    assert!(!text.contains(PASSWORD), "{text}");
+
+    // A password in the environment is refused, and not repeated.
+    let out = run(&[("MARIADB_PASSWORD", PASSWORD)]);
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("MARIADB_PASSWORD: "), "{text}");
+    assert!(!text.contains(PASSWORD), "{text}");
+
+    // Without --env ironic-image the variable means nothing: refused, not ignored.
+    let out = Command::new(common::shardboot_bin())
+        .arg("check-config")
+        .env_clear()
+        .env("SHARDBOOT_DATABASE", "boot_leases")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains("SHARDBOOT_DATABASE: is read only with --env ironic-image"),
+        "{text}"
     );
 }

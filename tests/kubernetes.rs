@@ -35,23 +35,45 @@ fn manifests_validate_and_embedded_environments_pass_check_config() {
         "{log}"
     );
     assert_eq!(log.matches("configuration OK").count(), 3, "{log}");
-    // The HA DaemonSet and the IrSO HA override get their Secret-backed files.
+    // The HA DaemonSet and the IrSO HA override get their Secret-backed files, and
+    // their members a database of shardboot's own on Ironic's MariaDB server, with the
+    // user and password of the Secret IrSO gives Ironic, mounted where IrSO mounts it.
     for file in ["daemonset.yaml", "irso-ha-override.yaml"] {
-        let section = log
-            .split("deploy/kubernetes/")
-            .find(|s| s.starts_with(&format!("{file}: ")))
-            .unwrap_or_else(|| panic!("{file} not checked:\n{log}"));
+        let section = section(&log, file);
         for var in [
-            "SHARDBOOT_OWNER__MEMBER_SECRET_FILE=/run/shardboot/member-secret",
             "SHARDBOOT_OWNER__IRONIC__PASSWORD_FILE=/auth/ironic/password",
             "SHARDBOOT_OWNER__IRONIC__CA_FILE=/certs/ironic/ca.crt",
+            "SHARDBOOT_STORE__CA_FILE=/certs/ca/mariadb/tls.crt",
         ] {
             assert!(
                 section.contains(&format!("stood in for {var}")),
                 "{file}: {var}:\n{log}"
             );
         }
+        assert!(
+            section.contains(
+                "store: shared MySql database mysql://mariadb.baremetal-operator-system.svc/shardboot \
+                 (credentials from /auth/mariadb, TLS verified with "
+            ),
+            "{file}: no shared store of its own:\n{log}"
+        );
+        assert!(
+            section.contains("store credentials from a mounted Secret: /auth/mariadb"),
+            "{file}:\n{log}"
+        );
     }
+    // A single instance keeps its leases on its node.
+    assert!(
+        section(&log, "irso-override.yaml").contains("store: embedded (sled) in state_dir"),
+        "{log}"
+    );
+}
+
+/// What check.sh printed for `file`.
+fn section<'a>(log: &'a str, file: &str) -> &'a str {
+    log.split("deploy/kubernetes/")
+        .find(|s| s.starts_with(&format!("{file}: ")))
+        .unwrap_or_else(|| panic!("{file} not checked:\n{log}"))
 }
 
 #[test]
@@ -89,15 +111,45 @@ fn a_broken_manifest_or_environment_is_refused() {
         text(&out)
     );
 
-    // Members from Ironic without the member secret.
-    let secret_env = "            - name: SHARDBOOT_OWNER__MEMBER_SECRET_FILE\n              value: /run/shardboot/member-secret\n";
-    assert!(daemonset.contains(secret_env), "daemonset.yaml changed");
+    // The ConfigMap as shipped from here on.
     std::fs::write(&cm, &configmap).unwrap();
-    std::fs::write(&ds, daemonset.replace(secret_env, "")).unwrap();
+
+    // Members without Ironic's database settings: the shared store is missing.
+    let use_db = "            - name: IRONIC_USE_MARIADB\n              value: \"true\"\n";
+    let host = "            - name: MARIADB_HOST\n              value: mariadb.baremetal-operator-system.svc\n";
+    let store_ca = "            - name: SHARDBOOT_STORE__CA_FILE\n              value: /certs/ca/mariadb/tls.crt\n";
+    for part in [use_db, host, store_ca] {
+        assert!(daemonset.contains(part), "daemonset.yaml changed: {part}");
+    }
+    std::fs::write(
+        &ds,
+        daemonset
+            .replace(use_db, "")
+            .replace(host, "")
+            .replace(store_ca, ""),
+    )
+    .unwrap();
     let out = check(&[cm.clone(), ds.clone()]);
-    assert!(!out.status.success(), "members without a secret accepted");
     assert!(
-        text(&out).contains("owner.member_secret_file: is required"),
+        !out.status.success(),
+        "members without a shared store accepted"
+    );
+    assert!(
+        text(&out).contains("store.shared: is required with two or more [[member]]s"),
+        "{}",
+        text(&out)
+    );
+
+    // The database Secret not mounted where the store reads it.
+    let db_mount = "            - name: ironic-db\n              mountPath: /auth/mariadb\n              readOnly: true\n";
+    assert!(daemonset.contains(db_mount), "daemonset.yaml changed");
+    std::fs::write(&ds, daemonset.replace(db_mount, "")).unwrap();
+    let out = check(&[cm.clone(), ds.clone()]);
+    assert!(!out.status.success(), "unmounted database Secret accepted");
+    assert!(
+        text(&out).contains(
+            "store credentials: /auth/mariadb/username is not in any volume the container mounts"
+        ),
         "{}",
         text(&out)
     );

@@ -6,7 +6,10 @@
   embedded.py check BIN FILE...  runs `BIN check-config` for every shardboot container
                                  with the environment the pod would give it; files the
                                  pod gets from Secrets (member secret, Ironic password
-                                 and CA) are stood in for by temporary files
+                                 and CA, the database CA) are stood in for by
+                                 temporary files; the shared store's credentials
+                                 directory must be a mounted Secret with username and
+                                 password
 
 Runs with the kubernetes-validate venv's Python (PyYAML comes with it).
 """
@@ -57,7 +60,13 @@ STAND_INS = {
     "SHARDBOOT_OWNER__MEMBER_SECRET_FILE": (lambda: secrets.token_hex(32) + "\n", 0o600),
     "SHARDBOOT_OWNER__IRONIC__PASSWORD_FILE": (lambda: "stand-in-password\n", 0o600),
     "SHARDBOOT_OWNER__IRONIC__CA_FILE": (lambda: "stand-in CA, not read until serve\n", 0o644),
+    "SHARDBOOT_STORE__CA_FILE": (lambda: "stand-in CA, not read until serve\n", 0o644),
 }
+
+# check-config's summary of the shared store names the directory the database user and
+# password are read from (the mapping of ironic-image's variables decides it, no
+# variable names it).
+CREDENTIALS = re.compile(r"^store: shared .*\(credentials from (/[^,]*),", re.M)
 
 
 def expand(value, env):
@@ -174,6 +183,16 @@ def check(binary, files):
                 sys.stdout.write(r.stderr)
                 if r.returncode != 0:
                     sys.exit(1)
+                # The store's credentials: both files from a Secret the container mounts.
+                m = CREDENTIALS.search(r.stdout)
+                if m:
+                    for key in ("username", "password"):
+                        v, err = mounted_file(spec, c, f"{m.group(1)}/{key}")
+                        if not err and "secret" not in v:
+                            err = f"volume {v['name']!r} is not a Secret"
+                        if err:
+                            sys.exit(f"{f}: {name}/{c['name']}: store credentials: {err}")
+                    print(f"  store credentials from a mounted Secret: {m.group(1)}")
                 checked += 1
     print(f"checked {checked} embedded shardboot environments")
 

@@ -42,7 +42,10 @@ pub use health::HealthSettings;
 pub use host::Host;
 pub use http::{ConnLimits, HttpSettings, MetricsExposure, TlsFiles};
 pub use ironic::{IronicSettings, MIN_API_VERSION};
-pub use ironic_env::{custom_firmware_dir, HostFacts, BUILTIN_FIRMWARE_DIR, CUSTOM_FIRMWARE_DIR};
+pub use ironic_env::{
+    custom_firmware_dir, HostFacts, BUILTIN_FIRMWARE_DIR, CUSTOM_FIRMWARE_DIR, DATABASE_CA_FILE,
+    DATABASE_CREDENTIALS_DIR, DATABASE_NAME, DATABASE_VAR,
+};
 pub use issues::ConfigIssue;
 pub use member::{member_name_for_conductor, Member};
 pub use members_file::{parse_members_file, read_members_file, MembersFileError};
@@ -211,6 +214,16 @@ impl Config {
             })?,
             None => DEFAULT_CONFIG_TOML.to_string(),
         };
+        // Named as the variable it is, not as an unknown `database` key: a config file
+        // names the database in store.shared.
+        if std::env::var_os(DATABASE_VAR).is_some() {
+            return Err(ConfigError::Invalid(vec![ConfigIssue {
+                key: DATABASE_VAR.into(),
+                reason: "is read only with --env ironic-image; with a config file, the \
+                         database is the path of store.shared"
+                    .into(),
+            }]));
+        }
         let mut all = apply_env_overrides(std::env::vars());
         all.extend_from_slice(flag_overrides);
         Self::from_toml_with_overrides(&text, &all)?.read_members_file()

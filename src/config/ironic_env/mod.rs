@@ -1,7 +1,8 @@
 //! ironic-image's dnsmasq environment as a shardboot configuration (`--env ironic-image`).
 //!
 //! ironic-image's `rundnsmasq` renders a dnsmasq.conf from these variables; IrSO sets
-//! them on its dnsmasq container. This module reads the same variables with the same
+//! them on its dnsmasq container. Ironic's own database variables give several members
+//! their shared lease store (`database`). This module reads the same variables with the same
 //! defaults and builds the config table the TOML path validates, remembering which
 //! variable set each key, so a problem is reported under the variable's name. A value
 //! shardboot cannot honour is an issue too, never silently dropped.
@@ -9,6 +10,7 @@
 //! Pure: the variables and what the host looks like ([`HostFacts`]) come in as
 //! arguments.
 
+mod database;
 mod dnsmasq;
 mod hosts;
 mod subnets;
@@ -25,6 +27,8 @@ use toml::{Table, Value};
 use super::issues::Issues;
 use super::ConfigIssue;
 
+pub use database::{DATABASE_CA_FILE, DATABASE_CREDENTIALS_DIR, DATABASE_NAME, DATABASE_VAR};
+
 /// Where ironic-image looks for a user's iPXE binaries unless `IPXE_CUSTOM_FIRMWARE_DIR`
 /// says otherwise.
 pub const CUSTOM_FIRMWARE_DIR: &str = "/shared/custom_ipxe_firmware";
@@ -39,6 +43,9 @@ pub struct HostFacts {
     pub addresses: Vec<(String, Ipv4Net)>,
     /// Whether [`custom_firmware_dir`] is readable (then it is the TFTP root).
     pub custom_firmware_readable: bool,
+    /// Whether [`DATABASE_CA_FILE`] is readable (then the shared store requires TLS
+    /// verified with it).
+    pub database_ca_readable: bool,
 }
 
 /// The custom firmware directory the variables name (ironic-image's default if unset).
@@ -304,7 +311,15 @@ pub(super) fn derive(
         ),
     }
 
+    let store = database::store(vars, host, &mut issues);
+    if store.is_some() {
+        origin("store".into(), "IRONIC_USE_MARIADB", None);
+    }
+
     issues.finish()?;
+    if let Some(store) = store {
+        table.insert("store".into(), Value::Table(store));
+    }
     table.insert("dhcp".into(), Value::Table(dhcp));
     table.insert("boot".into(), Value::Table(boot));
     table.insert("tftp".into(), Value::Table(tftp));

@@ -33,6 +33,7 @@ fn host() -> HostFacts {
             ("prov0".into(), "192.0.2.2/24".parse().unwrap()),
         ],
         custom_firmware_readable: false,
+        database_ca_readable: false,
     }
 }
 
@@ -380,4 +381,178 @@ fn ipv6_ranges_become_subnet6_and_an_ipv6_ironic_ip_the_boot_url() {
         Some("http://[fd2e:6f44:5dd8:c956::2]:6180")
     );
     assert_eq!(cfg.boot.tftp_server, None);
+}
+
+/// The DaemonSet's member settings (deploy/kubernetes/daemonset.yaml), as overrides.
+fn member_overrides() -> Vec<(String, String)> {
+    [
+        ("owner.members", "ironic"),
+        ("owner.self", "192.0.2.2:6189"),
+        ("owner.member_http_url", "http://{host}:9690"),
+        ("owner.member_secret_file", "/run/shardboot/member-secret"),
+        ("owner.ironic.url", "https://ironic.example.svc"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+/// IrSO's database variables on Ironic's container (`databaseClientEnvVars`), beside a
+/// range.
+fn with_database(extra: &[(&str, &str)]) -> BTreeMap<String, String> {
+    let mut vars = env(&[
+        ("DHCP_RANGE", "192.0.2.10,192.0.2.100,255.255.255.0"),
+        ("IRONIC_USE_MARIADB", "true"),
+        ("MARIADB_HOST", "mariadb.example.svc"),
+        ("MARIADB_DATABASE", "ironic"),
+    ]);
+    for (k, v) in extra {
+        vars.insert(k.to_string(), v.to_string());
+    }
+    vars
+}
+
+#[test]
+fn ironic_database_settings_give_members_a_database_of_their_own() {
+    use crate::config::Dialect;
+    let cfg = Config::from_ironic_env(&with_database(&[]), &host(), &member_overrides()).unwrap();
+    let s = cfg.store.shared.expect("a shared store");
+    assert_eq!(s.dialect, Dialect::MySql);
+    assert_eq!(s.url, "mysql://mariadb.example.svc/shardboot");
+    assert_eq!(
+        s.credentials_dir.as_deref(),
+        Some(std::path::Path::new("/auth/mariadb")),
+        "the Secret where IrSO mounts it for Ironic"
+    );
+    assert_eq!(
+        s.ca_file, None,
+        "no CA mounted: as ironic-image, no TLS asked"
+    );
+
+    // The CA IrSO mounts from tlsCertificateName turns verified TLS on.
+    let with_ca = HostFacts {
+        database_ca_readable: true,
+        ..host()
+    };
+    let cfg = Config::from_ironic_env(&with_database(&[]), &with_ca, &member_overrides()).unwrap();
+    assert_eq!(
+        cfg.store.shared.unwrap().ca_file.as_deref(),
+        Some(std::path::Path::new("/certs/ca/mariadb/tls.crt"))
+    );
+
+    // A name of the operator's choosing; a port and a bare IPv6 address as written.
+    for (host_var, name, url) in [
+        (
+            "db.example:3307",
+            "boot_leases",
+            "mysql://db.example:3307/boot_leases",
+        ),
+        ("fd00::5", "shardboot", "mysql://[fd00::5]/shardboot"),
+        (
+            "[fd00::5]:3307",
+            "shardboot",
+            "mysql://[fd00::5]:3307/shardboot",
+        ),
+    ] {
+        let vars = with_database(&[("MARIADB_HOST", host_var), ("SHARDBOOT_DATABASE", name)]);
+        let cfg = Config::from_ironic_env(&vars, &host(), &member_overrides()).unwrap();
+        assert_eq!(cfg.store.shared.unwrap().url, url);
+    }
+
+    // ironic-image's default host when only IRONIC_USE_MARIADB is given.
+    let mut vars = with_database(&[]);
+    vars.remove("MARIADB_HOST");
+    let cfg = load(&vars).unwrap();
+    assert_eq!(cfg.store.shared.unwrap().url, "mysql://127.0.0.1/shardboot");
+
+    // SHARDBOOT_STORE__* still apply on top (a Secret mounted elsewhere).
+    let mut overrides = member_overrides();
+    overrides.push(("store.credentials_dir".into(), "/etc/db".into()));
+    let cfg = Config::from_ironic_env(&with_database(&[]), &host(), &overrides).unwrap();
+    assert_eq!(
+        cfg.store.shared.unwrap().credentials_dir.as_deref(),
+        Some(std::path::Path::new("/etc/db"))
+    );
+}
+
+#[test]
+fn members_without_ironic_database_settings_are_refused() {
+    let mut vars = with_database(&[]);
+    for v in ["IRONIC_USE_MARIADB", "MARIADB_HOST", "MARIADB_DATABASE"] {
+        vars.remove(v);
+    }
+    let Err(ConfigError::Invalid(issues)) =
+        Config::from_ironic_env(&vars, &host(), &member_overrides())
+    else {
+        panic!("members without a shared store accepted");
+    };
+    assert!(
+        issues
+            .iter()
+            .any(|i| i.key == "store.shared" && i.reason.contains("is required")),
+        "{issues:?}"
+    );
+    // A single instance needs none.
+    assert!(load(&vars).unwrap().store.shared.is_none());
+}
+
+#[test]
+fn database_settings_shardboot_cannot_honour_are_named() {
+    let refused = |extra: &[(&str, &str)]| problems(&with_database(extra));
+    let secret = "hunter2-not-for-logs";
+    let p = refused(&[("MARIADB_PASSWORD", secret), ("MARIADB_USER", "ironic")]);
+    assert!(
+        p.iter()
+            .any(|l| l.starts_with("MARIADB_PASSWORD: ") && l.contains("/auth/mariadb")),
+        "{p:?}"
+    );
+    assert!(p.iter().any(|l| l.starts_with("MARIADB_USER: ")), "{p:?}");
+    assert!(
+        !p.iter().any(|l| l.contains(secret)),
+        "password shown: {p:?}"
+    );
+
+    // Ironic's own database, by shardboot's variable or by Ironic's taking the default.
+    let p = refused(&[("SHARDBOOT_DATABASE", "Ironic")]);
+    assert!(
+        p.iter()
+            .any(|l| l.starts_with("SHARDBOOT_DATABASE: ") && l.contains("Ironic's database")),
+        "{p:?}"
+    );
+    let p = refused(&[("MARIADB_DATABASE", "shardboot")]);
+    assert!(
+        p.iter().any(|l| l.starts_with("MARIADB_DATABASE: ")),
+        "{p:?}"
+    );
+    let p = refused(&[("SHARDBOOT_DATABASE", "shard-boot;drop")]);
+    assert!(
+        p.iter().any(|l| l.starts_with("SHARDBOOT_DATABASE: ")),
+        "{p:?}"
+    );
+    // Credentials or a path smuggled into the host would change what the URL says.
+    let p = refused(&[("MARIADB_HOST", "root:pw@db.example")]);
+    assert!(p.iter().any(|l| l.starts_with("MARIADB_HOST: ")), "{p:?}");
+    assert!(
+        !p.iter().any(|l| l.contains("root:pw")),
+        "value shown: {p:?}"
+    );
+    let p = refused(&[("IRONIC_USE_MARIADB", "yes")]);
+    assert!(
+        p.iter().any(|l| l.starts_with("IRONIC_USE_MARIADB: ")),
+        "{p:?}"
+    );
+
+    // Database settings without IRONIC_USE_MARIADB would silently leave members
+    // without their store.
+    let mut vars = with_database(&[("SHARDBOOT_DATABASE", "leases")]);
+    vars.insert("IRONIC_USE_MARIADB".into(), "false".into());
+    let p = problems(&vars);
+    for var in ["MARIADB_HOST", "SHARDBOOT_DATABASE"] {
+        assert!(
+            p.iter().any(
+                |l| l.starts_with(&format!("{var}: ")) && l.contains("IRONIC_USE_MARIADB=true")
+            ),
+            "{var}: {p:?}"
+        );
+    }
 }
