@@ -545,6 +545,7 @@ mod tests {
             backoff: Duration::from_secs(5),
             max_lookups: 4,
             page_size: 100,
+            insecure_http: false,
         }
     }
 
