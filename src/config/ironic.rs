@@ -27,6 +27,7 @@ pub(super) struct RawIronic {
     backoff_secs: Option<u64>,
     max_lookups: Option<usize>,
     page_size: Option<u32>,
+    lookups_per_sec: Option<u32>,
     insecure_http: Option<bool>,
 }
 
@@ -57,6 +58,9 @@ pub struct IronicSettings {
     pub max_lookups: usize,
     /// Page size asked for (Ironic caps it at its `[api] max_limit`).
     pub page_size: u32,
+    /// On-demand lookups started per second, on average and at most that many at once
+    /// (a token bucket): what unknown MACs can cost Ironic, whoever sends them.
+    pub lookups_per_sec: u32,
     /// Basic auth over plain `http://` to a host that is not loopback, by explicit
     /// choice (`owner.ironic.insecure_http`); `check-config` names it.
     pub insecure_http: bool,
@@ -223,6 +227,12 @@ pub(super) fn validate(raw: RawIronic, issues: &mut Issues) -> IronicSettings {
         )),
         max_lookups: issues.in_range(&k("max_lookups"), raw.max_lookups.unwrap_or(16), 1, 1_024),
         page_size: issues.in_range(&k("page_size"), raw.page_size.unwrap_or(1_000), 1, 10_000),
+        lookups_per_sec: issues.in_range(
+            &k("lookups_per_sec"),
+            raw.lookups_per_sec.unwrap_or(20),
+            1,
+            10_000,
+        ),
         insecure_http,
     }
 }
