@@ -114,3 +114,60 @@ fn a_known_machine_takes_the_oldest_offer_held_for_an_unknown_one() {
     let d = e.handle_message(&msg(MessageType::Discover, known_mac(1)), &ctx(&i, T0 + 20));
     assert_eq!(d.outcome, Outcome::Ignored(IgnoreReason::PoolExhausted));
 }
+
+/// A change to the configuration.
+type Edit = Box<dyn Fn(&mut Config)>;
+
+#[test]
+fn every_way_a_machine_can_be_known_turns_the_default_reserve_on() {
+    let i = iface();
+    let unknown_bound = |e: &mut Engine| {
+        (0..100u32)
+            .filter(|n| {
+                let m = random_mac(*n);
+                match e
+                    .handle_message(&msg(MessageType::Discover, m), &ctx(&i, T0))
+                    .outcome
+                {
+                    Outcome::Offer(ip) => {
+                        e.handle_message(&request_selecting(m, ip), &ctx(&i, T0))
+                            .outcome
+                            == Outcome::Ack(ip)
+                    }
+                    _ => false,
+                }
+            })
+            .count()
+    };
+    let ironic = {
+        let text =
+            format!("{DEFAULT_CONFIG_TOML}\n[owner.ironic]\nurl = \"https://127.0.0.1:6385\"\n");
+        Config::from_toml_with_overrides(&text, &[])
+            .unwrap()
+            .owner
+            .ironic
+    };
+    let edits: Vec<(&str, Edit)> = vec![
+        (
+            "[[host]]",
+            Box::new(|c| c.hosts.push(known_host(known_mac(1)))),
+        ),
+        (
+            "hostsdir",
+            Box::new(|c| c.dhcp.hostsdir = Some("/nonexistent".into())),
+        ),
+        (
+            "token_file",
+            Box::new(|c| c.http.token_file = Some("/nonexistent".into())),
+        ),
+        ("ironic", Box::new(move |c| c.owner.ironic = ironic.clone())),
+        (
+            "inventory",
+            Box::new(|c| c.owner.inventory = Some("/nonexistent".into())),
+        ),
+    ];
+    for (what, edit) in edits {
+        let mut e = limited(|c| edit(c));
+        assert_eq!(unknown_bound(&mut e), 75, "{what}");
+    }
+}
