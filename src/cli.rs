@@ -140,6 +140,11 @@ pub fn check_config(config: &Config) -> anyhow::Result<()> {
     for w in [
         crate::http::auth::token_file_warning(&config.http),
         crate::http::auth::insecure_api_warning(&config.http),
+        config
+            .owner
+            .ironic
+            .as_ref()
+            .and_then(crate::config::IronicSettings::insecure_http_warning),
     ]
     .into_iter()
     .flatten()

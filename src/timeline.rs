@@ -3,8 +3,12 @@
 //! request (route, owner, resolver, status, chained URL), with time, for the operator's
 //! first question when a machine fails to boot: "what did it ask, and what did it get?".
 //!
-//! Bounded: at most [`PER_MAC`] events shown per MAC and [`TOTAL`] kept in all; past
-//! the total the oldest event of all goes first. An event is about 136 octets with its
+//! Bounded: at most [`PER_MAC`] events shown per MAC and [`TOTAL`] kept in all, in two
+//! rings: machines DHCP never answered (every DISCOVER silent so far: what a flood of
+//! random MACs is) share [`STRANGERS`] of them, so such a flood churns only that ring
+//! and never evicts the machines that were given an address; a machine moves to the
+//! other ring, with its earlier events, when DHCP or DHCPv6 gives it an address or it
+//! fetches a file by TFTP. In each ring the oldest event goes first. An event is about 136 octets with its
 //! links plus its detail text (a file name and options, or a URL: at most
 //! [`MAX_DETAIL`]), so the whole timeline stays under 30 MiB. TFTP and the first-stage script know only the client's address:
 //! the MAC is the one DHCP (v4 or v6) last gave that address to, or for an IPv6
@@ -27,6 +31,8 @@ use crate::mac::MacAddr;
 pub const PER_MAC: usize = 48;
 /// Events kept in all.
 pub const TOTAL: usize = 100_000;
+/// Of them, events of machines never answered.
+pub const STRANGERS: usize = TOTAL / 5;
 /// Longest detail kept, in octets.
 pub const MAX_DETAIL: usize = 160;
 /// Addresses remembered per MAC for finding it by address (a machine has one or two).
@@ -112,13 +118,13 @@ struct Machine {
     last_ip: Option<IpAddr>,
 }
 
-/// Every event in one ring of [`TOTAL`] slots, oldest overwritten first, each linked to
+/// Every event of a ring in one ring of `cap` slots, oldest overwritten first, each linked to
 /// its machine's previous one. Recording costs one lookup of the machine and a write
 /// at the ring's head; the machine whose event is overwritten is looked up only when
 /// that was its last (one map per machine and a fixed ring, where a queue per machine,
 /// an order queue and an address list per machine cost four or five random cache
 /// misses per event: the largest user-space cost of a DHCP exchange under load).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Inner {
     slots: Vec<Slot>,
     /// The slot the next event goes to once the ring is full.
@@ -126,18 +132,39 @@ struct Inner {
     machines: HashMap<MacAddr, Machine>,
     /// The MAC each address was last given to.
     by_ip: HashMap<IpAddr, MacAddr>,
+    /// Slots in the ring.
+    cap: usize,
+}
+
+/// Both rings, and the sequence numbers they share.
+#[derive(Debug)]
+struct Rings {
+    /// Machines given an address (or that fetched a file).
+    known: Inner,
+    /// Machines never answered.
+    strangers: Inner,
     seq: u64,
 }
 
 impl Inner {
+    fn new(cap: usize) -> Self {
+        Self {
+            slots: Vec::new(),
+            head: 0,
+            machines: HashMap::new(),
+            by_ip: HashMap::new(),
+            cap,
+        }
+    }
+
     /// Frees the slot the next event goes to; returns its index. A machine whose last
     /// event goes is forgotten, with its addresses.
     fn take_slot(&mut self) -> Option<usize> {
-        if self.slots.len() < TOTAL {
+        if self.slots.len() < self.cap {
             return None;
         }
         let i = self.head;
-        self.head = (i + 1) % TOTAL;
+        self.head = (i + 1) % self.cap;
         let old = &self.slots[i];
         if !old.superseded {
             let (mac, seq) = (old.mac, old.event.seq);
@@ -150,6 +177,74 @@ impl Inner {
             }
         }
         Some(i)
+    }
+
+    /// Adds `event` for `mac` at the ring's head; `given`: its address was given to it.
+    fn push(&mut self, mac: MacAddr, event: Event, given: bool) {
+        let seq = event.seq;
+        let taken = self.take_slot();
+        let index = taken.unwrap_or(self.slots.len());
+        let machine = self.machines.entry(mac).or_insert(Machine {
+            newest: (u32::MAX, 0),
+            ips: Vec::new(),
+            last_ip: None,
+        });
+        let (prev_index, prev_seq) = machine.newest;
+        let prev = self
+            .slots
+            .get_mut(prev_index as usize)
+            .filter(|p| p.event.seq == prev_seq)
+            .map(|p| {
+                p.superseded = true;
+                (prev_index, prev_seq)
+            });
+        machine.newest = (index as u32, seq);
+        let new_ip = event
+            .ip
+            .filter(|ip| given && machine.last_ip != Some(*ip) && !machine.ips.contains(ip));
+        let slot = Slot {
+            mac,
+            event,
+            prev,
+            superseded: false,
+        };
+        match taken {
+            Some(i) => self.slots[i] = slot,
+            None => self.slots.push(slot),
+        }
+        if let Some(ip) = new_ip {
+            self.remember_ip(ip, mac);
+        }
+    }
+
+    /// The events of `mac` after `after` (a seq), oldest first, at most [`PER_MAC`].
+    fn events(&self, mac: &MacAddr, after: u64) -> Vec<Event> {
+        let mut out = Vec::new();
+        let mut at = self.machines.get(mac).map(|m| m.newest);
+        while let Some((i, seq)) = at {
+            let Some(slot) = self.slots.get(i as usize) else {
+                break;
+            };
+            if out.len() == PER_MAC || seq <= after || slot.event.seq != seq {
+                break;
+            }
+            out.push(slot.event.clone());
+            at = slot.prev;
+        }
+        out.reverse();
+        out
+    }
+
+    /// Forgets `mac` (its slots stay until overwritten, reachable from nothing);
+    /// returns its events, oldest first.
+    fn forget(&mut self, mac: &MacAddr) -> Vec<Event> {
+        let events = self.events(mac, 0);
+        if let Some(m) = self.machines.remove(mac) {
+            for ip in m.ips {
+                self.by_ip.remove(&ip);
+            }
+        }
+        events
     }
 
     /// `ip` was given to `mac` (which has an entry): `by_ip` and the machines' address
@@ -174,9 +269,21 @@ impl Inner {
 }
 
 /// The timeline of every machine; shared by the listeners and the operator API.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Timeline {
-    inner: Mutex<Inner>,
+    inner: Mutex<Rings>,
+}
+
+impl Default for Timeline {
+    fn default() -> Self {
+        Self {
+            inner: Mutex::new(Rings {
+                known: Inner::new(TOTAL - STRANGERS),
+                strangers: Inner::new(STRANGERS),
+                seq: 0,
+            }),
+        }
+    }
 }
 
 fn now_ms() -> u64 {
@@ -221,51 +328,31 @@ impl Timeline {
             Source::Dhcp6 => matches!(report.outcome, "advertise" | "reply"),
             Source::Tftp | Source::Http => false,
         };
-        let taken = g.take_slot();
-        let index = taken.unwrap_or(g.slots.len());
-        let inner = &mut *g;
-        let machine = inner.machines.entry(mac).or_insert(Machine {
-            newest: (u32::MAX, 0),
-            ips: Vec::new(),
-            last_ip: None,
-        });
-        let (prev_index, prev_seq) = machine.newest;
-        let prev = inner
-            .slots
-            .get_mut(prev_index as usize)
-            .filter(|p| p.event.seq == prev_seq)
-            .map(|p| {
-                p.superseded = true;
-                (prev_index, prev_seq)
-            });
-        machine.newest = (index as u32, seq);
-        let new_ip = report
-            .ip
-            .filter(|ip| given && machine.last_ip != Some(*ip) && !machine.ips.contains(ip));
-        let slot = Slot {
-            mac,
-            event: Event {
-                seq,
-                at_ms,
-                source: report.source,
-                what: report.what,
-                outcome: report.outcome,
-                why: report.why,
-                ip: report.ip,
-                detail,
-            },
-            prev,
-            superseded: false,
+        let event = Event {
+            seq,
+            at_ms,
+            source: report.source,
+            what: report.what,
+            outcome: report.outcome,
+            why: report.why,
+            ip: report.ip,
+            detail,
         };
-        match taken {
-            Some(i) => inner.slots[i] = slot,
-            None => inner.slots.push(slot),
-        }
-        if let Some(ip) = new_ip {
-            inner.remember_ip(ip, mac);
+        // An HTTP boot request names its MAC in the URL, which anyone can write: it
+        // moves nobody to the known ring. A TFTP transfer needs an address given first.
+        let answered = given || report.source == Source::Tftp;
+        let g = &mut *g;
+        if g.known.machines.contains_key(&mac) {
+            g.known.push(mac, event, given);
+        } else if answered {
+            for earlier in g.strangers.forget(&mac) {
+                g.known.push(mac, earlier, false);
+            }
+            g.known.push(mac, event, given);
+        } else {
+            g.strangers.push(mac, event, false);
         }
     }
-
     /// Records `report` for the MAC that DHCP or DHCPv6 last gave `ip` to, else (an
     /// IPv6 link-local address with a modified EUI-64 interface identifier) the MAC in
     /// it; `false` (nothing recorded) when no MAC is known for it. An IPv4-mapped IPv6
@@ -274,7 +361,8 @@ impl Timeline {
         let ip = ip.into().to_canonical();
         let mac = {
             let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-            g.by_ip.get(&ip).copied()
+            // Only machines given an address have one here.
+            g.known.by_ip.get(&ip).copied()
         };
         let mac = mac.or_else(|| match ip {
             IpAddr::V6(v6) => crate::dhcp6::client_mac::link_local_mac(v6),
@@ -293,30 +381,18 @@ impl Timeline {
     /// [`PER_MAC`] at most.
     pub fn events(&self, mac: &MacAddr, after: u64) -> Vec<Event> {
         let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let mut out = Vec::new();
-        let mut at = g.machines.get(mac).map(|m| m.newest);
-        while let Some((i, seq)) = at {
-            let Some(slot) = g.slots.get(i as usize) else {
-                break;
-            };
-            if out.len() == PER_MAC || seq <= after || slot.event.seq != seq {
-                break;
-            }
-            out.push(slot.event.clone());
-            at = slot.prev;
+        if g.known.machines.contains_key(mac) {
+            g.known.events(mac, after)
+        } else {
+            g.strangers.events(mac, after)
         }
-        out.reverse();
-        out
     }
 
     /// Events recorded and not yet overwritten (at most [`TOTAL`]; a machine shows its
     /// newest [`PER_MAC`] of them).
     pub fn len(&self) -> usize {
-        self.inner
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .slots
-            .len()
+        let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        g.known.slots.len() + g.strangers.slots.len()
     }
 
     /// Whether nothing is kept.
@@ -398,7 +474,7 @@ mod tests {
         for n in 0..(TOTAL / PER_MAC + 10) {
             let mac = MacAddr([2, 0, 0, (n >> 16) as u8, (n >> 8) as u8, n as u8]);
             for _ in 0..PER_MAC {
-                t.record_at(mac, dhcp("DISCOVER", "silent", None), 0);
+                t.record_at(mac, dhcp("DISCOVER", "offer", None), 0);
             }
         }
         assert!(t.len() <= TOTAL, "{}", t.len());
@@ -418,6 +494,61 @@ mod tests {
             t.events(&A, 0)[0].detail.as_ref().unwrap().len(),
             MAX_DETAIL
         );
+    }
+
+    #[test]
+    fn a_flood_of_random_macs_never_answered_evicts_no_machine_that_was() {
+        let t = Timeline::default();
+        let ip = Ipv4Addr::new(192, 0, 2, 100);
+        t.record_at(A, dhcp("DISCOVER", "offer", Some(ip)), 1);
+        t.record_at(A, dhcp("REQUEST", "ack", Some(ip)), 2);
+        // A stranger, silent at first, then answered: its earlier events move with it.
+        let b = MacAddr([0x52, 0x54, 0, 0, 0, 2]);
+        t.record_at(b, dhcp("DISCOVER", "silent", None), 3);
+        // Three times more random MACs than the whole timeline holds, each silent.
+        for n in 0..(3 * TOTAL) {
+            let mac = MacAddr([6, 0, 0, (n >> 16) as u8, (n >> 8) as u8, n as u8]);
+            t.record_at(mac, dhcp("DISCOVER", "silent", None), 10);
+        }
+        assert!(t.len() <= TOTAL, "{}", t.len());
+        let whats: Vec<&str> = t.events(&A, 0).iter().map(|e| e.what).collect();
+        assert_eq!(whats, ["DISCOVER", "REQUEST"]);
+        assert!(t.record_for_ip(
+            ip,
+            Report {
+                source: Source::Tftp,
+                ..dhcp("RRQ", "complete", None)
+            }
+        ));
+        // b's silent DISCOVER went with the flood; a new one and its answer are kept.
+        assert!(t.events(&b, 0).is_empty());
+        t.record_at(b, dhcp("DISCOVER", "silent", None), 20);
+        t.record_at(
+            b,
+            dhcp("DISCOVER", "offer", Some(Ipv4Addr::new(192, 0, 2, 101))),
+            24,
+        );
+        for n in 0..(2 * STRANGERS) {
+            let mac = MacAddr([6, 1, 0, (n >> 16) as u8, (n >> 8) as u8, n as u8]);
+            t.record_at(mac, dhcp("DISCOVER", "silent", None), 30);
+        }
+        let b_events: Vec<(u64, &str)> = t
+            .events(&b, 0)
+            .iter()
+            .map(|e| (e.at_ms, e.outcome))
+            .collect();
+        assert_eq!(b_events, [(20, "silent"), (24, "offer")]);
+        // An HTTP request names any MAC it likes: it is no reason to keep one.
+        let c = MacAddr([6, 2, 0, 0, 0, 1]);
+        t.record_at(
+            c,
+            Report {
+                source: Source::Http,
+                ..dhcp("GET /v1/boot/{mac}/{name}", "200", None)
+            },
+            40,
+        );
+        assert!(!t.inner.lock().unwrap().known.machines.contains_key(&c));
     }
 
     #[test]
@@ -443,11 +574,11 @@ mod tests {
         // first is forgotten.
         t.record_at(mac(1), dhcp("DISCOVER", "offer", Some(ip(1001))), 0);
         for n in 0..TOTAL {
-            t.record_at(mac(machines + n), dhcp("DISCOVER", "silent", None), 0);
+            t.record_at(mac(machines + n), dhcp("DISCOVER", "offer", None), 0);
         }
         assert!(!t.record_for_ip(ip(1001), rrq()));
         assert_eq!(
-            t.inner.lock().unwrap().by_ip.len(),
+            t.inner.lock().unwrap().known.by_ip.len(),
             0,
             "nothing left behind"
         );
@@ -458,7 +589,7 @@ mod tests {
         }
         assert!(t.record_for_ip(ip(2_000_000 + IPS_PER_MAC + 4), rrq()));
         assert!(!t.record_for_ip(ip(2_000_000), rrq()));
-        assert_eq!(t.inner.lock().unwrap().by_ip.len(), IPS_PER_MAC);
+        assert_eq!(t.inner.lock().unwrap().known.by_ip.len(), IPS_PER_MAC);
     }
 
     #[test]
@@ -485,8 +616,8 @@ mod tests {
         assert_eq!(t.events(&A, 0).len(), before, "PER_MAC shown at most");
         assert_eq!(t.events(&A, 0).last().map(|e| e.what), Some("RRQ"));
         let g = t.inner.lock().unwrap();
-        assert_eq!(g.machines.len(), 1);
-        assert_eq!(g.by_ip.get(&IpAddr::V4(ip)), Some(&A));
+        assert_eq!(g.known.machines.len(), 1);
+        assert_eq!(g.known.by_ip.get(&IpAddr::V4(ip)), Some(&A));
     }
 
     #[test]

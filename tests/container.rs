@@ -164,7 +164,10 @@ fn stored_leases(volume: &str) -> serde_json::Value {
 fn image_runs_as_irsos_dnsmasq_container_keeps_leases_across_kill_and_pxe_boots_a_machine() {
     require_root!();
     if Command::new("podman").arg("--version").output().is_err() {
-        eprintln!("skipped: podman is not installed (tests/install-deps.sh installs it)");
+        common::skip_or_fail(
+            "podman",
+            "podman is not installed (tests/install-deps.sh installs it)",
+        );
         return;
     }
     // Built once, from the binary under test (stripped by the script).

@@ -69,7 +69,7 @@ fn check_routing(
 #[test]
 fn members_route_each_machine_to_the_conductor_ironic_reports() {
     if !common::is_root() {
-        eprintln!("skipped: needs root (PostgreSQL runs as user postgres)");
+        common::skip_or_fail("root", "needs root (PostgreSQL runs as user postgres)");
         return;
     }
     let _turn = ONE_LAB_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
@@ -197,7 +197,7 @@ fn tls_proxy(upstream: SocketAddr) -> (u16, String, std::thread::JoinHandle<()>)
 #[test]
 fn ironic_behind_basic_auth_and_tls_with_a_private_ca() {
     if !common::is_root() {
-        eprintln!("skipped: needs root (PostgreSQL runs as user postgres)");
+        common::skip_or_fail("root", "needs root (PostgreSQL runs as user postgres)");
         return;
     }
     let _turn = ONE_LAB_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
@@ -314,7 +314,10 @@ fn dhcp_answers_come_from_the_member_beside_the_owning_conductor() {
     use std::net::Ipv4Addr;
 
     if !common::is_root() {
-        eprintln!("skipped: needs root (namespaces, PostgreSQL as user postgres)");
+        common::skip_or_fail(
+            "root",
+            "needs root (namespaces, PostgreSQL as user postgres)",
+        );
         return;
     }
     let _turn = ONE_LAB_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
@@ -417,7 +420,10 @@ fn two_machines_boot_from_the_members_beside_their_conductors() {
     use common::Server;
 
     if !common::is_root() {
-        eprintln!("skipped: needs root (namespaces, PostgreSQL as user postgres)");
+        common::skip_or_fail(
+            "root",
+            "needs root (namespaces, PostgreSQL as user postgres)",
+        );
         return;
     }
     qemu::require_qemu();
@@ -594,7 +600,10 @@ fn a_three_nic_machine_boots_the_nic_ironic_boots_it_from() {
     use common::Server;
 
     if !common::is_root() {
-        eprintln!("skipped: needs root (namespaces, PostgreSQL as user postgres)");
+        common::skip_or_fail(
+            "root",
+            "needs root (namespaces, PostgreSQL as user postgres)",
+        );
         return;
     }
     qemu::require_qemu();
@@ -717,7 +726,10 @@ fn members_from_ironic_follow_a_conductor_leaving_and_coming_back() {
     use std::net::Ipv4Addr;
 
     if !common::is_root() {
-        eprintln!("skipped: needs root (namespaces, PostgreSQL as user postgres)");
+        common::skip_or_fail(
+            "root",
+            "needs root (namespaces, PostgreSQL as user postgres)",
+        );
         return;
     }
     let _turn = ONE_LAB_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());

@@ -338,8 +338,15 @@ fn operator_api_end_to_end() {
     let owner = api.json("GET", &format!("/v1/owners/{m1}"), None);
     assert_eq!(owner["mac"], m1);
 
-    // Rotation: the new token works, the old one stops working, no restart.
+    // Rotation: the new token works, the old one stops working, no restart. The file
+    // is looked at once a second (`http::auth::RELOAD_INTERVAL`), not per request.
     std::fs::write(dir.path().join("tokens"), format!("{T2}\n")).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while api.call("GET", "/v1/stats", Some(T2), None).0 != 200
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     assert_eq!(api.call("GET", "/v1/stats", Some(T2), None).0, 200);
     assert_eq!(api.call("GET", "/v1/stats", Some(T1), None).0, 401);
 }

@@ -146,7 +146,10 @@ fn default_settings_serve_debians_ipxe_package() {
     // link_targets (/boot) allow exactly that kind of link.
     let pkg = std::path::Path::new("/usr/lib/ipxe");
     if !pkg.join("ipxe.efi").exists() {
-        eprintln!("skipping: Debian's ipxe package is not installed");
+        skip_or_fail(
+            "ipxe",
+            "Debian's ipxe package is not installed (tests/install-deps.sh installs it)",
+        );
         return;
     }
     let server = TestServer::start(

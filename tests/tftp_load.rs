@@ -178,7 +178,10 @@ fn spoofed_flood_does_not_lock_out_real_clients(single_port: bool) {
                 Tool::Atftp => "atftp",
                 _ => "curl",
             }) {
-                eprintln!("{tool:?} not installed, skipped");
+                skip_or_fail(
+                    "tools",
+                    &format!("{tool:?} is not installed (tests/install-deps.sh)"),
+                );
                 continue;
             }
             let dest = scratch(root.path(), &format!("{tool:?}"));
@@ -278,7 +281,10 @@ fn spoofed_rrqs_under_a_clients_own_address_cannot_refuse_it() {
         } else {
             "curl"
         }) {
-            eprintln!("{tool:?} not installed, skipped");
+            skip_or_fail(
+                "tools",
+                &format!("{tool:?} is not installed (tests/install-deps.sh)"),
+            );
             continue;
         }
         let dest = scratch(root.path(), &format!("own-{tool:?}"));

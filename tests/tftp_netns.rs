@@ -9,7 +9,7 @@ use tftp_support::*;
 
 fn skip() -> bool {
     if !is_root() {
-        eprintln!("skipping: network namespaces need root");
+        skip_or_fail("root", "network namespaces need root");
         return true;
     }
     false
@@ -29,7 +29,10 @@ fn download_all_from_namespace(loss: Loss, tools: &[Tool], names: &[&str]) {
     let ns = Netns::new();
     if let Loss::Netem(p) = loss {
         if !ns.netem_loss(p) {
-            eprintln!("skipping netem variant: this kernel has no netem qdisc (the relay variant covers loss)");
+            skip_or_fail(
+                "netem",
+                "this kernel has no netem qdisc (the relay variant covers loss)",
+            );
             return;
         }
     }

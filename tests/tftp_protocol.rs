@@ -468,7 +468,7 @@ fn a_wildcard_listener_answers_from_the_address_the_client_asked() {
 #[test]
 fn a_dual_stack_listener_serves_ipv6_clients() {
     let Ok(sock) = std::net::UdpSocket::bind("[::1]:0") else {
-        eprintln!("skipped: no IPv6 loopback");
+        skip_or_fail("ipv6", "no IPv6 loopback");
         return;
     };
     sock.set_read_timeout(Some(std::time::Duration::from_millis(300)))

@@ -27,6 +27,8 @@ pub(super) struct RawIronic {
     backoff_secs: Option<u64>,
     max_lookups: Option<usize>,
     page_size: Option<u32>,
+    lookups_per_sec: Option<u32>,
+    insecure_http: Option<bool>,
 }
 
 /// `[owner.ironic]` after validation. Its `Debug` hides the password.
@@ -56,6 +58,12 @@ pub struct IronicSettings {
     pub max_lookups: usize,
     /// Page size asked for (Ironic caps it at its `[api] max_limit`).
     pub page_size: u32,
+    /// On-demand lookups started per second, on average and at most that many at once
+    /// (a token bucket): what unknown MACs can cost Ironic, whoever sends them.
+    pub lookups_per_sec: u32,
+    /// Basic auth over plain `http://` to a host that is not loopback, by explicit
+    /// choice (`owner.ironic.insecure_http`); `check-config` names it.
+    pub insecure_http: bool,
 }
 
 impl std::fmt::Debug for IronicSettings {
@@ -70,6 +78,37 @@ impl std::fmt::Debug for IronicSettings {
             .field("timeout", &self.timeout)
             .finish_non_exhaustive()
     }
+}
+
+impl IronicSettings {
+    /// The warning for `owner.ironic.insecure_http = true` when it takes effect.
+    pub fn insecure_http_warning(&self) -> Option<String> {
+        (self.insecure_http
+            && self.username.is_some()
+            && self.url.starts_with("http://")
+            && !loopback_host(&self.url))
+        .then(|| {
+            format!(
+                "owner.ironic.insecure_http: the Ironic credentials cross the network in clear to {}; anyone on the path can read them and answer for Ironic",
+                self.url
+            )
+        })
+    }
+}
+
+/// Whether `url`'s host is a loopback address (or `localhost`, RFC 6761 §6.3): traffic
+/// to it never leaves the machine (or, in a pod, the pod).
+fn loopback_host(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split('/').next().unwrap_or("");
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => authority.split(':').next().unwrap_or(""),
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 fn api_version_ok(v: &str) -> bool {
@@ -124,6 +163,22 @@ pub(super) fn validate(raw: RawIronic, issues: &mut Issues) -> IronicSettings {
     if password.is_some() && raw.username.is_none() {
         issues.add(k("username"), "is required with a password");
     }
+    // Basic auth in clear: anyone on the path reads the credentials, and can answer in
+    // Ironic's place, which decides who owns which machine and which conductors are
+    // members. As `http.token_file` is refused without TLS off loopback.
+    let insecure_http = raw.insecure_http.unwrap_or(false);
+    if url.starts_with("http://")
+        && raw.username.is_some()
+        && !loopback_host(&url)
+        && !insecure_http
+    {
+        issues.add(
+            k("url"),
+            "basic auth over plain http:// to a host that is not loopback would send the \
+             Ironic credentials in clear and let anyone on the path answer for Ironic: use \
+             https:// (with owner.ironic.ca_file), or set owner.ironic.insecure_http = true",
+        );
+    }
     let ca_file = raw.ca_file.map(PathBuf::from);
     if let Some(ca) = &ca_file {
         if !ca.is_file() {
@@ -172,6 +227,13 @@ pub(super) fn validate(raw: RawIronic, issues: &mut Issues) -> IronicSettings {
         )),
         max_lookups: issues.in_range(&k("max_lookups"), raw.max_lookups.unwrap_or(16), 1, 1_024),
         page_size: issues.in_range(&k("page_size"), raw.page_size.unwrap_or(1_000), 1, 10_000),
+        lookups_per_sec: issues.in_range(
+            &k("lookups_per_sec"),
+            raw.lookups_per_sec.unwrap_or(20),
+            1,
+            10_000,
+        ),
+        insecure_http,
     }
 }
 
@@ -211,6 +273,45 @@ mod tests {
                 ..Default::default()
             }),
             ["owner.ironic.password_file"]
+        );
+    }
+
+    #[test]
+    fn basic_auth_over_plain_http_is_refused_off_loopback_unless_insecure_is_set() {
+        let raw = |url: &str, user: bool, insecure: Option<bool>| RawIronic {
+            url: Some(url.into()),
+            username: user.then(|| "ironic".into()),
+            password: user.then(|| "pw".into()),
+            insecure_http: insecure,
+            ..Default::default()
+        };
+        let mut issues = Issues::default();
+        validate(raw("http://ironic.example:6385", true, None), &mut issues);
+        assert_eq!(issues.keys(), ["owner.ironic.url"]);
+        let text = issues.finish().unwrap_err()[0].to_string();
+        assert!(
+            text.contains("in clear") && text.contains("owner.ironic.insecure_http"),
+            "{text}"
+        );
+        for ok in [
+            raw("http://ironic.example:6385", true, Some(true)),
+            raw("https://ironic.example:6385", true, None),
+            raw("http://ironic.example:6385", false, None),
+            raw("http://127.0.0.2:6385", true, None),
+            raw("http://[::1]:6385", true, None),
+            raw("http://localhost:6385", true, None),
+        ] {
+            let url = ok.url.clone();
+            assert_eq!(keys(ok), Vec::<String>::new(), "{url:?}");
+        }
+        assert_eq!(
+            keys(raw("http://127.0.0.1.example:6385", true, None)),
+            ["owner.ironic.url"],
+            "a name that only starts like a loopback address"
+        );
+        assert_eq!(
+            keys(raw("http://[::ffff:10.0.0.1]:6385", true, None)),
+            ["owner.ironic.url"]
         );
     }
 

@@ -74,7 +74,9 @@ pub struct Subnet {
     pub options: Vec<crate::dhcp::options::OptionRule>,
     /// Addresses of this member's share of the ranges that only known machines may take
     /// fresh: a flood of unknown MACs cannot starve the machines the operator knows.
-    pub reserve_for_known: u32,
+    /// `None` (not set): the engine's default, a quarter of the share wherever a
+    /// machine can be known (`dhcp::engine` `limits::reserve_for_known`).
+    pub reserve_for_known: Option<u32>,
 }
 
 impl Subnet {
@@ -210,18 +212,15 @@ fn subnet(i: usize, raw: RawSubnet, issues: &mut Issues) -> Option<Subnet> {
             issues.add(k("mtu"), "must be at least 68");
         }
     }
-    // None by default: inspection boots machines nobody enrolled yet, and an operator
-    // expects them to get the whole range unless told otherwise.
+    // Unset: the engine reserves a quarter of the member's share, and only where a
+    // machine can be known at all (its share is known only at run time).
     let size = ranges
         .iter()
         .map(|(a, b)| u64::from(u32::from(*b) - u32::from(*a)) + 1)
         .sum::<u64>();
-    let reserve_for_known = issues.in_range(
-        &k("reserve_for_known"),
-        u64::from(raw.reserve_for_known.unwrap_or(0)),
-        0,
-        size,
-    ) as u32;
+    let reserve_for_known = raw
+        .reserve_for_known
+        .map(|n| issues.in_range(&k("reserve_for_known"), u64::from(n), 0, size) as u32);
     let options = super::options_list(&k("options"), &raw.options, issues);
     Some(Subnet {
         range_tags,

@@ -61,12 +61,49 @@ pub fn render(leases: &[Lease], now: u64) -> String {
 fn replace(path: &Path, text: &str) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("/"));
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
-    let tmp = dir.join(format!(".{}.tmp", name.unwrap_or_default()));
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(text.as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)?;
+    let (tmp, mut f) = create_temp(dir, &name.unwrap_or_default())?;
+    let written = f
+        .write_all(text.as_bytes())
+        .and_then(|()| f.sync_all())
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written?;
     std::fs::File::open(dir)?.sync_all()
+}
+
+/// Creates a new temporary file beside the lease file, under a name nobody can guess
+/// and never through a symlink: the directory may be shared with Ironic's containers
+/// (dnsmasq's), and a predictable name followed as a symlink would let anyone who can
+/// write there have this root process overwrite any file.
+fn create_temp(dir: &Path, name: &str) -> std::io::Result<(std::path::PathBuf, std::fs::File)> {
+    let mut last = None;
+    for _ in 0..8 {
+        let mut nonce = [0u8; 8];
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut nonce)
+            .map_err(|_| std::io::Error::other("no random numbers for a temporary name"))?;
+        let suffix: String = nonce.iter().map(|b| format!("{b:02x}")).collect();
+        let tmp = dir.join(format!(".{name}.{suffix}.tmp"));
+        match open_new(&tmp) {
+            Ok(f) => return Ok((tmp, f)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no temporary name free")))
+}
+
+/// Opens `path` as a new file: O_EXCL (an existing file or symlink there is an error,
+/// never opened) and O_NOFOLLOW.
+fn open_new(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
 }
 
 fn all_leases(store: &dyn Store) -> Result<Vec<Lease>, crate::store::StoreError> {
@@ -201,5 +238,26 @@ mod tests {
         replace(&path, "two\n").unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "two\n");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_symlink_planted_for_the_temporary_file_is_never_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious\n").unwrap();
+        let path = dir.path().join("dnsmasq.leases");
+        // The name the temporary file used to have, and any name it may get: a
+        // symlink there is refused, not opened.
+        let planted = dir.path().join(".dnsmasq.leases.tmp");
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+        replace(&path, "one\n").unwrap();
+        let err = open_new(&planted).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::AlreadyExists);
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "one\n");
+        // Two temporary names are never the same.
+        let (a, _) = create_temp(dir.path(), "x").unwrap();
+        let (b, _) = create_temp(dir.path(), "x").unwrap();
+        assert_ne!(a, b);
     }
 }

@@ -3,8 +3,10 @@
 //! The whole port and node lists are read at start and every `refresh` (paginated
 //! `/v1/ports/detail` and `/v1/nodes/detail`); a MAC missing from them is looked up on
 //! demand (`/v1/ports/detail?address=` then `/v1/nodes/{uuid}`), one request in flight per
-//! MAC and a bounded number overall. While Ironic is unreachable the cache keeps
-//! answering and the metrics say it is stale.
+//! MAC, a bounded number overall, and at most `lookups_per_sec` started per second; the
+//! DHCP path asks only about a MAC it sees a second time (`IronicCache::seen_again`).
+//! While Ironic is unreachable the cache keeps answering and the metrics say it is
+//! stale.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -18,6 +20,7 @@ use tracing::{debug, info, warn};
 
 use super::ironic_cache::{Cached, IronicCache, Known};
 use super::ironic_wire::{self, Node, Port};
+use super::token_bucket::TokenBucket;
 use crate::config::IronicSettings;
 use crate::mac::MacAddr;
 use crate::metrics::{Counter, Gauge, LabeledCounters};
@@ -66,7 +69,19 @@ pub enum IronicError {
         /// The error.
         source: ironic_wire::WireError,
     },
+    /// A body larger than [`MAX_BODY`]: not what Ironic sends for one page.
+    #[error("Ironic request {path}: the response is larger than {limit} bytes")]
+    TooLarge {
+        /// The API path.
+        path: String,
+        /// The limit.
+        limit: usize,
+    },
 }
+
+/// The largest response body read from Ironic: a page of `page_size` (at most 10,000)
+/// nodes is a few MiB of JSON; anything far beyond is a broken or hostile server.
+pub const MAX_BODY: usize = 64 << 20;
 
 /// Counters of the Ironic resolver.
 #[derive(Debug)]
@@ -74,8 +89,10 @@ pub struct IronicMetrics {
     /// Cache lookups: `hit`, `stale_hit` (served while Ironic is unreachable), `miss`.
     pub cache: LabeledCounters<3>,
     /// On-demand lookups: `found`, `no_port`, `error`, `skipped` (backoff or too many
-    /// in flight), `joined` (waited for the same MAC's lookup already in flight).
-    pub lookups: LabeledCounters<5>,
+    /// in flight), `joined` (waited for the same MAC's lookup already in flight),
+    /// `limited` (over `lookups_per_sec`), `first_sight` (the DHCP path saw the MAC for
+    /// the first time: not asked yet).
+    pub lookups: LabeledCounters<7>,
     /// Full refreshes that succeeded.
     pub refresh_ok: Counter,
     /// Full refreshes that failed.
@@ -90,7 +107,15 @@ impl Default for IronicMetrics {
     fn default() -> Self {
         Self {
             cache: LabeledCounters::new(["hit", "stale_hit", "miss"]),
-            lookups: LabeledCounters::new(["found", "no_port", "error", "skipped", "joined"]),
+            lookups: LabeledCounters::new([
+                "found",
+                "no_port",
+                "error",
+                "skipped",
+                "joined",
+                "limited",
+                "first_sight",
+            ]),
             refresh_ok: Counter::default(),
             refresh_failed: Counter::default(),
             up: Gauge::default(),
@@ -167,6 +192,8 @@ pub struct IronicOwners {
     cache: RwLock<IronicCache>,
     inflight: Inflight,
     lookup_slots: Semaphore,
+    /// Lookups started per second (`lookups_per_sec`).
+    bucket: Mutex<TokenBucket>,
     /// Wakes the refresh task before its interval is up.
     refresh_now: tokio::sync::Notify,
     /// Counters.
@@ -209,6 +236,10 @@ impl IronicOwners {
         Ok(Self {
             client: builder.build().map_err(IronicError::Client)?,
             lookup_slots: Semaphore::new(settings.max_lookups),
+            bucket: Mutex::new(TokenBucket::new(
+                settings.lookups_per_sec,
+                settings.lookups_per_sec,
+            )),
             cache: RwLock::new(IronicCache::new(settings.negative_ttl)),
             inflight: Mutex::new(HashMap::new()),
             refresh_now: tokio::sync::Notify::new(),
@@ -277,12 +308,28 @@ impl IronicOwners {
         if joined {
             self.metrics.lookups.inc("joined");
         }
-        let answer = cell
+        // Removes the entry however this call ends, a cancelled boot request included.
+        let guard = InflightGuard {
+            inflight: &self.inflight,
+            mac,
+            cell,
+        };
+        guard
+            .cell
             .get_or_init(|| async {
                 let Ok(_slot) = self.lookup_slots.try_acquire() else {
                     self.metrics.lookups.inc("skipped");
                     return None;
                 };
+                let admitted = self
+                    .bucket
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take(Instant::now());
+                if !admitted {
+                    self.metrics.lookups.inc("limited");
+                    return None;
+                }
                 let started = Instant::now();
                 let result = self.fetch_one(&mac).await;
                 let mut cache = self.cache.write().unwrap_or_else(|p| p.into_inner());
@@ -307,12 +354,15 @@ impl IronicOwners {
                 }
             })
             .await
-            .clone();
+            .clone()
+    }
+
+    /// On-demand lookups whose entry is still in the in-flight map.
+    pub fn inflight(&self) -> usize {
         self.inflight
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(&mac);
-        answer
+            .len()
     }
 
     /// Reads the full port and node lists and replaces the snapshot.
@@ -415,6 +465,17 @@ impl IronicOwners {
                 _ = shutdown.cancelled() => return,
                 m = missing.recv() => match m { Some(m) => m, None => return },
             };
+            // A MAC seen once is not worth a request: firmware sends its DISCOVER again
+            // within seconds, each of a flood's random MACs comes once.
+            let again = self
+                .cache
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .seen_again(mac, Instant::now());
+            if !again {
+                self.metrics.lookups.inc("first_sight");
+                continue;
+            }
             let me = self.clone();
             tokio::spawn(async move { me.lookup(mac).await });
         }
@@ -437,11 +498,7 @@ impl IronicOwners {
             404 => return Ok(None),
             status => return Err(IronicError::Status { path, status }),
         }
-        let body = resp
-            .bytes()
-            .await
-            .map_err(|source| IronicError::Request { path, source })?;
-        Ok(Some(body.to_vec()))
+        read_limited(resp, path, MAX_BODY).await.map(Some)
     }
 
     /// Follows `next` links until the last page.
@@ -515,6 +572,56 @@ impl IronicOwners {
     }
 }
 
+/// Reads `resp`'s body, refusing one beyond `limit` bytes (by its Content-Length, or
+/// once that many arrived).
+async fn read_limited(
+    mut resp: reqwest::Response,
+    path: String,
+    limit: usize,
+) -> Result<Vec<u8>, IronicError> {
+    let too_large = |path: String| IronicError::TooLarge { path, limit };
+    if resp.content_length().is_some_and(|n| n > limit as u64) {
+        return Err(too_large(path));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(|source| IronicError::Request {
+        path: path.clone(),
+        source,
+    })? {
+        if body.len() + chunk.len() > limit {
+            return Err(too_large(path));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// Takes a MAC's entry out of the in-flight map when a lookup call ends, finished or
+/// cancelled (a boot request whose client went away drops its future mid-way): once
+/// the answer is in, or when no other call still waits on the same cell. Entries never
+/// outlive their callers.
+struct InflightGuard<'a> {
+    inflight: &'a Inflight,
+    mac: MacAddr,
+    cell: Arc<OnceCell<Option<Known>>>,
+}
+
+impl Drop for InflightGuard<'_> {
+    fn drop(&mut self) {
+        let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(entry) = inflight.get(&self.mac) else {
+            return;
+        };
+        // References: the map's and this call's; more means another call waits on it
+        // (and runs the request itself if this one was cancelled while running it).
+        if Arc::ptr_eq(entry, &self.cell)
+            && (self.cell.initialized() || Arc::strong_count(&self.cell) <= 2)
+        {
+            inflight.remove(&self.mac);
+        }
+    }
+}
+
 fn read_ca(path: &PathBuf) -> Result<Vec<reqwest::Certificate>, IronicError> {
     let err = |reason: String| IronicError::Ca {
         path: path.clone(),
@@ -529,10 +636,14 @@ fn read_ca(path: &PathBuf) -> Result<Vec<reqwest::Certificate>, IronicError> {
 }
 
 #[cfg(test)]
+#[path = "ironic_tests.rs"]
+mod client_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
-    fn settings() -> IronicSettings {
+    pub(super) fn settings() -> IronicSettings {
         IronicSettings {
             url: "https://127.0.0.1:6385".into(),
             username: Some("ironic".into()),
@@ -545,6 +656,8 @@ mod tests {
             backoff: Duration::from_secs(5),
             max_lookups: 4,
             page_size: 100,
+            lookups_per_sec: 20,
+            insecure_http: false,
         }
     }
 

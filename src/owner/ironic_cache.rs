@@ -10,9 +10,15 @@
 //!   an unknown machine that gets enrolled is found soon while the same unknown MAC
 //!   repeated on the unauthenticated boot route costs Ironic one request per TTL;
 //! - while Ironic is unreachable every answer is still served; the cache only reports
-//!   that it is stale.
+//!   that it is stale;
+//! - positive and negative answers live in separate bounded tables, each dropping its
+//!   oldest entry when full: random MACs fill the negative one only, and can never push
+//!   out the answer for a machine enrolled since the last snapshot;
+//! - the DHCP path asks Ironic about a MAC only when it sees it again within
+//!   `SIGHTING_WINDOW` ([`IronicCache::seen_again`]): firmware sends its DISCOVER again
+//!   within seconds, a flood of random MACs does not.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::mac::MacAddr;
@@ -35,20 +41,88 @@ pub enum Cached {
     Miss,
 }
 
+/// A map of MACs bounded to `cap` entries, the oldest insertion dropped first.
+#[derive(Debug)]
+pub(crate) struct Fifo<V> {
+    map: HashMap<MacAddr, (V, Instant)>,
+    /// Insertion order; an entry whose time no longer matches the map's is stale.
+    order: VecDeque<(MacAddr, Instant)>,
+    cap: usize,
+}
+
+impl<V> Fifo<V> {
+    pub(crate) fn new(cap: usize) -> Self {
+        Self {
+            map: HashMap::new(),
+            order: VecDeque::new(),
+            cap: cap.max(1),
+        }
+    }
+
+    pub(crate) fn get(&self, mac: &MacAddr) -> Option<&(V, Instant)> {
+        self.map.get(mac)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub(crate) fn insert(&mut self, mac: MacAddr, v: V, at: Instant) {
+        self.map.insert(mac, (v, at));
+        self.order.push_back((mac, at));
+        while self.map.len() > self.cap {
+            let Some((m, t)) = self.order.pop_front() else {
+                break;
+            };
+            if self.map.get(&m).is_some_and(|(_, at)| *at == t) {
+                self.map.remove(&m);
+            }
+        }
+        if self.order.len() > 2 * self.cap {
+            self.compact();
+        }
+    }
+
+    pub(crate) fn remove(&mut self, mac: &MacAddr) {
+        self.map.remove(mac);
+    }
+
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&V, Instant) -> bool) {
+        self.map.retain(|_, (v, at)| keep(v, *at));
+        self.compact();
+    }
+
+    fn compact(&mut self) {
+        let map = &self.map;
+        self.order
+            .retain(|(m, t)| map.get(m).is_some_and(|(_, at)| at == t));
+    }
+}
+
 /// The cache.
 #[derive(Debug)]
 pub struct IronicCache {
     snapshot: HashMap<MacAddr, Option<String>>,
     snapshot_at: Option<Instant>,
-    singles: HashMap<MacAddr, (Known, Instant)>,
+    /// Lookups Ironic answered with a node, and with "no such port".
+    positives: Fifo<Option<String>>,
+    negatives: Fifo<()>,
+    /// MACs the DHCP path missed once, and when.
+    sightings: Fifo<()>,
     negative_ttl: Duration,
     last_failure: Option<Instant>,
     last_success: Option<Instant>,
 }
 
-/// Singles beyond this many are dropped oldest-first at the next snapshot, so random
-/// MACs cannot grow memory without bound between refreshes.
-const MAX_SINGLES: usize = 65_536;
+/// Positive answers kept between snapshots: machines enrolled since the last one.
+pub const MAX_POSITIVES: usize = 65_536;
+/// Negative answers kept (each for `negative_ttl`): what random MACs can fill.
+pub const MAX_NEGATIVES: usize = 16_384;
+/// MACs seen once by the DHCP path and not yet asked about.
+pub const MAX_SIGHTINGS: usize = 65_536;
+/// How long a first sighting waits for the MAC to come again (firmware repeats its
+/// DISCOVER within seconds, RFC 2131 §4.1; iPXE asks again as it starts).
+pub const SIGHTING_WINDOW: Duration = Duration::from_secs(300);
 
 impl IronicCache {
     /// An empty cache.
@@ -56,7 +130,9 @@ impl IronicCache {
         Self {
             snapshot: HashMap::new(),
             snapshot_at: None,
-            singles: HashMap::new(),
+            positives: Fifo::new(MAX_POSITIVES),
+            negatives: Fifo::new(MAX_NEGATIVES),
+            sightings: Fifo::new(MAX_SIGHTINGS),
             negative_ttl,
             last_failure: None,
             last_success: None,
@@ -65,14 +141,19 @@ impl IronicCache {
 
     /// Looks `mac` up.
     pub fn get(&self, mac: &MacAddr, now: Instant) -> Cached {
-        let single = self.singles.get(mac);
+        // Inserting one removes the other: at most one of them holds the MAC.
+        let single = match (self.positives.get(mac), self.negatives.get(mac)) {
+            (Some((c, at)), _) => Some((Known::Node(c.clone()), *at)),
+            (None, Some(((), at))) => Some((Known::NoPort, *at)),
+            (None, None) => None,
+        };
         let snapshot_newer = |at: Instant| self.snapshot_at.is_some_and(|s| s >= at);
         match single {
-            Some((known, at)) if !snapshot_newer(*at) => match known {
-                Known::NoPort if now.saturating_duration_since(*at) >= self.negative_ttl => {
+            Some((known, at)) if !snapshot_newer(at) => match known {
+                Known::NoPort if now.saturating_duration_since(at) >= self.negative_ttl => {
                     Cached::Miss
                 }
-                k => Cached::Hit(k.clone()),
+                k => Cached::Hit(k),
             },
             _ => match self.snapshot.get(mac) {
                 Some(c) => Cached::Hit(Known::Node(c.clone())),
@@ -93,21 +174,45 @@ impl IronicCache {
     ) -> HashMap<MacAddr, Option<String>> {
         let old = std::mem::replace(&mut self.snapshot, owners);
         self.snapshot_at = Some(at);
-        self.singles.retain(|_, (_, t)| *t > at);
-        if self.singles.len() > MAX_SINGLES {
-            self.singles.clear();
-        }
+        self.positives.retain(|_, t| t > at);
+        self.negatives.retain(|_, t| t > at);
         self.last_success = Some(at);
         old
     }
 
     /// Records a single lookup's answer.
     pub fn insert(&mut self, mac: MacAddr, known: Known, at: Instant) {
-        if self.singles.len() >= MAX_SINGLES && !self.singles.contains_key(&mac) {
-            return;
+        match known {
+            Known::Node(c) => {
+                self.negatives.remove(&mac);
+                self.positives.insert(mac, c, at);
+            }
+            Known::NoPort => {
+                self.positives.remove(&mac);
+                self.negatives.insert(mac, (), at);
+            }
         }
-        self.singles.insert(mac, (known, at));
         self.last_success = Some(self.last_success.map_or(at, |s| s.max(at)));
+    }
+
+    /// Records that the DHCP path missed `mac` at `now`; whether it had missed it before
+    /// within [`SIGHTING_WINDOW`] (then it is worth asking Ironic about).
+    pub fn seen_again(&mut self, mac: MacAddr, now: Instant) -> bool {
+        let before = self
+            .sightings
+            .get(&mac)
+            .is_some_and(|((), at)| now.saturating_duration_since(*at) < SIGHTING_WINDOW);
+        if before {
+            self.sightings.remove(&mac);
+        } else {
+            self.sightings.insert(mac, (), now);
+        }
+        before
+    }
+
+    /// Answers kept from single lookups: (positive, negative).
+    pub fn singles(&self) -> (usize, usize) {
+        (self.positives.len(), self.negatives.len())
     }
 
     /// Records that Ironic could not be reached (or answered garbage) at `at`.
@@ -192,6 +297,67 @@ mod tests {
             c.get(&mac(8), t0 + 100 * TTL),
             Cached::Hit(Known::Node(Some("c1".into())))
         );
+    }
+
+    fn random(n: u32) -> MacAddr {
+        let b = n.to_be_bytes();
+        MacAddr([0x06, 0x17, b[0], b[1], b[2], b[3]])
+    }
+
+    #[test]
+    fn random_macs_fill_the_negative_table_only_and_never_push_out_a_positive() {
+        let t0 = Instant::now();
+        let mut c = IronicCache::new(Duration::from_secs(3600));
+        c.insert(mac(1), Known::Node(Some("c1".into())), t0);
+        for n in 0..(MAX_NEGATIVES as u32 * 4) {
+            c.insert(random(n), Known::NoPort, t0);
+        }
+        assert_eq!(c.singles(), (1, MAX_NEGATIVES), "both bounded");
+        assert_eq!(
+            c.get(&mac(1), t0),
+            Cached::Hit(Known::Node(Some("c1".into())))
+        );
+        // A machine enrolled during the flood is remembered too.
+        c.insert(mac(2), Known::Node(Some("c2".into())), t0);
+        assert_eq!(
+            c.get(&mac(2), t0),
+            Cached::Hit(Known::Node(Some("c2".into())))
+        );
+        // The oldest negatives went first; the newest are still there.
+        assert_eq!(c.get(&random(0), t0), Cached::Miss);
+        let last = random(MAX_NEGATIVES as u32 * 4 - 1);
+        assert_eq!(c.get(&last, t0), Cached::Hit(Known::NoPort));
+        // A MAC enrolled after its negative answer: the positive replaces it.
+        c.insert(last, Known::Node(None), t0);
+        assert_eq!(c.get(&last, t0), Cached::Hit(Known::Node(None)));
+        assert_eq!(c.singles(), (3, MAX_NEGATIVES - 1));
+        // Positives are bounded as well, oldest first.
+        for n in 0..(MAX_POSITIVES as u32 + 10) {
+            c.insert(random(n), Known::Node(None), t0);
+        }
+        assert_eq!(c.singles().0, MAX_POSITIVES);
+    }
+
+    #[test]
+    fn a_mac_is_worth_a_lookup_when_seen_again_within_the_window() {
+        let t0 = Instant::now();
+        let mut c = IronicCache::new(TTL);
+        assert!(!c.seen_again(mac(1), t0), "first sighting");
+        assert!(
+            c.seen_again(mac(1), t0 + Duration::from_secs(4)),
+            "firmware's retry"
+        );
+        // Counted afresh after a lookup...
+        assert!(!c.seen_again(mac(1), t0 + Duration::from_secs(5)));
+        // ...and a sighting older than the window is a first one again.
+        assert!(!c.seen_again(mac(1), t0 + SIGHTING_WINDOW + Duration::from_secs(6)));
+        // A flood of random MACs, each seen once, is never worth a lookup, and the
+        // table stays bounded.
+        let looked = (0..(MAX_SIGHTINGS as u32 * 2))
+            .filter(|n| c.seen_again(random(*n), t0))
+            .count();
+        assert_eq!(looked, 0);
+        assert_eq!(c.sightings.len(), MAX_SIGHTINGS);
     }
 
     #[test]

@@ -162,11 +162,14 @@ fn earlier(past: &[PastMembership], now: u64) -> Vec<Transition> {
 }
 
 fn ongoing(record: &Membership, span: u64, now: u64) -> Option<Transition> {
+    // `since` is read from the store: a corrupt record must neither overflow nor, from
+    // the future, hold fresh addresses back longer than a real transition lasts.
+    let until = record.since.min(now).saturating_add(span);
     match &record.previous {
-        Some(prev) if record.since + span > now => Some(Transition {
+        Some(prev) if until > now => Some(Transition {
             previous: prev.clone(),
             previous_split: Split::recorded(record.previous_split.as_deref()),
-            until: record.since + span,
+            until,
         }),
         _ => None,
     }
@@ -223,6 +226,16 @@ mod tests {
                 earlier: Vec::new(),
             }
         );
+    }
+
+    #[test]
+    fn a_corrupt_since_neither_wraps_nor_outlasts_a_span_from_now() {
+        let abc = MemberList::new(["a", "b", "c"]);
+        for since in [u64::MAX, u64::MAX - 10, 1_000_000] {
+            let r = record(&["a", "b", "c"], since, Some(&["a", "b"]));
+            let s = settle(Some(r), &abc, 100, 0, 50);
+            assert_eq!(s.transition.map(|t| t.until), Some(150), "since {since}");
+        }
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod membership;
 pub mod peer_auth;
 pub mod roster;
 pub mod shares;
+pub mod token_bucket;
 
 use std::sync::Arc;
 use std::time::Instant;

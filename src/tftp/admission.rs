@@ -3,15 +3,19 @@
 //! per-transfer-port and single-port shells.
 //!
 //! When the table (`max_transfers`) is full, a new request takes the slot of the
-//! oldest transfer that never received an ACK, never that of one that did: source
+//! oldest transfer that never received an ACK; failing that, of the transfer whose last
+//! forward ACK is the oldest, if that is longer ago than the longest retransmission
+//! timeout (`max_timeout_secs`); never that of a transfer that is moving: source
 //! addresses of UDP requests are spoofable, so a flood of RRQs that nobody answers must
 //! not lock real clients out (the per-client cap alone cannot, as it is keyed on that
-//! same spoofable address).
+//! same spoofable address), and a peer that ACKs once and then stalls must not keep its
+//! slot until the transfer's deadline either.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
@@ -33,6 +37,8 @@ pub(crate) struct Shared {
     pub settings: Arc<TftpSettings>,
     pub metrics: Arc<TftpMetrics>,
     slots: Mutex<Slots>,
+    /// What progress times count from.
+    epoch: Instant,
 }
 
 #[derive(Debug, Default)]
@@ -54,9 +60,10 @@ struct Held {
 /// What a slot and the table tell each other without a lock on the table.
 #[derive(Debug, Default)]
 struct Signal {
-    /// Set by the shell at the first ACK that moved the transfer forward: from then on
-    /// the peer has shown it receives our packets, so it is never evicted.
-    acked: AtomicBool,
+    /// When an ACK last moved the transfer forward, in milliseconds after
+    /// `Shared::epoch` plus one; 0: never. Set by the shell: a peer that ACKs has shown
+    /// it receives our packets, and keeps its slot while it keeps moving.
+    progress: AtomicU64,
     /// Cancelled when the table takes the slot back for a newer request.
     evicted: CancellationToken,
 }
@@ -71,9 +78,9 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
-    /// Records the first ACK that moved the transfer forward (see [`Shared::admit`]).
-    pub(crate) fn mark_acked(&self) {
-        self.signal.acked.store(true, Relaxed);
+    /// Records an ACK that moved the transfer forward at `now` (see [`Shared::admit`]).
+    pub(crate) fn mark_progress(&self, now: Instant) {
+        self.signal.progress.store(self.shared.stamp(now), Relaxed);
     }
 
     /// Resolves when the table has taken this slot back for a newer request.
@@ -111,13 +118,27 @@ impl Slots {
         }
     }
 
-    /// The oldest transfer among the peers `scope` picks that never received an ACK, if
-    /// any. Linear in the table size, paid only at a cap.
-    fn oldest_silent(&self, scope: impl Fn(&SocketAddr) -> bool) -> Option<SocketAddr> {
-        self.peers
-            .iter()
-            .filter(|(p, h)| scope(p) && !h.signal.acked.load(Relaxed))
-            .min_by_key(|(_, h)| h.seq)
+    /// Among the peers `scope` picks, the oldest transfer that never received an ACK;
+    /// else the one whose last forward ACK (a stamp, see `Signal::progress`) is the
+    /// oldest, when it is before `stalled_before`. Linear in the table size, paid only
+    /// at a cap.
+    fn victim(
+        &self,
+        scope: impl Fn(&SocketAddr) -> bool,
+        stalled_before: u64,
+    ) -> Option<SocketAddr> {
+        let in_scope = || self.peers.iter().filter(|(p, _)| scope(p));
+        let silent = in_scope()
+            .filter(|(_, h)| h.signal.progress.load(Relaxed) == 0)
+            .min_by_key(|(_, h)| h.seq);
+        silent
+            .or_else(|| {
+                in_scope()
+                    .map(|(p, h)| (p, h.signal.progress.load(Relaxed)))
+                    .filter(|(_, at)| *at < stalled_before)
+                    .min_by_key(|(_, at)| *at)
+                    .map(|(p, _)| (p, &self.peers[p]))
+            })
             .map(|(&peer, _)| peer)
     }
 
@@ -159,15 +180,27 @@ impl Shared {
             root,
             metrics,
             slots: Mutex::new(Slots::default()),
+            epoch: Instant::now(),
         })
+    }
+
+    /// `now` as a progress stamp (`Signal::progress`): never 0.
+    fn stamp(&self, now: Instant) -> u64 {
+        u64::try_from(now.saturating_duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX - 1)
+            + 1
     }
 
     fn lock_slots(&self) -> std::sync::MutexGuard<'_, Slots> {
         self.slots.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Classifies one datagram from `peer` on the listening socket.
-    pub(super) fn admit(self: &Arc<Self>, datagram: &[u8], peer: SocketAddr) -> Admission {
+    /// Classifies one datagram from `peer` on the listening socket, received at `now`.
+    pub(super) fn admit(
+        self: &Arc<Self>,
+        datagram: &[u8],
+        peer: SocketAddr,
+        now: Instant,
+    ) -> Admission {
         let m = &self.metrics;
         let req = match Packet::decode(datagram) {
             Ok(Packet::Read(r)) => r,
@@ -197,19 +230,23 @@ impl Shared {
         // The source address of an RRQ is not verified, so a flood of spoofed requests
         // would fill the table (or one client's share of it, under a real client's own
         // address) with transfers that never hear back. Such a transfer has never seen
-        // an ACK; one that has is a real client and keeps its slot. At either cap the
-        // oldest silent transfer in its scope gives way: it has had the longest to
-        // answer. Only when every transfer in scope has ACKed is the request refused.
+        // an ACK; one that has is a real client and keeps its slot while it moves. At
+        // either cap the oldest silent transfer in its scope gives way: it has had the
+        // longest to answer; failing one, the transfer stalled longest, if no forward
+        // ACK came for longer than any retransmission timeout would explain. Only when
+        // every transfer in scope is moving is the request refused.
         let ip = peer.ip();
         let client_full = s.per_ip.get(&ip).copied().unwrap_or(0) >= self.settings.max_per_client;
         let table_full = s.total >= self.settings.max_transfers;
         let mut evicted = None;
         if client_full || table_full {
+            let stall = u64::try_from(self.settings.max_timeout.as_millis()).unwrap_or(u64::MAX);
+            let stalled_before = self.stamp(now).saturating_sub(stall);
             // A victim of the same address frees both caps at once.
             evicted = if client_full {
-                s.oldest_silent(|p| p.ip() == ip)
+                s.victim(|p| p.ip() == ip, stalled_before)
             } else {
-                s.oldest_silent(|_| true)
+                s.victim(|_| true, stalled_before)
             };
             if evicted.is_none() {
                 if table_full {
@@ -229,7 +266,7 @@ impl Shared {
             s.evict(victim);
             m.transfers_evicted.fetch_add(1, Relaxed);
             m.transfers_active.fetch_sub(1, Relaxed);
-            tracing::info!(%peer, %victim, "tftp at its cap, evicted a transfer that never received an ACK");
+            tracing::info!(%peer, %victim, "tftp at its cap, evicted a transfer that never received an ACK or stalled");
         }
         *s.per_ip.entry(peer.ip()).or_default() += 1;
         s.total += 1;
@@ -339,5 +376,67 @@ pub(crate) fn note_refusal(metrics: &TftpMetrics, datagram: &[u8], r: Refusal) {
         tracing::warn!(%file, reason = r.label(), "tftp request refused by path policy");
     } else {
         tracing::info!(%file, reason = r.label(), "tftp request failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn rrq() -> Vec<u8> {
+        let mut d = vec![0, 1];
+        d.extend_from_slice(b"f\0octet\0");
+        d
+    }
+
+    fn peer(n: u8) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, n], 2000))
+    }
+
+    fn started(a: Admission) -> Accepted {
+        match a {
+            Admission::Start(acc) => acc,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_transfer_that_acked_once_and_stalled_gives_way_one_that_moves_does_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = crate::config::TftpSettings {
+            root: dir.path().to_owned(),
+            max_transfers: 2,
+            max_per_client: 2,
+            max_timeout: Duration::from_secs(5),
+            ..Default::default()
+        };
+        let shared = Shared::new(FileRoot::new(settings), Arc::new(TftpMetrics::default()));
+        let t0 = Instant::now();
+        let a = started(shared.admit(&rrq(), peer(1), t0));
+        let b = started(shared.admit(&rrq(), peer(2), t0));
+        a.slot.mark_progress(t0);
+        b.slot.mark_progress(t0);
+        // Both moving: a third request is refused.
+        let t1 = t0 + Duration::from_secs(1);
+        assert!(matches!(
+            shared.admit(&rrq(), peer(3), t1),
+            Admission::Reject(..)
+        ));
+        // b keeps ACKing, a went quiet after its first ACK: past the longest
+        // retransmission timeout, a is the one that gives way.
+        let t2 = t0 + Duration::from_secs(6);
+        b.slot.mark_progress(t2);
+        let c = started(shared.admit(&rrq(), peer(3), t2));
+        assert_eq!(c.evicted, Some(peer(1)));
+        assert!(a.slot.is_evicted() && !b.slot.is_evicted());
+        // A transfer that never ACKed goes before any stalled one.
+        let t3 = t2 + Duration::from_secs(10);
+        let d = started(shared.admit(&rrq(), peer(4), t3));
+        assert_eq!(d.evicted, Some(peer(3)), "c never ACKed");
+        d.slot.mark_progress(t3);
+        let e = started(shared.admit(&rrq(), peer(5), t3));
+        assert_eq!(e.evicted, Some(peer(2)), "b stalled since t2");
     }
 }

@@ -49,7 +49,7 @@ pub(crate) async fn run(
                 Err(e) => break Err(TftpError::Recv(e)),
             },
         };
-        match shared.admit(&buf[..n], peer) {
+        match shared.admit(&buf[..n], peer, std::time::Instant::now()) {
             Admission::Ignore => {}
             Admission::Reject(code, msg) => {
                 encode_error(&mut out, code, msg);

@@ -41,8 +41,8 @@ pub(crate) fn started(span: &Span, p: &Prepared) {
 }
 
 /// Feeds one datagram from the transfer's peer to its state machine at `now`, counts a
-/// malformed one and tells the slot about progress: once the peer has ACKed, admission
-/// never evicts it.
+/// malformed one and tells the slot about progress: while the peer's ACKs move it on,
+/// admission never evicts it.
 pub(crate) fn received(
     t: &mut Transfer,
     slot: &Slot,
@@ -52,7 +52,7 @@ pub(crate) fn received(
 ) -> Handled {
     let handled = t.handle_packet(datagram, now);
     match handled {
-        Handled::Progress => slot.mark_acked(),
+        Handled::Progress => slot.mark_progress(now),
         Handled::Malformed => {
             metrics.malformed_packets.fetch_add(1, Relaxed);
         }

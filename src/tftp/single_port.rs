@@ -107,7 +107,7 @@ pub(crate) async fn run(
                     received(&mut run.p.transfer, &run.slot, &metrics, &buf[..n], Instant::now());
                     peer
                 } else {
-                    match shared.admit(&buf[..n], peer) {
+                    match shared.admit(&buf[..n], peer, Instant::now()) {
                         Admission::Ignore => continue,
                         Admission::Reject(code, msg) => {
                             encode_error(&mut out, code, msg);

@@ -11,6 +11,21 @@ use crate::mac::MacAddr;
 /// Entries a per-source or per-MAC table holds before stale ones are dropped.
 const PRUNE_AT: usize = 4096;
 
+/// The share of a subnet that only known machines may take fresh when
+/// `reserve_for_known` is not set: a quarter of this member's share, wherever a machine
+/// can be known (`may_know`: a `[[host]]`, a hosts directory, an Ironic or inventory
+/// resolver, the operator API). A flood of random MACs, DISCOVERs alone or whole
+/// exchanges, then leaves enrolled machines room on their first try; machines nobody
+/// enrolled yet (inspection, discovery) still get three quarters. Where no machine can
+/// be known, a reserve would only go unused.
+pub(super) fn reserve_for_known(configured: Option<u32>, share: u64, may_know: bool) -> u64 {
+    match configured {
+        Some(n) => u64::from(n),
+        None if may_know => share / 4,
+        None => 0,
+    }
+}
+
 /// Counters behind the limits.
 #[derive(Debug, Default)]
 pub(super) struct Limits {
@@ -99,6 +114,19 @@ impl Limits {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_reserve_is_a_quarter_of_the_share_where_machines_can_be_known() {
+        assert_eq!(reserve_for_known(None, 2048, true), 512);
+        assert_eq!(reserve_for_known(None, 3, true), 0, "rounded down");
+        assert_eq!(
+            reserve_for_known(None, 2048, false),
+            0,
+            "nothing to keep it for"
+        );
+        assert_eq!(reserve_for_known(Some(0), 2048, true), 0, "the knob wins");
+        assert_eq!(reserve_for_known(Some(7), 2048, false), 7);
+    }
 
     #[test]
     fn the_rate_is_per_second_and_per_source() {

@@ -12,6 +12,7 @@ pub mod decided;
 pub mod decision;
 mod limits;
 pub mod pool;
+mod preempt;
 pub mod probe;
 pub mod proxy;
 pub mod reply;
@@ -111,6 +112,10 @@ pub struct Engine {
     /// The shared lease store answers: the database decides every binding, so any
     /// member may extend any lease it knows and takes a new share at once.
     shared_up: bool,
+    /// Whether any machine can be known (`limits::reserve_for_known`).
+    may_know: bool,
+    /// Offers held for unknown machines, which known ones may take (`preempt`).
+    unknown_offers: preempt::UnknownOffers,
     /// The shared lease store does not answer: no lease is extended past its
     /// current end (`set_shared_store_up`).
     degraded: bool,
@@ -157,6 +162,17 @@ impl Engine {
             runtime_reserved: std::collections::HashSet::new(),
             limits: Limits::default(),
             shared_up: false,
+            may_know: !config.hosts.is_empty()
+                || config.dhcp.hostsdir.is_some()
+                || config.owner.ironic.is_some()
+                || config.owner.inventory.is_some()
+                || config.http.token_file.is_some()
+                || config
+                    .http
+                    .tls
+                    .as_ref()
+                    .is_some_and(|t| t.client_ca.is_some()),
+            unknown_offers: Default::default(),
             degraded: false,
             probes: probe::Probes::new(config.dhcp.conflict_probe.is_some()),
         };
@@ -252,12 +268,14 @@ impl Engine {
             return false;
         }
         let s = &self.subnets[si];
-        let free: u64 = s
-            .pools
-            .iter()
-            .map(|p| u64::from(p.share_len().saturating_sub(p.in_use_in_share())))
-            .sum();
-        free > u64::from(s.cfg.reserve_for_known)
+        let (share, free) = s.pools.iter().fold((0u64, 0u64), |(share, free), p| {
+            let len = p.share_len();
+            (
+                share + u64::from(len),
+                free + u64::from(len.saturating_sub(p.in_use_in_share())),
+            )
+        });
+        free > limits::reserve_for_known(s.cfg.reserve_for_known, share, self.may_know)
     }
 
     fn server_id(&self, ctx: &PacketContext<'_>) -> Ipv4Addr {
@@ -352,7 +370,11 @@ impl Engine {
         let Some(si) = self.select_subnet(msg, ctx) else {
             return Decision::ignore(IgnoreReason::NoSubnet);
         };
-        let Some(ip) = self.choose_address(si, mac, requested_ip(msg), ctx.now) else {
+        let chosen = match self.choose_address(si, mac, requested_ip(msg), ctx.now) {
+            None if known => self.take_unknown_offer(si, mac, ctx.now),
+            chosen => chosen,
+        };
+        let Some(ip) = chosen else {
             return Decision::ignore(IgnoreReason::PoolExhausted);
         };
         let fresh = !self.pools_for(ip).any(|p| p.is_used(ip));
@@ -378,6 +400,9 @@ impl Engine {
             );
             self.table.insert(offer);
             self.set_used(ip, true);
+            if !known {
+                self.note_unknown_offer(ip, *mac, ctx.now);
+            }
         }
         let reply = self.positive_reply(msg, MessageType::Offer, ip, si, mac, ctx);
         Decision {

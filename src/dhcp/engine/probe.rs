@@ -111,7 +111,8 @@ impl Engine {
     /// `before` is probed for the subnet's window.
     fn inherit_gained(&mut self, before: &[Vec<Vec<u64>>], since: u64) {
         for si in 0..self.subnets.len() {
-            let until = since + self.probe_window(si);
+            // `since` may come from a stored membership record: saturate.
+            let until = since.saturating_add(self.probe_window(si));
             for (pi, pool) in self.subnets[si].pools.iter_mut().enumerate() {
                 let old = before.get(si).and_then(|s| s.get(pi));
                 let gained: Vec<u64> = pool

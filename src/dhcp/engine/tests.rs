@@ -21,6 +21,9 @@ mod probe_tests;
 #[path = "conformance_tests.rs"]
 mod conformance_tests;
 
+#[path = "flood_tests.rs"]
+mod flood_tests;
+
 const SERVER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 const T0: u64 = 1_000_000;
 
@@ -641,8 +644,13 @@ fn reservations_known_only_and_deny() {
         ),
         Outcome::Offer(_)
     ));
-    // The reserved address is never handed to anyone else.
-    let mut e = Engine::new(&config(hosts), vec![], T0);
+    // The reserved address is never handed to anyone else, however many ask (no
+    // addresses kept for known machines, so unknown ones could take every one).
+    let mut cfg = config(hosts);
+    cfg.subnets
+        .iter_mut()
+        .for_each(|s| s.reserve_for_known = Some(0));
+    let mut e = Engine::new(&cfg, vec![], T0);
     for n in 3..100 {
         let ip = offered(&e.handle_message(&msg(MessageType::Discover, mac(n)), &ctx(&i, T0)));
         assert_ne!(ip, Ipv4Addr::new(192, 0, 2, 20));
@@ -1176,7 +1184,7 @@ fn outstanding_offers_are_capped_for_unknown_machines_only() {
 fn the_reserve_for_known_machines_is_kept_from_unknown_ones() {
     let i = iface();
     let mut e = limited(|c| {
-        c.subnets[0].reserve_for_known = 10;
+        c.subnets[0].reserve_for_known = Some(10);
         c.hosts.push(known_host(mac(200)));
     });
     let mut unknown = 0;
@@ -1370,6 +1378,8 @@ ranges = [
   { range = "192.0.2.10 - 192.0.2.10", tag = "range_0" },
   { range = "192.0.2.20 - 192.0.2.29", tag = "range_1" },
 ]
+# Every address to the unknown clients below (a [[host]] would keep a quarter).
+reserve_for_known = 0
 options = [
   "tag:range_0,option:router",
   "option:classless-static-route,10.0.0.0/8,192.0.2.1",

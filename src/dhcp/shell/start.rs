@@ -205,13 +205,15 @@ pub async fn prepare(config: &Config, parts: Parts) -> Result<Server, StartError
         .iter()
         .filter_map(|r| Some((r.address()?, r.since)))
     {
-        warn!(%ip, until = since + span, "address held back: its lease record was set aside");
+        // `since` comes from the damaged record itself: saturate, never wrap.
+        let until = since.saturating_add(span);
+        warn!(%ip, until, "address held back: its lease record was set aside");
         leases.push(Lease {
             ip,
             mac: MacAddr([0; 6]),
             state: LeaseState::Declined,
             starts: since,
-            expires: since + span,
+            expires: until,
             hostname: None,
             client_id: None,
             machine_id: None,
