@@ -31,14 +31,17 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap()
 }
 
-#[test]
-fn known_machines_boot_through_a_flood_of_unknown_ones() {
-    require_root!();
+/// The server and a client namespace with a second address for the flood's relay.
+fn flood_lab() -> Lab {
     let lab = Lab::new(&["198.18.0.1/16"], &["198.18.0.2/16"]);
     lab.client
         .ip(&["addr", "add", "198.18.0.3/16", "dev", &lab.client_if]);
-    let dir = tempfile::tempdir().unwrap();
-    let hosts: String = (0..KNOWN)
+    lab
+}
+
+/// `[[host]]` entries for the first `known` known machines.
+fn host_entries(known: u32) -> String {
+    (0..known)
         .map(|n| {
             let m = known_mac(n);
             format!(
@@ -49,7 +52,15 @@ fn known_machines_boot_through_a_flood_of_unknown_ones() {
                     .join(":")
             )
         })
-        .collect();
+        .collect()
+}
+
+#[test]
+fn known_machines_boot_through_a_flood_of_unknown_ones() {
+    require_root!();
+    let lab = flood_lab();
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = host_entries(KNOWN);
     // 2,048 addresses: without the limits the flood binds all of them within a second.
     let cfg = config(
         &lab.server_if,
@@ -163,22 +174,9 @@ fn with_the_default_limits_known_machines_are_bound_on_the_first_try_under_a_flo
     require_root!();
     const KNOWN: u32 = 50;
     const FLOOD: u32 = 20_000;
-    let lab = Lab::new(&["198.18.0.1/16"], &["198.18.0.2/16"]);
-    lab.client
-        .ip(&["addr", "add", "198.18.0.3/16", "dev", &lab.client_if]);
+    let lab = flood_lab();
     let dir = tempfile::tempdir().unwrap();
-    let hosts: String = (0..KNOWN)
-        .map(|n| {
-            let m = known_mac(n);
-            format!(
-                "[[host]]\nmac = \"{}\"\n",
-                m.iter()
-                    .map(|b| format!("{b:02x}"))
-                    .collect::<Vec<_>>()
-                    .join(":")
-            )
-        })
-        .collect();
+    let hosts = host_entries(KNOWN);
     // 2,048 addresses: the flood alone would hold every one of them within 3 s.
     let cfg = config(
         &lab.server_if,
