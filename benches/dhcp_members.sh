@@ -60,17 +60,10 @@ ip -n "$srv" link set "$p" master "$br"; ip -n "$srv" link set "$p" up
 ip -n "$cli" addr add 198.18.0.2/16 dev "$c"; ip -n "$cli" link set "$c" up
 
 # The members' shared lease store: MariaDB on the server namespace's loopback.
-db="$work/db"
-mkdir -p "$db"
-mariadb-install-db --no-defaults --datadir="$db/data" --user=root --auth-root-authentication-method=normal >/dev/null
+. benches/mariadb.sh
 port=33062
-ip netns exec "$srv" mariadbd --no-defaults --datadir="$db/data" --socket="$db/sock" --port=$port \
-  --bind-address=127.0.0.1 --user=root --skip-log-bin --skip-name-resolve \
-  --innodb-flush-log-at-trx-commit=1 --max-connections=200 >"$db/log" 2>&1 &
-pids_db=$!
-for _ in $(seq 100); do mariadb --no-defaults -S "$db/sock" -uroot -e 'SELECT 1' >/dev/null 2>&1 && break; sleep 0.1; done
-mariadb --no-defaults -S "$db/sock" -uroot -e \
-  "CREATE USER 'sb'@'%' IDENTIFIED BY 'sbpass'; CREATE DATABASE sb; GRANT ALL ON sb.* TO 'sb'@'%';"
+start_mariadb "$srv" "$work/db" $port
+pids_db=$db_pid
 
 config() { # index, member-count
   local i=$1 n=$2 names=(a b c)

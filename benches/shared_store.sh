@@ -26,19 +26,11 @@ tag="sbss$$"
 . benches/veth_pair.sh
 
 # MariaDB in the server namespace.
-db="$work/db"
-mkdir -p "$db"
-mariadb-install-db --no-defaults --datadir="$db/data" --user=root --auth-root-authentication-method=normal >/dev/null
+. benches/mariadb.sh
 port=33061
-ip netns exec "$srv" mariadbd --no-defaults --datadir="$db/data" --socket="$db/sock" --port=$port \
-  --bind-address=127.0.0.1 --user=root --skip-log-bin --skip-name-resolve \
-  --innodb-flush-log-at-trx-commit=1 --max-connections=200 > "$db/log" 2>&1 &
-db_pid=$!
+start_mariadb "$srv" "$work/db" $port
 on_exit "kill $db_pid; wait $db_pid"
-for _ in $(seq 100); do mariadb --no-defaults -S "$db/sock" -uroot -e 'SELECT 1' >/dev/null 2>&1 && break; sleep 0.1; done
-sql() { mariadb --no-defaults -S "$db/sock" -uroot -e "$1"; }
-sql "CREATE USER 'sb'@'%' IDENTIFIED BY 'sbpass'; CREATE DATABASE sb; GRANT ALL ON sb.* TO 'sb'@'%';
-     CREATE DATABASE kea; GRANT ALL ON kea.* TO 'sb'@'%';"
+db_sql "CREATE DATABASE kea; GRANT ALL ON kea.* TO 'sb'@'%';"
 mariadb --no-defaults -S "$db/sock" -uroot kea < /usr/share/kea/scripts/mysql/dhcpdb_create.mysql
 
 cp "$work/shardboot.toml" "$work/shardboot-shared.toml"
