@@ -16,6 +16,11 @@ pub(crate) mod qemu;
 pub(crate) mod relay6;
 pub(crate) mod relay_client;
 pub(crate) mod segment;
+mod skip;
+
+// Each test binary uses a different subset of these helpers.
+#[allow(unused_imports)]
+pub(crate) use skip::skip_or_fail;
 pub(crate) mod storm;
 
 use std::fs::File;
@@ -40,27 +45,6 @@ macro_rules! require_root {
             return;
         }
     };
-}
-
-/// The variable that lets a test whose prerequisite is missing skip instead of
-/// failing: `1` for any prerequisite, or a comma-separated list of them (`root`,
-/// `podman`, `ipxe`, `ipv6`, `tools`, `netem`; tests/run.sh allows `netem` only on a
-/// kernel without it, and says so). Otherwise a missing prerequisite fails the test: a
-/// run that checked nothing must not report ok. Not `SHARDBOOT_*`: the servers the
-/// tests start inherit the environment and take those as configuration keys.
-pub(crate) const ALLOW_SKIP: &str = "SB_ALLOW_SKIP";
-
-/// Says why the calling test cannot run: `what` is missing. When [`ALLOW_SKIP`] allows
-/// it, prints the reason and returns (the caller then returns); otherwise the test
-/// fails with it.
-pub(crate) fn skip_or_fail(what: &str, reason: &str) {
-    let allowed =
-        std::env::var(ALLOW_SKIP).is_ok_and(|v| v == "1" || v.split(',').any(|w| w.trim() == what));
-    if allowed {
-        eprintln!("skipped ({ALLOW_SKIP} allows {what}): {reason}");
-        return;
-    }
-    panic!("cannot run: {reason} (set {ALLOW_SKIP}={what} to skip such tests instead)");
 }
 
 /// Fails the calling test unless it runs as root: a test that needs root and passes

@@ -6,6 +6,10 @@
 
 mod client;
 mod netns;
+#[path = "../common/skip.rs"]
+mod skip;
+
+pub(crate) use skip::skip_or_fail;
 
 pub(crate) use client::*;
 pub(crate) use netns::*;
@@ -254,27 +258,6 @@ pub(crate) fn download(
         ],
     };
     run_cmd(netns, &args)
-}
-
-/// The variable that lets a test whose prerequisite is missing skip instead of
-/// failing: `1` for any prerequisite, or a comma-separated list of them (`root`,
-/// `podman`, `ipxe`, `ipv6`, `tools`, `netem`; tests/run.sh allows `netem` only on a
-/// kernel without it, and says so). Otherwise a missing prerequisite fails the test: a
-/// run that checked nothing must not report ok. Not `SHARDBOOT_*`: the servers the
-/// tests start inherit the environment and take those as configuration keys.
-pub(crate) const ALLOW_SKIP: &str = "SB_ALLOW_SKIP";
-
-/// Says why the calling test cannot run: `what` is missing. When [`ALLOW_SKIP`] allows
-/// it, prints the reason and returns (the caller then returns); otherwise the test
-/// fails with it.
-pub(crate) fn skip_or_fail(what: &str, reason: &str) {
-    let allowed =
-        std::env::var(ALLOW_SKIP).is_ok_and(|v| v == "1" || v.split(',').any(|w| w.trim() == what));
-    if allowed {
-        eprintln!("skipped ({ALLOW_SKIP} allows {what}): {reason}");
-        return;
-    }
-    panic!("cannot run: {reason} (set {ALLOW_SKIP}={what} to skip such tests instead)");
 }
 
 pub(crate) fn is_root() -> bool {
