@@ -10,9 +10,11 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
+use futures_util::TryStreamExt as _;
 use sqlx::any::AnyRow;
 use sqlx::{Any, Row as _, Transaction};
 
+use super::script;
 use super::sql::{state, Family, Sql};
 use crate::store::{
     decode_lease, decode_lease6, encode_lease, encode_lease6, Lease6Effect, LeaseEffect,
@@ -37,12 +39,12 @@ pub(super) enum KeyValue {
     V6(String),
 }
 
-fn v4_key(ip: Ipv4Addr) -> KeyValue {
+pub(super) fn v4_key(ip: Ipv4Addr) -> KeyValue {
     KeyValue::V4(i64::from(u32::from(ip)))
 }
 
 fn v6_key(ip: Ipv6Addr) -> KeyValue {
-    KeyValue::V6(ip.octets().iter().map(|b| format!("{b:02x}")).collect())
+    KeyValue::V6(super::sql::hex_of(&ip.octets()))
 }
 
 /// The 16 octets of a v6 key column.
@@ -75,7 +77,7 @@ fn state_code(s: LeaseState) -> i16 {
 }
 
 /// The binding a `Put` asks for: its key, state, duration from now (ms) and record.
-fn put_of(change: &SharedChange, now: u64) -> Option<(Key, i16, i64, Vec<u8>)> {
+pub(super) fn put_of(change: &SharedChange, now: u64) -> Option<(Key, i16, i64, Vec<u8>)> {
     let ms =
         |expires: u64| i64::try_from(expires.saturating_sub(now)).unwrap_or(i64::MAX / 2000) * 1000;
     match change {
@@ -113,10 +115,14 @@ fn bind_key<'q>(
     }
 }
 
-/// Writes one batch's changes in `tx`, in order, and gives each its verdict: a `Put`
-/// on an address another holder's live binding holds is `Refused` with that binding
-/// (in this member's clock), never written. `now` is this member's clock, only used
-/// to turn the leases' ends into durations.
+/// Writes one transaction's changes in `tx`, in order, and gives each its verdict: a
+/// `Put` on an address another holder's live binding holds is `Refused` with that
+/// binding (in this member's clock), never written. `now` is this member's clock, only
+/// used to turn the leases' ends into durations.
+///
+/// The writes go as scripts: every statement of a run of changes in one round trip
+/// (`script`), so a transaction costs the database's latency once, not once per
+/// change. A v6 removal reads its row first, so it ends a run.
 pub(super) async fn write(
     tx: &mut Transaction<'_, Any>,
     sql: Sql,
@@ -125,95 +131,95 @@ pub(super) async fn write(
     now: u64,
 ) -> Result<Vec<Verdict>, sqlx::Error> {
     let mut verdicts = Vec::with_capacity(changes.len());
-    for change in changes {
-        if let Some((key, state, duration_ms, record)) = put_of(change, now) {
-            let replace = sql.replace_binding(key.family);
-            let insert = sql.insert_binding(key.family);
-            let replaced = || {
-                let q = sqlx::query(&replace)
-                    .bind(key.holder.clone())
-                    .bind(state)
-                    .bind(duration_ms)
-                    .bind(me.to_string())
-                    .bind(record.clone());
-                bind_key(q, &key.addr).bind(key.holder.clone())
-            };
-            // A renewal (the common write) replaces its own row: one statement. Else
-            // a free address gets a new row; a row written meanwhile by the same
-            // holder (another member answering the same client) is replaced after all.
-            let mut written = replaced().execute(&mut **tx).await?.rows_affected();
-            if written == 0 {
-                let q = bind_key(sqlx::query(&insert), &key.addr)
-                    .bind(key.holder.clone())
-                    .bind(state)
-                    .bind(duration_ms)
-                    .bind(me.to_string())
-                    .bind(record.clone());
-                written = q.execute(&mut **tx).await?.rows_affected();
-            }
-            if written == 0 {
-                written = replaced().execute(&mut **tx).await?.rows_affected();
-            }
-            let verdict = if written > 0 {
-                Verdict::Accepted
-            } else {
-                refusal(tx, sql, &key, now).await?
-            };
-            verdicts.push(verdict);
-            continue;
-        }
-        let removed = match change {
-            SharedChange::V4(LeaseEffect::Remove(ip, mac)) => {
-                Some((Family::V4, v4_key(*ip), mac.0.to_vec()))
-            }
-            // A v6 removal names the DUID only: every IA of it on that address.
-            SharedChange::V6(Lease6Effect::Remove(ip, duid)) => {
-                Some((Family::V6, v6_key(*ip), duid.clone()))
-            }
-            _ => None,
+    let mut rest = changes;
+    while !rest.is_empty() {
+        let run = rest
+            .iter()
+            .position(|c| matches!(c, SharedChange::V6(Lease6Effect::Remove(..))))
+            .unwrap_or(rest.len());
+        verdicts.extend(write_run(tx, sql, me, &rest[..run], now).await?);
+        let Some(SharedChange::V6(Lease6Effect::Remove(ip, duid))) = rest.get(run) else {
+            break;
         };
-        if let Some((family, addr, holder)) = removed {
-            remove(tx, sql, me, family, &addr, &holder).await?;
-        }
+        remove_v6(tx, sql, me, &v6_key(*ip), duid).await?;
         verdicts.push(Verdict::Accepted);
+        rest = &rest[run + 1..];
     }
     Ok(verdicts)
 }
 
-async fn remove(
+/// Writes a run of changes with no v6 removal as one script, then reads the binding
+/// that stands in the way of each refused `Put`.
+async fn write_run(
     tx: &mut Transaction<'_, Any>,
     sql: Sql,
     me: &str,
-    family: Family,
-    addr: &KeyValue,
-    holder: &[u8],
-) -> Result<(), sqlx::Error> {
-    match family {
-        Family::V4 => {
-            let q = sql.remove_binding(family);
-            let q = bind_key(sqlx::query(&q).bind(me.to_string()), addr).bind(holder.to_vec());
-            q.execute(&mut **tx).await?;
-        }
-        Family::V6 => {
-            // The holder column ends in the IAID: match the DUID as its prefix by
-            // reading the row (a removal is rare: a withdrawal or an operator's).
-            let q = sql.binding(family);
-            let row = bind_key(sqlx::query(&q), addr)
-                .fetch_optional(&mut **tx)
-                .await?;
-            let Some(row) = row else { return Ok(()) };
-            let record: Vec<u8> = row.try_get(0)?;
-            let KeyValue::V6(hex) = addr else {
-                return Ok(());
-            };
-            if let Ok(l) = decode_lease6(&v6_octets(hex)?, &record) {
-                if l.duid == holder {
-                    let q = sql.remove_binding(family);
-                    let q = bind_key(sqlx::query(&q).bind(me.to_string()), addr)
-                        .bind(ia_holder(&l.duid, l.iaid));
-                    q.execute(&mut **tx).await?;
+    changes: &[SharedChange],
+    now: u64,
+) -> Result<Vec<Verdict>, sqlx::Error> {
+    let (text, statements) = script::of(sql, me, changes, now)?;
+    if statements == 0 {
+        return Ok(vec![Verdict::Accepted; changes.len()]);
+    }
+    let rows: Vec<u64> = sqlx::raw_sql(&text)
+        .execute_many(&mut **tx)
+        .map_ok(|r| r.rows_affected())
+        .try_collect()
+        .await?;
+    if rows.len() != statements {
+        return Err(sqlx::Error::Protocol(format!(
+            "a script of {statements} statements gave {} results",
+            rows.len()
+        )));
+    }
+    let mut verdicts = Vec::with_capacity(changes.len());
+    let mut rows = rows.into_iter();
+    for change in changes {
+        match script::statements_of(change) {
+            2 => {
+                // The conditional replacement, then the insert where no row was: a
+                // row neither wrote is another holder's live binding.
+                let written = rows.next().unwrap_or(0) + rows.next().unwrap_or(0);
+                if written > 0 {
+                    verdicts.push(Verdict::Accepted);
+                } else if let Some((key, ..)) = put_of(change, now) {
+                    verdicts.push(refusal(tx, sql, &key, now).await?);
                 }
             }
+            n => {
+                rows.by_ref().take(n).for_each(drop);
+                verdicts.push(Verdict::Accepted);
+            }
+        }
+    }
+    Ok(verdicts)
+}
+
+/// Forgets every IA of a DUID on an address: the holder column ends in the IAID, so
+/// the row is read to match the DUID as its prefix (a removal is rare: a withdrawal or
+/// an operator's).
+async fn remove_v6(
+    tx: &mut Transaction<'_, Any>,
+    sql: Sql,
+    me: &str,
+    addr: &KeyValue,
+    duid: &[u8],
+) -> Result<(), sqlx::Error> {
+    let q = sql.binding(Family::V6);
+    let row = bind_key(sqlx::query(&q), addr)
+        .fetch_optional(&mut **tx)
+        .await?;
+    let Some(row) = row else { return Ok(()) };
+    let record: Vec<u8> = row.try_get(0)?;
+    let KeyValue::V6(hex) = addr else {
+        return Ok(());
+    };
+    if let Ok(l) = decode_lease6(&v6_octets(hex)?, &record) {
+        if l.duid == duid {
+            let q = sql.remove_binding(Family::V6);
+            let q = bind_key(sqlx::query(&q).bind(me.to_string()), addr)
+                .bind(ia_holder(&l.duid, l.iaid));
+            q.execute(&mut **tx).await?;
         }
     }
     Ok(())

@@ -1,9 +1,10 @@
 //! The committer's hook with a shared store: every lease change of a group commit goes
-//! to the database in one transaction while the local flush runs, and the batch's
-//! replies wait for both. The database gives each change its verdict; a refused one is
+//! to the database in one transaction while the local flush runs (with every other
+//! group commit that queued behind the last transaction), and the batch's replies wait
+//! for both. The database gives each change its verdict; a refused one is
 //! withdrawn by its engine and never answered.
 //!
-//! Batches are written one at a time, in commit order, so a release never overtakes
+//! Transactions are written one at a time, in commit order, so a release never overtakes
 //! the binding it ends. A transient error (a failover, a deadlock, a Galera
 //! certification conflict) is tried again within `store.timeout_ms`; past that the
 //! database counts as unreachable, and until a write or a heartbeat reaches it again
@@ -60,11 +61,41 @@ impl Arbiter for Hook {
     }
 }
 
+/// The most changes one transaction takes when group commits have queued up behind a
+/// slow one: far above one group commit's, and its script (`script`, at most ~3 KiB a
+/// change) far below MySQL's smallest default `max_allowed_packet` (4 MiB).
+const MAX_CHANGES_PER_TRANSACTION: usize = 1024;
+
 async fn writer(shared: Arc<SharedStore>, mut rx: mpsc::UnboundedReceiver<Batch>) {
-    while let Some(b) = rx.recv().await {
-        let verdicts = shared.commit(&b.changes).await;
-        let flush = b.flushed.await.unwrap_or(Err(StoreError::Closed));
-        (b.finish)(flush, b.changes, verdicts);
+    let mut queued: Vec<Batch> = Vec::new();
+    while let Some(first) = rx.recv().await {
+        // Every batch that queued while the last transaction ran goes into the next
+        // one, in commit order: one BEGIN/COMMIT (and one fsync on the server) for all
+        // of them, so the database's latency, not its per-commit cost, paces a member.
+        let mut n = first.changes.len();
+        queued.push(first);
+        while n < MAX_CHANGES_PER_TRANSACTION {
+            let Ok(b) = rx.try_recv() else { break };
+            n += b.changes.len();
+            queued.push(b);
+        }
+        let sizes: Vec<usize> = queued.iter().map(|b| b.changes.len()).collect();
+        let changes: Vec<SharedChange> = queued
+            .iter_mut()
+            .flat_map(|b| std::mem::take(&mut b.changes))
+            .collect();
+        let verdicts = shared.commit(&changes).await;
+        shared.metrics.group_commits.add(sizes.len() as u64);
+        let mut changes = changes.into_iter();
+        let mut verdicts = verdicts.into_iter();
+        for (b, size) in queued.drain(..).zip(sizes) {
+            let flush = b.flushed.await.unwrap_or(Err(StoreError::Closed));
+            (b.finish)(
+                flush,
+                changes.by_ref().take(size).collect(),
+                verdicts.by_ref().take(size).collect(),
+            );
+        }
     }
 }
 

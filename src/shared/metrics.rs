@@ -5,8 +5,11 @@ use crate::metrics::{header, value, Counter, Histogram};
 /// Counters of the shared lease store.
 #[derive(Debug, Default)]
 pub struct SharedMetrics {
-    /// Transactions committed (one per group commit with lease changes).
+    /// Transactions committed.
     pub batches: Counter,
+    /// Group commits with lease changes written: one transaction takes every group
+    /// commit that queued while the one before it ran.
+    pub group_commits: Counter,
     /// Lease changes in them.
     pub changes: Counter,
     /// Writes the database refused (another client's live binding): withdrawn, never
@@ -25,7 +28,7 @@ pub struct SharedMetrics {
     pub followed: Counter,
     /// Rows this build could not read (skipped).
     pub unreadable: Counter,
-    /// Time of one batch's transaction, retries included.
+    /// Time of one transaction, retries included.
     pub latency: Histogram,
 }
 
@@ -37,6 +40,11 @@ impl SharedMetrics {
                 "shardboot_shared_store_batches_total",
                 "Transactions of lease changes committed to the shared store",
                 &self.batches,
+            ),
+            (
+                "shardboot_shared_store_group_commits_total",
+                "Group commits written to the shared store (those that queued behind a transaction share the next one)",
+                &self.group_commits,
             ),
             (
                 "shardboot_shared_store_changes_total",
@@ -92,7 +100,7 @@ impl SharedMetrics {
         self.latency.render(
             out,
             "shardboot_shared_store_seconds",
-            "Time of one group commit's shared store transaction, retries included",
+            "Time of one shared store transaction, retries included",
         );
     }
 }

@@ -9,12 +9,14 @@
 //!   database refuses is withdrawn, never answered.
 //! - [`follow`]: other members' bindings read into this member's engines, the
 //!   heartbeat, and tombstones purged.
-//! - `bindings`: the rows and the conditional writes; `sql`: the statements.
+//! - `bindings`: the rows and the conditional writes; `script`: a run of writes in one
+//!   round trip; `sql`: the statements.
 
 mod bindings;
 pub mod follow;
 pub mod hook;
 mod metrics;
+mod script;
 mod sql;
 
 use std::path::Path;

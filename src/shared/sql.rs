@@ -20,6 +20,16 @@ pub(super) mod state {
     pub(crate) const DECLINED: i16 = 3;
 }
 
+/// Octets in lowercase hex.
+pub(super) fn hex_of(octets: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(octets.len() * 2);
+    for b in octets {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
 /// The statements of one dialect, with its placeholders.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Sql(pub(super) Dialect);
@@ -165,20 +175,14 @@ impl Sql {
     }
 
     /// Inserts a binding where the address has none: (addr, holder, state,
-    /// duration_ms, member, record). Affects 0 rows when a row exists.
-    pub(super) fn insert_binding(self, family: Family) -> String {
+    /// duration_ms, member, record), as literals (`script`). Affects 0 rows when a
+    /// row exists.
+    pub(super) fn insert_binding_of(self, family: Family, v: &[String; 6]) -> String {
         let t = family.table();
         let now = self.now_ms();
-        let p = |n| self.p(n);
-        let values = format!(
-            "({}, {}, {}, {now} + {}, {}, 1, {now}, {})",
-            p(1),
-            p(2),
-            p(3),
-            p(4),
-            p(5),
-            p(6)
-        );
+        let [addr, holder, st, duration, member, record] = v;
+        let values =
+            format!("({addr}, {holder}, {st}, {now} + {duration}, {member}, 1, {now}, {record})");
         let columns = "(addr, holder, state, expires_ms, member, gen, stamp_ms, record)";
         match self.0 {
             // Not ON DUPLICATE KEY UPDATE: with CLIENT_FOUND_ROWS (which the driver
@@ -193,24 +197,18 @@ impl Sql {
 
     /// Replaces the binding on an address only where that is no second live binding:
     /// the row is the same holder's, or free (removed, released, or ended by the
-    /// database's clock). Binds (holder, state, duration_ms, member, record, addr,
-    /// holder). Affects 1 row when replaced, 0 when another holder's live binding
-    /// stands (`gen` always moves, so an identical write still counts as one).
-    pub(super) fn replace_binding(self, family: Family) -> String {
+    /// database's clock). Values (holder, state, duration_ms, member, record, addr,
+    /// holder), as literals (`script`) or placeholders. Affects 1 row when replaced, 0
+    /// when another holder's live binding stands (`gen` always moves, so an identical
+    /// write still counts as one).
+    pub(super) fn replace_binding_of(self, family: Family, v: &[String; 7]) -> String {
         let t = family.table();
         let now = self.now_ms();
-        let p = |n| self.p(n);
+        let [holder, st, duration, member, record, addr, same_holder] = v;
         format!(
-            "UPDATE {t} SET holder = {}, state = {}, expires_ms = {now} + {}, member = {}, \
-             gen = gen + 1, stamp_ms = {now}, record = {} \
-             WHERE addr = {} AND (holder = {} OR state IN ({}, {}) OR expires_ms <= {now})",
-            p(1),
-            p(2),
-            p(3),
-            p(4),
-            p(5),
-            p(6),
-            p(7),
+            "UPDATE {t} SET holder = {holder}, state = {st}, expires_ms = {now} + {duration}, \
+             member = {member}, gen = gen + 1, stamp_ms = {now}, record = {record} \
+             WHERE addr = {addr} AND (holder = {same_holder} OR state IN ({}, {}) OR expires_ms <= {now})",
             state::REMOVED,
             state::RELEASED,
         )
@@ -219,17 +217,48 @@ impl Sql {
     /// Forgets the binding on an address if this holder's: a tombstone the other
     /// members' caches read. Binds (member, addr, holder).
     pub(super) fn remove_binding(self, family: Family) -> String {
+        self.remove_binding_of(family, &self.placeholders::<3>())
+    }
+
+    /// [`Sql::remove_binding`] with its values given (placeholders or literals).
+    pub(super) fn remove_binding_of(self, family: Family, v: &[String; 3]) -> String {
         let t = family.table();
         let now = self.now_ms();
+        let [member, addr, holder] = v;
         format!(
-            "UPDATE {t} SET state = {}, expires_ms = {now}, member = {}, gen = gen + 1, \
-             stamp_ms = {now} WHERE addr = {} AND holder = {} AND state <> {}",
+            "UPDATE {t} SET state = {}, expires_ms = {now}, member = {member}, gen = gen + 1, \
+             stamp_ms = {now} WHERE addr = {addr} AND holder = {holder} AND state <> {}",
             state::REMOVED,
-            self.p(1),
-            self.p(2),
-            self.p(3),
             state::REMOVED,
         )
+    }
+
+    /// The placeholders 1..=N.
+    fn placeholders<const N: usize>(self) -> [String; N] {
+        std::array::from_fn(|i| self.p(i + 1))
+    }
+
+    /// Octets as a literal of the dialect: hex digits only, so nothing a client sent
+    /// can end the literal.
+    pub(super) fn octets_literal(self, octets: &[u8]) -> String {
+        let hex = hex_of(octets);
+        match self.0 {
+            Dialect::MySql => format!("X'{hex}'"),
+            // Not '\x…': that depends on standard_conforming_strings.
+            Dialect::Postgres => format!("decode('{hex}', 'hex')"),
+        }
+    }
+
+    /// Text as a literal of the dialect, spelled in hex for the same reason.
+    pub(super) fn text_literal(self, text: &str) -> String {
+        match self.0 {
+            // A binary string converts to the column's character set on the way in.
+            Dialect::MySql => self.octets_literal(text.as_bytes()),
+            Dialect::Postgres => format!(
+                "convert_from({}, 'UTF8')",
+                self.octets_literal(text.as_bytes())
+            ),
+        }
     }
 
     /// The binding on an address, with the database's clock: (record, state,
@@ -325,8 +354,9 @@ mod tests {
 
     #[test]
     fn placeholders_follow_the_dialect() {
-        let my = Sql(Dialect::MySql).replace_binding(Family::V4);
-        let pg = Sql(Dialect::Postgres).replace_binding(Family::V4);
+        let (my, pg) = (Sql(Dialect::MySql), Sql(Dialect::Postgres));
+        let my = my.replace_binding_of(Family::V4, &my.placeholders());
+        let pg = pg.replace_binding_of(Family::V4, &pg.placeholders());
         assert_eq!(my.matches('?').count(), 7, "{my}");
         assert!(!my.contains('$'));
         for n in 1..=7 {
@@ -337,7 +367,8 @@ mod tests {
 
     #[test]
     fn a_replacement_only_takes_a_free_or_own_binding() {
-        let q = Sql(Dialect::Postgres).replace_binding(Family::V6);
+        let pg = Sql(Dialect::Postgres);
+        let q = pg.replace_binding_of(Family::V6, &pg.placeholders());
         assert!(
             q.contains("WHERE addr = $6 AND (holder = $7 OR state IN (0, 2) OR expires_ms <= CAST"),
             "{q}"
