@@ -159,7 +159,8 @@ fn three_members_share_a_segment_without_duplicates_and_take_over() {
                 vec![Seen {
                     kind: MessageType::Ack,
                     server: *server,
-                    yiaddr: *ip
+                    yiaddr: *ip,
+                    lease_secs: None,
                 }],
                 "{m:02x?}"
             );
@@ -223,7 +224,8 @@ fn three_members_share_a_segment_without_duplicates_and_take_over() {
             vec![Seen {
                 kind: MessageType::Ack,
                 server: *server,
-                yiaddr: *ip
+                yiaddr: *ip,
+                lease_secs: None,
             }],
             "{m:02x?}"
         );
@@ -285,7 +287,8 @@ fn three_members_share_a_segment_without_duplicates_and_take_over() {
             s.contains(&Seen {
                 kind: MessageType::Ack,
                 server: *server,
-                yiaddr: *ip
+                yiaddr: *ip,
+                lease_secs: None,
             }),
             "{m:02x?}: {s:?}"
         );
@@ -533,7 +536,8 @@ fn adding_a_member_never_hands_out_an_address_twice() {
             s.contains(&Seen {
                 kind: MessageType::Ack,
                 server: *server,
-                yiaddr: *ip
+                yiaddr: *ip,
+                lease_secs: None,
             }),
             "{m:02x?}: {s:?}"
         );

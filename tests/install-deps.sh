@@ -28,6 +28,7 @@ packages=(
   mmdebstrap        # the image's Debian root (deploy/image.sh)
   mariadb-server    # the shared lease store tests start their own server (tests/common/db.rs)
   iptables          # the nemesis cuts one member off from the database (tests/shared_members.rs)
+  libfaketime       # the nemesis runs a member on a clock two hours off (LD_PRELOAD)
   binutils libcap2-bin   # strip and setcap for the image's binary
 )
 

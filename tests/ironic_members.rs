@@ -327,6 +327,7 @@ fn under_storm(machines: &mut Machines, round: usize, what: &str, event: impl Fn
 fn check(cluster: &Cluster, machines: &mut Machines, what: &str) -> Duration {
     let (by, lost) = machines.reconfirm_all(Reconfirm::Rebind, what);
     cluster.assert_none_lost(&lost);
+    machines.check(what);
     for server in by.keys() {
         let i = (0..MEMBERS).find(|&i| member_ip(i) == *server).unwrap();
         assert!(

@@ -1,7 +1,8 @@
 //! Many machines on one segment ([`super::segment`]) as the members must see them under
 //! churn: they arrive (DISCOVER, REQUEST, trying again as firmware does), rebind or
-//! reboot on the address they hold, and release in turn. Every ACK is checked against
-//! the address's current holder, so a duplicate fails the test at the moment it happens.
+//! reboot on the address they hold, and release in turn. Everything they see goes into
+//! a history the independent checker (`super::checker`) judges: no address ACKed to
+//! two machines at once, no machine losing its address.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::Ipv4Addr;
@@ -9,6 +10,7 @@ use std::time::Duration;
 
 use dhcproto::v4::MessageType;
 
+use super::checker::{self, History, Verdict};
 use super::segment::{BroadcastClient, Seen};
 
 /// A test MAC for machine number `n` (locally administered, never a real NIC's).
@@ -61,6 +63,8 @@ pub(crate) struct Machines {
     pub unanswered: usize,
     /// Which member ACKed each machine first, and in which round (for failure messages).
     pub acked_by: HashMap<[u8; 6], (Ipv4Addr, usize)>,
+    /// What the machines saw, for the independent checker (`checker`).
+    pub history: History,
 }
 
 impl Machines {
@@ -75,6 +79,7 @@ impl Machines {
             acked: 0,
             unanswered: 0,
             acked_by: HashMap::new(),
+            history: History::default(),
         }
     }
 
@@ -113,18 +118,22 @@ impl Machines {
     }
 
     fn bound(&mut self, m: [u8; 6], ack: Seen, round: usize) {
-        match self.holder.insert(ack.yiaddr, m) {
-            Some(prev) if prev != m => panic!(
-                "round {round}: {} ACKed to {m:02x?} (by {}) while {prev:02x?} holds it",
-                ack.yiaddr, ack.server
-            ),
-            Some(_) => {}
-            None => {
-                self.acked_by.insert(m, (ack.server, round));
-                self.live.push_back((m, ack.yiaddr));
-                self.acked += 1;
-            }
+        self.history.ack(m, &ack);
+        // A second holder is the checker's to judge (`Machines::check`); the
+        // bookkeeping here only follows who asks for what next.
+        if self.holder.insert(ack.yiaddr, m).is_none() {
+            self.acked_by.insert(m, (ack.server, round));
+            self.live.push_back((m, ack.yiaddr));
+            self.acked += 1;
         }
+    }
+
+    /// The independent checker's verdict on everything seen so far; panics on an
+    /// overlapping binding or a lost address.
+    pub(crate) fn check(&self, when: &str) -> Verdict {
+        let v = checker::check(&self.history.events);
+        v.assert_clean(when);
+        v
     }
 
     /// The oldest machines beyond `keep` release their leases.
@@ -132,7 +141,8 @@ impl Machines {
         let n = self.live.len().saturating_sub(keep);
         let gone: Vec<([u8; 6], Ipv4Addr)> = self.live.drain(..n).collect();
         self.client.release(&gone);
-        for (_, ip) in &gone {
+        for (m, ip) in &gone {
+            self.history.release(*m, *ip);
             self.holder.remove(ip);
         }
         // Every member takes the release before the address is handed out again.
@@ -168,6 +178,7 @@ impl Machines {
         let mut by = HashMap::new();
         let mut lost = Vec::new();
         for ((m, ip), s) in live.iter().zip(answers) {
+            self.history.reconfirm(*m, *ip, &s);
             if s.is_empty()
                 || !s
                     .iter()
@@ -182,6 +193,56 @@ impl Machines {
             *by.entry(s[0].server).or_insert(0) += 1;
         }
         (by, lost)
+    }
+}
+
+impl Machines {
+    /// The live machines `server` ACKed first.
+    pub(crate) fn acked_first_by(&self, server: Ipv4Addr) -> Vec<([u8; 6], Ipv4Addr)> {
+        self.live
+            .iter()
+            .filter(|(m, _)| self.acked_by.get(m).map(|(s, _)| *s) == Some(server))
+            .copied()
+            .collect()
+    }
+
+    /// `which` REBIND (RFC 2131 §4.4.5) every half second until each is ACKed on its
+    /// own address or `limit` passes; returns how long the last one took, or those
+    /// never answered. Silence is waited out (the granting member is gone and the
+    /// others have not counted it dead yet); every answer goes to the checker.
+    pub(crate) fn rebind_until_answered(
+        &mut self,
+        which: &[([u8; 6], Ipv4Addr)],
+        limit: Duration,
+    ) -> Result<Duration, Lost> {
+        let start = std::time::Instant::now();
+        let mut pending = which.to_vec();
+        while !pending.is_empty() && start.elapsed() < limit {
+            let answers = self.client.rebind(&pending, Duration::from_millis(500));
+            let mut still = Vec::new();
+            for ((m, ip), s) in pending.iter().zip(answers) {
+                if !s.is_empty() {
+                    self.history.reconfirm(*m, *ip, &s);
+                }
+                if !s
+                    .iter()
+                    .any(|x| x.kind == MessageType::Ack && x.yiaddr == *ip)
+                {
+                    still.push((*m, *ip));
+                }
+            }
+            pending = still;
+        }
+        if pending.is_empty() {
+            return Ok(start.elapsed());
+        }
+        Err(pending
+            .into_iter()
+            .map(|(m, ip)| {
+                let why = format!("{m:02x?} on {ip} not ACKed on REBIND within {limit:?}");
+                (m, why)
+            })
+            .collect())
     }
 }
 

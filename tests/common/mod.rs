@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub(crate) mod api_lab;
+pub(crate) mod checker;
 pub(crate) mod clients;
 pub(crate) mod db;
 pub(crate) mod ironic_lab;
@@ -396,6 +397,14 @@ impl Server {
     /// The process id (shardboot itself: `ip netns exec` execs in place).
     pub(crate) fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
+    }
+
+    /// Sets (or, with `None`, removes) a variable for the next start.
+    pub(crate) fn set_env(&mut self, key: &str, value: Option<&str>) {
+        self.vars.retain(|(k, _)| k != key);
+        if let Some(v) = value {
+            self.vars.push((key.to_string(), v.to_string()));
+        }
     }
 
     /// Starts it again on the same config and store.

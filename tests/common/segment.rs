@@ -160,12 +160,30 @@ impl Segment {
     }
 }
 
-/// One reply seen by the broadcast client.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One reply seen by the broadcast client. Equal when the same server answered the
+/// same address the same way: what the tests compare (`lease_secs` is for the
+/// nemesis' checker, which reads each ACK's interval).
+#[derive(Debug, Clone, Copy, Eq)]
 pub(crate) struct Seen {
     pub kind: MessageType,
     pub server: Ipv4Addr,
     pub yiaddr: Ipv4Addr,
+    /// The lease time (option 51), when the reply carried one.
+    pub lease_secs: Option<u32>,
+}
+
+impl PartialEq for Seen {
+    fn eq(&self, other: &Self) -> bool {
+        (self.kind, self.server, self.yiaddr) == (other.kind, other.server, other.yiaddr)
+    }
+}
+
+/// The lease time a reply carries (option 51).
+fn lease_secs_of(m: &Message) -> Option<u32> {
+    match m.opts().get(OptionCode::AddressLeaseTime) {
+        Some(DhcpOption::AddressLeaseTime(t)) => Some(*t),
+        _ => None,
+    }
 }
 
 /// Many simulated machines broadcasting from one socket on port 68 (like a PXE ROM
@@ -252,6 +270,7 @@ impl BroadcastClient {
                     kind,
                     server,
                     yiaddr: m.yiaddr(),
+                    lease_secs: lease_secs_of(&m),
                 });
             }
         }
@@ -317,6 +336,7 @@ impl BroadcastClient {
                 kind: MessageType::Offer,
                 server,
                 yiaddr: m.yiaddr(),
+                lease_secs: lease_secs_of(&m),
             };
             return Some((seen, Instant::now()));
         }
