@@ -98,6 +98,7 @@ fn bench_fixtures(c: &mut Criterion) {
                         policy: None,
                         known: false,
                         dnsmasq: Default::default(),
+                        source: std::net::Ipv4Addr::UNSPECIFIED,
                         now,
                     };
                     let d = e.handle_message(&msg, &ctx);
@@ -144,6 +145,7 @@ fn bench_exchange(c: &mut Criterion) {
                 policy: None,
                 known: false,
                 dnsmasq: Default::default(),
+                source: std::net::Ipv4Addr::UNSPECIFIED,
                 now,
             };
             let offer = e
@@ -178,6 +180,7 @@ fn bench_silent(c: &mut Criterion) {
         responsibility: Responsibility::NotMine,
         policy: None,
         known: false,
+        source: std::net::Ipv4Addr::UNSPECIFIED,
         now: 1_000_000,
         dnsmasq: Default::default(),
     };

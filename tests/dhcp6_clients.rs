@@ -10,7 +10,9 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::clients::wait_event;
-use common::lab6::{in_range, lease6, wait_log, SERVER6};
+use common::lab6::{
+    client_message, ia_address, in_range, lease6, relay_exchange, relayed, wait_log, SERVER6,
+};
 use common::relay6::{relay_forward, relay_reply};
 use dhcproto::v6::{DhcpOption, Message, MessageType, OptionCode, UnknownOption, IANA};
 use dhcproto::{Encodable, Encoder};
@@ -246,84 +248,6 @@ fn malformed_dhcpv6_is_counted_and_dropped_and_the_server_keeps_answering() {
         );
     }
     drop(server);
-}
-
-/// Sends `forward` from the relay's address (fd00:1::2, port 547) to `server` until a
-/// Relay-reply comes back.
-fn relay_exchange(lab: &common::Lab, server: Ipv6Addr, forward: Vec<u8>) -> Option<Vec<u8>> {
-    lab.client
-        .run(move || {
-            let s = UdpSocket::bind("[fd00:1::2]:547").unwrap();
-            s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-            let mut buf = [0u8; 4096];
-            for _ in 0..5 {
-                s.send_to(&forward, SocketAddrV6::new(server, 547, 0, 0))
-                    .unwrap();
-                if let Ok((n, _)) = s.recv_from(&mut buf) {
-                    return Some(buf[..n].to_vec());
-                }
-            }
-            None
-        })
-        .join()
-        .unwrap()
-}
-
-/// Sends `inner` from the client side through the test's relay (link fd00:2::1) and
-/// returns the server's answer, unwrapped.
-fn relayed(lab: &common::Lab, inner: &Message) -> Message {
-    let mut bytes = Vec::new();
-    inner.encode(&mut Encoder::new(&mut bytes)).unwrap();
-    let forward = relay_forward(
-        "fd00:2::1".parse().unwrap(),
-        "fe80::5054:ff:fe00:d1".parse().unwrap(),
-        b"rack1",
-        None,
-        &bytes,
-    );
-    let got = relay_exchange(lab, SERVER6.parse().unwrap(), forward).expect("a Relay-reply");
-    relay_reply(&got).message
-}
-
-/// The address a reply's IA_NA gives (not one it withdraws with lifetime 0).
-fn ia_address(m: &Message) -> Option<Ipv6Addr> {
-    let Some(DhcpOption::IANA(ia)) = m.opts().get(OptionCode::IANA) else {
-        return None;
-    };
-    ia.opts.iter().find_map(|o| match o {
-        DhcpOption::IAAddr(a) if a.valid_life > 0 => Some(a.addr),
-        _ => None,
-    })
-}
-
-/// A client message with IA_NA 1 holding `addr`, naming `server` if given.
-fn client_message(
-    kind: MessageType,
-    duid: &[u8],
-    server: Option<&[u8]>,
-    addr: Option<Ipv6Addr>,
-) -> Message {
-    let mut m = Message::new_with_id(kind, [9, 9, 9]);
-    m.opts_mut().insert(DhcpOption::ClientId(duid.to_vec()));
-    if let Some(s) = server {
-        m.opts_mut().insert(DhcpOption::ServerId(s.to_vec()));
-    }
-    let mut opts = dhcproto::v6::DhcpOptions::new();
-    if let Some(addr) = addr {
-        opts.insert(DhcpOption::IAAddr(dhcproto::v6::IAAddr {
-            addr,
-            preferred_life: 0,
-            valid_life: 0,
-            opts: Default::default(),
-        }));
-    }
-    m.opts_mut().insert(DhcpOption::IANA(IANA {
-        id: 1,
-        t1: 0,
-        t2: 0,
-        opts,
-    }));
-    m
 }
 
 /// RFC 8415 §18.3.8: a client that finds its address in use (duplicate address

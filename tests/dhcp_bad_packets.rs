@@ -432,6 +432,7 @@ fn battery_is_decided_as_documented() {
                     interface: &iface,
                     responsibility: Responsibility::Mine,
                     policy: None,
+                    source: std::net::Ipv4Addr::UNSPECIFIED,
                     now: 1_000_000,
                 };
                 let d = engine.handle_message(&msg, &ctx);

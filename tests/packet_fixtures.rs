@@ -71,6 +71,7 @@ fn captured_clients_get_the_boot_answer_for_their_firmware() {
         policy: None,
         known: false,
         dnsmasq: Default::default(),
+        source: std::net::Ipv4Addr::UNSPECIFIED,
         now: 1_000_000,
     };
     for (name, file, vendor) in CASES {

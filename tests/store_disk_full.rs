@@ -2,7 +2,8 @@
 //! file fills while clients keep asking. No ACK leaves without its lease on disk; once
 //! commits fail the server says so (`/readyz` 503 with the reason, a metric) and offers
 //! no new address; when the space is back it recovers by itself, with no restart, and
-//! serves new clients again. At the end the store holds every lease ever ACKed.
+//! serves new clients again. At the end the store holds every lease ever ACKed. The
+//! same for DHCPv6: no Advertise while the store fails.
 
 mod common;
 
@@ -166,4 +167,135 @@ fn a_full_disk_stops_offers_loudly_and_the_server_recovers_when_space_is_back() 
     );
     assert!(log.contains("lease store writes again"), "{log}");
     eprintln!("{} ACKed leases checked across a full disk", acked.len());
+}
+
+/// A relayed exchange of `inner` on `sock` (the relay's socket), one try: the first
+/// answer of its kind (Advertise to a Solicit, else Reply) within `wait`, unwrapped. A
+/// late Reply to an earlier exchange is skipped.
+fn exchange6(
+    sock: &std::net::UdpSocket,
+    inner: &dhcproto::v6::Message,
+    wait: Duration,
+) -> Option<dhcproto::v6::Message> {
+    use common::lab6::{forward_of, SERVER6};
+    use dhcproto::v6::MessageType;
+    let want = match inner.msg_type() {
+        MessageType::Solicit => MessageType::Advertise,
+        _ => MessageType::Reply,
+    };
+    let to = std::net::SocketAddrV6::new(SERVER6.parse().unwrap(), 547, 0, 0);
+    sock.send_to(&forward_of(inner), to).unwrap();
+    let deadline = Instant::now() + wait;
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = deadline.checked_duration_since(Instant::now())?;
+        sock.set_read_timeout(Some(left.max(Duration::from_millis(1))))
+            .unwrap();
+        let Ok((n, _)) = sock.recv_from(&mut buf) else {
+            continue;
+        };
+        let m = common::relay6::relay_reply(&buf[..n]).message;
+        if m.msg_type() == want {
+            return Some(m);
+        }
+    }
+}
+
+#[test]
+fn a_full_disk_stops_advertises_and_the_server_advertises_again_when_space_is_back() {
+    use common::lab6::{client_message, ia_address};
+    use dhcproto::v6::{DhcpOption, MessageType, OptionCode};
+    require_root!();
+    let scratch = tempfile::tempdir().unwrap();
+    let disk = Tmpfs::mount(&scratch.path().join("disk"), "6m");
+    let lab = common::lab6::lab(&["fd00:1::2/64"]);
+    let (_dir, server) = common::lab6::serve_storing_in(&lab, "", "", Some(&disk.0.join("state")));
+    let get6 = |path: &str| {
+        common::api_lab::curl(
+            &lab.server,
+            "GET",
+            &format!("http://[fd00:1::1]:8080{path}"),
+            None,
+            None,
+        )
+    };
+    let unanswered = || {
+        let (_, m) = get6("/metrics");
+        m.lines()
+            .find_map(|l| {
+                l.strip_prefix("shardboot_dhcp6_dropped_total{reason=\"store_unavailable\"} ")?
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
+            .unwrap_or(0)
+    };
+    let duid = |n: u8| [0, 3, 0, 1, 0x52, 0x54, 0, 0, 0x6d, n];
+    let solicit = move |n: u8| client_message(MessageType::Solicit, &duid(n), None, None);
+    let filler = disk.0.join("filler");
+    // Made in the client namespace; the socket stays there whichever thread uses it.
+    let sock = lab
+        .client
+        .run(|| std::net::UdpSocket::bind("[fd00:1::2]:547").unwrap())
+        .join()
+        .unwrap();
+    // Eight machines bound; then the disk fills and they renew until a commit fails.
+    let mut bound = Vec::new();
+    for n in 0..8 {
+        let adv = exchange6(&sock, &solicit(n), Duration::from_secs(2)).expect("an Advertise");
+        let Some(DhcpOption::ServerId(sid)) = adv.opts().get(OptionCode::ServerId).cloned() else {
+            panic!("{adv:?}")
+        };
+        let ip = ia_address(&adv).expect("an address");
+        let req = client_message(MessageType::Request, &duid(n), Some(&sid), Some(ip));
+        let reply = exchange6(&sock, &req, Duration::from_secs(2)).expect("a Reply");
+        assert_eq!(ia_address(&reply), Some(ip));
+        bound.push((n, sid, ip));
+    }
+    fill(&filler);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut failing = false;
+    while Instant::now() < deadline {
+        // Pipelined: each Renew is a commit, and many of them are needed before the
+        // store's file runs out of the room it already has.
+        let to = std::net::SocketAddrV6::new(common::lab6::SERVER6.parse().unwrap(), 547, 0, 0);
+        for _ in 0..25 {
+            for (n, sid, ip) in &bound {
+                let renew = client_message(MessageType::Renew, &duid(*n), Some(sid), Some(*ip));
+                sock.send_to(&common::lab6::forward_of(&renew), to).unwrap();
+            }
+        }
+        // Whatever came back is read and dropped.
+        sock.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        while sock.recv(&mut [0u8; 4096]).is_ok() {}
+        let (code, body) = get6("/readyz");
+        if code == 503 {
+            assert!(body.contains("lease store fails writes"), "{body}");
+            failing = true;
+            break;
+        }
+    }
+    assert!(failing, "the store never failed with the disk full");
+
+    // While it fails, a new machine's Solicit gets no Advertise, counted (Renews are
+    // answered as v4's renewals are; only fresh addresses wait for the store).
+    assert_eq!(unanswered(), 0);
+    let adv = exchange6(&sock, &solicit(100), Duration::from_secs(1));
+    assert!(adv.is_none(), "Advertise while the store fails: {adv:?}");
+    assert_eq!(unanswered(), 1);
+
+    // Space comes back: the server recovers by itself and advertises again.
+    std::fs::remove_file(&filler).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while get6("/readyz").0 != 200 {
+        assert!(
+            Instant::now() < deadline,
+            "still not ready with space back:\n{}",
+            server.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let adv = exchange6(&sock, &solicit(101), Duration::from_secs(2)).expect("an Advertise");
+    assert!(ia_address(&adv).is_some(), "{adv:?}");
 }

@@ -101,6 +101,25 @@ fn five_hundred_concurrent_transfers_stay_bounded() {
     server.stop().unwrap();
 }
 
+/// Sends ACK `block` to `tid` and waits for DATA `block + 1` from it (skipping DATA
+/// resent meanwhile): the server took the ACK. Waiting for it, rather than sleeping,
+/// orders the ACK before whatever the test sends next (the ACK goes to the transfer's
+/// own port, the next RRQs to the listener's, which a loaded server may serve first).
+fn ack_and_wait_data(sock: &UdpSocket, tid: std::net::SocketAddr, block: u16) {
+    let b = block.to_be_bytes();
+    sock.send_to(&[0, 4, b[0], b[1]], tid).unwrap();
+    let want = (block + 1).to_be_bytes();
+    let mut buf = [0u8; 2048];
+    loop {
+        let (n, from) = sock.recv_from(&mut buf).expect("transfer alive");
+        assert_eq!(from, tid);
+        assert_ne!(buf[1], 5, "transfer got {:?}", &buf[..n]);
+        if buf[..4] == [0, 3, want[0], want[1]] {
+            return;
+        }
+    }
+}
+
 /// Spoofed RRQs (many source ports on several loopback addresses, `timeout 255`, never
 /// an ACK) fill the table; a real client is still served within seconds, a transfer
 /// that has ACKed keeps its slot, and the evictions are counted.
@@ -135,7 +154,7 @@ fn spoofed_flood_does_not_lock_out_real_clients(single_port: bool) {
     let mut buf = [0u8; 2048];
     let (_, held_tid) = held.recv_from(&mut buf).unwrap();
     assert_eq!(&buf[..4], &[0, 3, 0, 1]);
-    held.send_to(&[0, 4, 0, 1], held_tid).unwrap();
+    ack_and_wait_data(&held, held_tid, 1);
     // Sources: 127.0.0.2..=127.0.0.11 (all of 127/8 is local on Linux), many ports each.
     let spoofers: Vec<UdpSocket> = (0..ADDRS)
         .flat_map(|a| {
@@ -198,23 +217,16 @@ fn spoofed_flood_does_not_lock_out_real_clients(single_port: bool) {
     });
     for (tool, t, same, out) in &took {
         assert!(same, "{tool:?} failed under the flood after {t:?}: {out}");
-        assert!(*t < Duration::from_secs(5), "{tool:?} took {t:?}");
+        // Locked out, a client fails (a busy ERROR) or is served only after several of
+        // its retransmission timeouts (5 s each in tftp-hpa and atftp); served at once,
+        // it takes well under a second, or a few seconds on a loaded machine.
+        assert!(*t < Duration::from_secs(30), "{tool:?} took {t:?}");
     }
     let took: Vec<_> = took.iter().map(|(tool, t, ..)| (*tool, *t)).collect();
     assert!(!took.is_empty(), "no real TFTP client installed");
-    // The transfer that ACKed was never evicted: DATA 2 (sent before the flood, maybe
-    // resent since) is waiting; ACK 2 now brings DATA 3 from the same TID, not an ERROR.
-    let mut next_data = |want: u16| loop {
-        let (n, from) = held.recv_from(&mut buf).expect("held transfer still alive");
-        assert_eq!(from, held_tid);
-        assert_ne!(buf[1], 5, "held transfer got {:?}", &buf[..n]);
-        if buf[..4] == [0, 3, 0, want as u8] {
-            break;
-        }
-    };
-    next_data(2);
-    held.send_to(&[0, 4, 0, 2], held_tid).unwrap();
-    next_data(3);
+    // The transfer that ACKed was never evicted: ACK 2 brings DATA 3 from the same TID
+    // (after any DATA 2 resent meanwhile), not an ERROR.
+    ack_and_wait_data(&held, held_tid, 2);
     let m = &server.metrics;
     let evicted = m.transfers_evicted.load(Relaxed);
     eprintln!(
@@ -258,7 +270,7 @@ fn spoofed_rrqs_under_a_clients_own_address_cannot_refuse_it() {
     .unwrap();
     let mut buf = [0u8; 2048];
     let (_, held_tid) = held.recv_from(&mut buf).unwrap();
-    held.send_to(&[0, 4, 0, 1], held_tid).unwrap();
+    ack_and_wait_data(&held, held_tid, 1);
     // Five times the share, from the same address, never answering.
     let rrq = TestClient::rrq(b"ipxe.efi", "octet", &[("timeout", "255")]);
     let spoofers: Vec<UdpSocket> = (0..5 * PER_CLIENT)
@@ -300,9 +312,7 @@ fn spoofed_rrqs_under_a_clients_own_address_cannot_refuse_it() {
             .errors(shardboot::tftp::metrics::Reason::PerClientLimit),
         0
     );
-    // The held transfer is alive: ACK 1 was taken, DATA 2 comes (maybe resent).
-    let (_, from) = held.recv_from(&mut buf).expect("held transfer still alive");
-    assert_eq!(from, held_tid);
-    assert_ne!(buf[1], 5, "held transfer got an ERROR");
+    // The held transfer is alive: ACK 2 brings DATA 3.
+    ack_and_wait_data(&held, held_tid, 2);
     server.stop().unwrap();
 }

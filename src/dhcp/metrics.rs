@@ -6,7 +6,7 @@ use super::engine::{IgnoreReason, Outcome, PoolUsage};
 use super::wire::DropReason;
 use crate::metrics::{header, sample, Counter, Gauge, LabeledCounters};
 
-const IGNORE_REASONS: [IgnoreReason; 12] = [
+const IGNORE_REASONS: [IgnoreReason; 13] = [
     IgnoreReason::NotResponsible,
     IgnoreReason::Denied,
     IgnoreReason::UnknownClient,
@@ -19,6 +19,7 @@ const IGNORE_REASONS: [IgnoreReason; 12] = [
     IgnoreReason::Limited,
     IgnoreReason::NotBootClient,
     IgnoreReason::Probing,
+    IgnoreReason::NotFromClient,
 ];
 
 /// Counters for one DHCP server.
@@ -29,7 +30,7 @@ pub struct DhcpMetrics {
     /// Datagrams dropped before the engine, by reason.
     pub drops: LabeledCounters<{ DropReason::ALL.len() }>,
     /// Requests the engine ignored, by reason.
-    pub ignored: LabeledCounters<12>,
+    pub ignored: LabeledCounters<{ IGNORE_REASONS.len() }>,
     /// Decisions by outcome: offer, ack, nak, inform, release, decline.
     pub outcomes: LabeledCounters<8>,
     /// Valid requests by message type.

@@ -3,9 +3,14 @@
 //! operator API on port 8080 behind a token, and ways to read its v6 leases.
 #![allow(dead_code)]
 
-use std::net::Ipv6Addr;
+use std::net::{Ipv6Addr, SocketAddrV6, UdpSocket};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
+use dhcproto::v6::{DhcpOption, Message, MessageType, OptionCode, IANA};
+use dhcproto::{Encodable, Encoder};
+
+use super::relay6::{relay_forward, relay_reply};
 use super::{config, Lab, Netns, Server};
 
 /// shardboot's address on the client's link.
@@ -52,6 +57,16 @@ pub(crate) fn lab(client_addrs: &[&str]) -> Lab {
 /// Starts shardboot in `lab`: `subnet6_keys` go into the first `[[subnet6]]`,
 /// `tables` (`[[host]]` entries) after everything else.
 pub(crate) fn serve(lab: &Lab, subnet6_keys: &str, tables: &str) -> (tempfile::TempDir, Server) {
+    serve_storing_in(lab, subnet6_keys, tables, None)
+}
+
+/// [`serve`] with the store in `state_dir` (another file system), when given.
+pub(crate) fn serve_storing_in(
+    lab: &Lab,
+    subnet6_keys: &str,
+    tables: &str,
+    state_dir: Option<&Path>,
+) -> (tempfile::TempDir, Server) {
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens");
     std::fs::write(&tokens, format!("{TOKEN}\n")).unwrap();
@@ -81,7 +96,8 @@ token_file = "{}"
 "#,
         tokens.display()
     );
-    let server = Server::start(&lab.server, dir.path(), &cfg);
+    let state = state_dir.map_or_else(|| dir.path().join("state"), Path::to_path_buf);
+    let server = Server::start_with_state(&lab.server, dir.path(), &cfg, &state);
     wait_log(&server, "DHCPv6 listening");
     (dir, server)
 }
@@ -138,4 +154,87 @@ pub(crate) fn api_lease6(lab: &Lab, ip: &str) -> Option<serde_json::Value> {
 pub(crate) fn in_range(ip: &str) -> bool {
     let ip: Ipv6Addr = ip.parse().unwrap();
     ("fd00:1::100".parse::<Ipv6Addr>().unwrap()..="fd00:1::1ff".parse().unwrap()).contains(&ip)
+}
+
+/// Sends `forward` from the relay's address (fd00:1::2, port 547) to `server` until a
+/// Relay-reply comes back.
+pub(crate) fn relay_exchange(lab: &Lab, server: Ipv6Addr, forward: Vec<u8>) -> Option<Vec<u8>> {
+    lab.client
+        .run(move || {
+            let s = UdpSocket::bind("[fd00:1::2]:547").unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            let mut buf = [0u8; 4096];
+            for _ in 0..5 {
+                s.send_to(&forward, SocketAddrV6::new(server, 547, 0, 0))
+                    .unwrap();
+                if let Ok((n, _)) = s.recv_from(&mut buf) {
+                    return Some(buf[..n].to_vec());
+                }
+            }
+            None
+        })
+        .join()
+        .unwrap()
+}
+
+/// Sends `inner` from the client side through the test's relay (link fd00:2::1) and
+/// returns the server's answer, unwrapped.
+pub(crate) fn relayed(lab: &Lab, inner: &Message) -> Message {
+    let got =
+        relay_exchange(lab, SERVER6.parse().unwrap(), forward_of(inner)).expect("a Relay-reply");
+    relay_reply(&got).message
+}
+
+/// `inner` in the Relay-forward of the test's relay (link fd00:2::1).
+pub(crate) fn forward_of(inner: &Message) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    inner.encode(&mut Encoder::new(&mut bytes)).unwrap();
+    relay_forward(
+        "fd00:2::1".parse().unwrap(),
+        "fe80::5054:ff:fe00:d1".parse().unwrap(),
+        b"rack1",
+        None,
+        &bytes,
+    )
+}
+
+/// The address a reply's IA_NA gives (not one it withdraws with lifetime 0).
+pub(crate) fn ia_address(m: &Message) -> Option<Ipv6Addr> {
+    let Some(DhcpOption::IANA(ia)) = m.opts().get(OptionCode::IANA) else {
+        return None;
+    };
+    ia.opts.iter().find_map(|o| match o {
+        DhcpOption::IAAddr(a) if a.valid_life > 0 => Some(a.addr),
+        _ => None,
+    })
+}
+
+/// A client message with IA_NA 1 holding `addr`, naming `server` if given.
+pub(crate) fn client_message(
+    kind: MessageType,
+    duid: &[u8],
+    server: Option<&[u8]>,
+    addr: Option<Ipv6Addr>,
+) -> Message {
+    let mut m = Message::new_with_id(kind, [9, 9, 9]);
+    m.opts_mut().insert(DhcpOption::ClientId(duid.to_vec()));
+    if let Some(s) = server {
+        m.opts_mut().insert(DhcpOption::ServerId(s.to_vec()));
+    }
+    let mut opts = dhcproto::v6::DhcpOptions::new();
+    if let Some(addr) = addr {
+        opts.insert(DhcpOption::IAAddr(dhcproto::v6::IAAddr {
+            addr,
+            preferred_life: 0,
+            valid_life: 0,
+            opts: Default::default(),
+        }));
+    }
+    m.opts_mut().insert(DhcpOption::IANA(IANA {
+        id: 1,
+        t1: 0,
+        t2: 0,
+        opts,
+    }));
+    m
 }

@@ -145,6 +145,15 @@ impl RelayClient {
         self.send(&r);
     }
 
+    /// A RELEASE of `ip` for `mac`, relayed (giaddr = this relay), naming `server`;
+    /// nothing comes back.
+    pub(crate) fn release(&mut self, mac: &[u8; 6], server: Ipv4Addr, ip: Ipv4Addr) {
+        let mut r = self.message(MessageType::Release, mac);
+        r.set_ciaddr(ip);
+        r.opts_mut().insert(DhcpOption::ServerIdentifier(server));
+        self.send(&r);
+    }
+
     /// INIT-REBOOT REQUEST (RFC 2131 §4.3.2: no server id, no ciaddr, option 50) per pair.
     pub(crate) fn init_reboot(
         &mut self,

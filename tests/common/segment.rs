@@ -206,6 +206,8 @@ impl BroadcastClient {
         .unwrap();
         s.set_reuse_address(true).unwrap();
         s.set_broadcast(true).unwrap();
+        // Sends a RELEASE from the address it releases (`send_from`).
+        s.set_ip_transparent(true).unwrap();
         s.bind_device(Some(interface.as_bytes())).unwrap();
         s.bind(&SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 68).into())
             .unwrap();
@@ -243,6 +245,30 @@ impl BroadcastClient {
                 SocketAddrV4::new(Ipv4Addr::BROADCAST, 67),
             )
             .unwrap();
+    }
+
+    /// Broadcasts `m` from `source`, an address this side need not have (the socket is
+    /// transparent), as the machine holding that address would send it.
+    fn send_from(&self, source: Ipv4Addr, m: &Message) {
+        use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags, SockaddrIn};
+        use std::os::fd::AsRawFd;
+        let info = libc::in_pktinfo {
+            ipi_ifindex: 0,
+            ipi_spec_dst: libc::in_addr {
+                s_addr: u32::from(source).to_be(),
+            },
+            ipi_addr: libc::in_addr { s_addr: 0 },
+        };
+        let bytes = m.to_vec().unwrap();
+        let to = SockaddrIn::from(SocketAddrV4::new(Ipv4Addr::BROADCAST, 67));
+        sendmsg(
+            self.socket.as_raw_fd(),
+            &[std::io::IoSlice::new(&bytes)],
+            &[ControlMessage::Ipv4PacketInfo(&info)],
+            MsgFlags::empty(),
+            Some(&to),
+        )
+        .unwrap();
     }
 
     /// Every reply per xid until `wait` has passed (not stopping at the first: the
@@ -379,14 +405,15 @@ impl BroadcastClient {
         self.exchange(&msgs, wait)
     }
 
-    /// A RELEASE per (MAC, address). Broadcast: with replicated leases every member
-    /// holds the record and frees it (RFC 2131 unicasts it to the server, which this
-    /// client has no route to).
+    /// A RELEASE per (MAC, address), each from the address it releases: a server
+    /// believes a RELEASE on the link only from ciaddr (RFC 2131 §4.4.6). Broadcast, so
+    /// every member holding the record frees it (RFC 2131 unicasts it to the server,
+    /// which this client has no route to).
     pub(crate) fn release(&mut self, clients: &[([u8; 6], Ipv4Addr)]) {
         for (i, (mac, ip)) in clients.iter().enumerate() {
             let mut r = self.message(MessageType::Release, mac, 0);
             r.set_ciaddr(*ip);
-            self.send(&r);
+            self.send_from(*ip, &r);
             if i % 50 == 49 {
                 std::thread::sleep(Duration::from_millis(5));
             }

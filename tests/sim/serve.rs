@@ -42,6 +42,7 @@ impl Sim {
             policy: None,
             known: true,
             dnsmasq: Default::default(),
+            source: std::net::Ipv4Addr::UNSPECIFIED,
             now,
         };
         let Decision {

@@ -281,7 +281,7 @@ fn a_known_mac_declines_only_what_it_holds() {
     let mut rel = msg(MessageType::Release, mac(9));
     rel.set_ciaddr(ip);
     assert_eq!(
-        e.handle_message(&rel, &ctx(&i, T0 + 1)).outcome,
+        e.handle_message(&rel, &ctx_from(&i, T0 + 1, ip)).outcome,
         Outcome::Release(ip)
     );
     let d = e.handle_message(&decline(mac(9), ip), &ctx(&i, T0 + 2));
@@ -364,4 +364,71 @@ fn one_octet_flags_and_octets_written_out_reach_the_ack() {
     ] {
         assert_eq!(raw(&ack, code), Some(want), "option {code}");
     }
+}
+
+#[test]
+fn a_release_on_the_link_counts_only_from_the_address_it_releases() {
+    // RFC 2131 §4.4.6: the client unicasts its RELEASE from ciaddr. A hostile host on
+    // the link copies a victim's chaddr and ciaddr and sends from its own address (or
+    // from none): ignored, nothing to persist, the lease untouched.
+    let (i, mut e) = (iface(), Engine::new(&config(""), vec![], T0));
+    let ip = bind(&mut e, &i, mac(1), T0);
+    assert_eq!(ip, Ipv4Addr::new(192, 0, 2, 100));
+    let bound = e.lease(ip).cloned().unwrap();
+    let mut rel = msg(MessageType::Release, mac(1));
+    rel.set_ciaddr(ip);
+    for source in [Ipv4Addr::new(192, 0, 2, 77), Ipv4Addr::UNSPECIFIED] {
+        let d = e.handle_message(&rel, &ctx_from(&i, T0 + 1, source));
+        assert_eq!(
+            (d.outcome, d.reply.is_none(), d.effects.is_empty()),
+            (Outcome::Ignored(IgnoreReason::NotFromClient), true, true),
+            "from {source}"
+        );
+        assert_eq!(e.lease(ip), Some(&bound), "from {source}");
+    }
+    assert_eq!(IgnoreReason::NotFromClient.as_str(), "not_from_client");
+    // Nobody else is offered the victim's address.
+    assert_ne!(
+        offered(&e.handle_message(&msg(MessageType::Discover, mac(2)), &ctx(&i, T0 + 2))),
+        ip
+    );
+    // From ciaddr itself: released, the record kept (state released, expired now).
+    let d = e.handle_message(&rel, &ctx_from(&i, T0 + 3, ip));
+    assert_eq!((d.outcome, d.reply.is_none()), (Outcome::Release(ip), true));
+    let [LeaseEffect::Put(l)] = &d.effects[..] else {
+        panic!("{:?}", d.effects)
+    };
+    assert_eq!(
+        (l.ip, l.mac, l.state, l.starts, l.expires),
+        (ip, mac(1), LeaseState::Released, bound.starts, T0 + 3)
+    );
+}
+
+#[test]
+fn a_relayed_release_counts_from_the_relay() {
+    // A relayed RELEASE comes from the relay (giaddr, sending from its own address);
+    // the shell lets it through only from a trusted relay (`dhcp.relays`).
+    let (i, mut e) = (iface(), Engine::new(&config(""), vec![], T0));
+    let relay = Ipv4Addr::new(198, 51, 100, 1);
+    let relayed = |mut m: Message| {
+        m.set_giaddr(relay);
+        m
+    };
+    let ip = offered(&e.handle_message(
+        &relayed(msg(MessageType::Discover, mac(1))),
+        &ctx_from(&i, T0, relay),
+    ));
+    let d = e.handle_message(
+        &relayed(request_selecting(mac(1), ip)),
+        &ctx_from(&i, T0, relay),
+    );
+    assert_eq!(d.outcome, Outcome::Ack(ip));
+    let mut rel = relayed(msg(MessageType::Release, mac(1)));
+    rel.set_ciaddr(ip);
+    let d = e.handle_message(&rel, &ctx_from(&i, T0 + 1, relay));
+    assert_eq!(d.outcome, Outcome::Release(ip));
+    assert_eq!(
+        e.lease(ip).map(|l| (l.state, l.expires)),
+        Some((LeaseState::Released, T0 + 1))
+    );
 }

@@ -48,6 +48,10 @@ pub struct PacketContext<'a> {
     /// What Ironic's dnsmasq directories say about the client: its hosts-directory
     /// tags and the options directory's entries.
     pub dnsmasq: DnsmasqDirs<'a>,
+    /// The datagram's IP source address: a relay's when relayed, else the client's
+    /// (0.0.0.0 before it has an address). A RELEASE counts only from the address it
+    /// releases (`Engine::release`).
+    pub source: Ipv4Addr,
     /// Unix seconds.
     pub now: u64,
 }
@@ -112,6 +116,9 @@ pub enum IgnoreReason {
     /// A probe of the address chosen for the client is in flight; its DISCOVER is
     /// answered when the probe ends.
     Probing,
+    /// A RELEASE sent on the link from an address other than the one it releases:
+    /// anyone can copy a client's chaddr and ciaddr (RFC 2131 §4.4.6).
+    NotFromClient,
 }
 
 impl IgnoreReason {
@@ -130,6 +137,7 @@ impl IgnoreReason {
             Self::Limited => "limited",
             Self::NotBootClient => "not_boot_client",
             Self::Probing => "probing",
+            Self::NotFromClient => "not_from_client",
         }
     }
 }

@@ -857,6 +857,15 @@ impl Engine {
 
     fn release(&mut self, msg: &Message, mac: &MacAddr, ctx: &PacketContext<'_>) -> Decision {
         let ip = msg.ciaddr();
+        // RFC 2131 §4.4.6: the client unicasts its RELEASE from the address it gives
+        // up. chaddr and ciaddr prove nothing (anyone on the link can copy a victim's),
+        // but the source must then be routable back to the sender: a RELEASE sent
+        // directly from elsewhere would free another client's address (on every member,
+        // through the shared store). A relayed one comes from a relay the shell trusts
+        // (`dhcp.relays`), so its source is the relay's.
+        if msg.giaddr().is_unspecified() && ctx.source != ip {
+            return Decision::ignore(IgnoreReason::NotFromClient);
+        }
         let Some(held) = self
             .table
             .get(ip)

@@ -143,6 +143,7 @@ http_url = "http://192.0.2.1:8080"
             policy: None,
             known: false,
             dnsmasq: DnsmasqDirs::default(),
+            source: std::net::Ipv4Addr::UNSPECIFIED,
             now: 1_000,
         }
     }

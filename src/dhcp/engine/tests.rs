@@ -53,7 +53,16 @@ fn ctx(i: &Interface, now: u64) -> PacketContext<'_> {
         interface: i,
         responsibility: Responsibility::Mine,
         policy: None,
+        source: std::net::Ipv4Addr::UNSPECIFIED,
         now,
+    }
+}
+
+/// `ctx` for a datagram whose IP source address is `source`.
+fn ctx_from(i: &Interface, now: u64, source: Ipv4Addr) -> PacketContext<'_> {
+    PacketContext {
+        source,
+        ..ctx(i, now)
     }
 }
 
@@ -504,7 +513,7 @@ fn decline_quarantines_and_release_frees() {
     // RELEASE frees the address but the client keeps its affinity.
     let mut rel = msg(MessageType::Release, mac(2));
     rel.set_ciaddr(other);
-    let d = e.handle_message(&rel, &ctx(&i, T0 + 3));
+    let d = e.handle_message(&rel, &ctx_from(&i, T0 + 3, other));
     assert_eq!(d.outcome, Outcome::Release(other));
     let LeaseEffect::Put(l) = &d.effects[0] else {
         panic!()

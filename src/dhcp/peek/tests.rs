@@ -233,6 +233,7 @@ fn context(
         responsibility,
         policy,
         known: false,
+        source: std::net::Ipv4Addr::UNSPECIFIED,
         now: T0 + 1,
         dnsmasq: Default::default(),
     }

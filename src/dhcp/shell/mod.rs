@@ -662,6 +662,7 @@ impl LoopState<'_> {
             responsibility,
             policy,
             known,
+            source: source_v4(from),
             now,
             dnsmasq: DnsmasqDirs {
                 tags: &tags,
@@ -705,6 +706,7 @@ impl LoopState<'_> {
             responsibility,
             policy,
             known,
+            source: source_v4(from),
             now,
             dnsmasq: DnsmasqDirs::default(),
         };
@@ -854,6 +856,7 @@ impl LoopState<'_> {
             responsibility,
             policy: self.policies.lookup(&mac),
             known,
+            source: source_v4(from),
             now,
             dnsmasq: DnsmasqDirs {
                 tags: &tags,
@@ -973,6 +976,15 @@ fn silent_report(
         why: Some(reason.as_str()),
         ip: None,
         detail: None,
+    }
+}
+
+/// The IPv4 source of a datagram (a v4-mapped one from a dual-stack socket), or
+/// 0.0.0.0 when it has none.
+fn source_v4(from: SocketAddr) -> Ipv4Addr {
+    match from {
+        SocketAddr::V4(a) => *a.ip(),
+        SocketAddr::V6(a) => a.ip().to_ipv4_mapped().unwrap_or(Ipv4Addr::UNSPECIFIED),
     }
 }
 

@@ -797,6 +797,8 @@ impl Engine6 {
 
     /// Release (RFC 8415 §18.3.7) and Decline (§18.3.8): the client gives addresses up,
     /// or reports them in use by another host; a declined address is quarantined.
+    /// Unlike a v4 RELEASE, no source address is checked: the client sends from its
+    /// link-local address (§18.2.7), so its DUID and IAID are all that name the binding.
     fn release(
         &mut self,
         msg: &Message,
