@@ -6,6 +6,7 @@ pub mod api;
 pub mod auth;
 pub mod boot;
 pub mod chain_check;
+pub mod check_cache;
 pub mod files;
 pub mod metrics;
 pub mod serve;
