@@ -520,6 +520,12 @@ async fn metrics(State(s): State<Arc<HttpState>>) -> Response {
     s.handles.store.render_prometheus(&mut out);
     s.handles.tftp.render_prometheus(&mut out);
     s.handles.http.render_prometheus(&mut out);
+    s.chain_check.counts.render(
+        &mut out,
+        "shardboot_http_chain_checks_total",
+        "outcome",
+        "Checks of a URL before a boot script chains it: sent (a HEAD went out), cached, joined (waited for the same URL's HEAD in flight), skipped (too many in flight)",
+    );
     if !s.config.subnets6.is_empty() {
         s.handles.dhcp6.render_prometheus(&mut out);
     }
