@@ -4,8 +4,12 @@
 # the Ironic resolver's warm cache), against nginx and Python's http.server serving a
 # static script of the same size, and against shardboot again after Ironic went away
 # (the cached answers must not get slower). Prints requests/s and p99 for each.
+# The two conductors are one nginx server block that has a config for every machine; it
+# logs every HEAD (shardboot's check before chaining), and the bench counts them: at
+# most one per per-node URL per cache period (http::chain_check::CACHE_TTL, 3 s).
 #
 #   benches/http_bench.sh [seconds] [connections]
+#   SB_BIN=/tmp/before benches/http_bench.sh ...   # another build, e.g. for before/after
 #
 # The Ironic here is a static file tree in Ironic's wire format (the JSON of
 # /v1/ports/detail and /v1/nodes/detail, built from the same fields a real Ironic 39
@@ -21,8 +25,8 @@ conns=${2:-64}
 macs=10000
 
 command -v wrk >/dev/null && command -v nginx >/dev/null || tests/install-deps.sh
-cargo build --release --locked -q
-bin="$PWD/target/release/shardboot"
+if [ -z "${SB_BIN:-}" ]; then cargo build --release --locked -q; fi
+bin=${SB_BIN:-${CARGO_TARGET_DIR:-$PWD/target}/release/shardboot}
 work=$(mktemp -d)
 chmod 755 "$work"
 pids=()
@@ -62,6 +66,25 @@ EOF
 ironic_pid=$!; pids+=("$ironic_pid")
 wait_http "http://127.0.0.1:$ironic_port/v1/ports/detail"
 
+# ---- the conductors: nginx, a config for every machine, every HEAD logged
+conductor_port=$(free_port)
+cat >"$work/conductor.conf" <<EOF
+worker_processes 1;
+pid $work/conductor.pid;
+error_log $work/conductor-error.log;
+events { worker_connections 1024; }
+http {
+  map \$request_method \$is_head { HEAD 1; default 0; }
+  log_format heads '\$msec \$uri';
+  access_log $work/conductor-heads.log heads if=\$is_head;
+  client_body_temp_path $work/conductor-tmp;
+  server { listen 127.0.0.1:$conductor_port; location / { return 200 "#!ipxe\\nexit\\n"; } }
+}
+EOF
+nginx -c "$work/conductor.conf" -g 'daemon off;' &
+pids+=($!)
+wait_http "http://127.0.0.1:$conductor_port/c1/pxelinux.cfg/52-54-01-00-00-01"
+
 # ---- shardboot: member a of two, HTTP only
 sb_port=$(free_port)
 (umask 077 && openssl rand -hex 32 >"$work/member-secret")
@@ -84,12 +107,12 @@ refresh_secs = 5
 name = "a"
 http_url = "http://127.0.0.1:$sb_port"
 conductor = "127.0.0.1"
-conductor_url = "http://127.0.0.1:8088/c1"
+conductor_url = "http://127.0.0.1:$conductor_port/c1"
 [[member]]
 name = "b"
 http_url = "http://127.0.0.1:9"
 conductor = "127.0.0.2:8090"
-conductor_url = "http://127.0.0.1:8088/c2"
+conductor_url = "http://127.0.0.1:$conductor_port/c2"
 EOF
 SHARDBOOT_LOG=warn "$bin" -c "$work/shardboot.toml" serve 2>"$work/shardboot.log" &
 pids+=($!)
@@ -145,8 +168,23 @@ run() { # NAME URL [lua]
   results+=("$name=$rps")
 }
 
+# The conductor's HEADs during one run: how many, for how many URLs, and the shortest
+# time between two for one URL (the cache period or more when checks are shared).
+heads() { # NAME
+  awk -v name="$1" '
+    { n++; if ($2 in last) { gap = $1 - last[$2]; if (min == "" || gap < min) min = gap } else urls++
+      last[$2] = $1; if (first == "") first = $1; end = $1 }
+    END { if (!n) { printf "%-34s no HEAD at the conductor\n", name; exit }
+          printf "%-34s %d HEADs at the conductor (%.0f/s), %d URLs, shortest gap for one URL %s\n",
+            name, n, n / ((end - first) > 0 ? end - first : 1), urls, (min == "" ? "-" : sprintf("%.2f s", min)) }' \
+    "$work/conductor-heads.log"
+  : >"$work/conductor-heads.log"
+}
+
 echo "wrk -t2 -c$conns -d${secs}s, 2-core machine, everything on 127.0.0.1"
+: >"$work/conductor-heads.log"
 run "shardboot /v1/boot/{mac} (Ironic up)" "http://127.0.0.1:$sb_port" "$work/macs.lua"
+heads "  its checks"
 run "nginx static boot.ipxe" "http://127.0.0.1:$nginx_port/boot.ipxe"
 run "python http.server boot.ipxe" "http://127.0.0.1:$py_port/boot.ipxe"
 kill "$ironic_pid"; wait "$ironic_pid" 2>/dev/null || true
@@ -156,6 +194,7 @@ for _ in $(seq 40); do
   sleep 0.5
 done
 run "shardboot /v1/boot/{mac} (Ironic down)" "http://127.0.0.1:$sb_port" "$work/macs.lua"
+heads "  its checks"
 rate_of() { local r; for r in "${results[@]}"; do [ "${r%%=*}" = "$1" ] && echo "${r#*=}"; done; }
 row "HTTP /v1/boot/{mac} (owner from Ironic), requests/s" "$(rate_of "shardboot /v1/boot/{mac} (Ironic up)")" "$(rate_of "nginx static boot.ipxe")" "nginx, a static file" higher
-curl -s "http://127.0.0.1:$sb_port/metrics" | grep -E '^shardboot_owner_ironic_(up|cache_total)'
+curl -s "http://127.0.0.1:$sb_port/metrics" | grep -E '^shardboot_(owner_ironic_(up|cache_total)|http_chain_checks_total)' || true

@@ -35,8 +35,7 @@ struct TestServer {
 /// every path, or is down.
 struct World {
     conductor_a: ConductorStub,
-    /// Kept for its listener.
-    _member_b: Option<ConductorStub>,
+    member_b: Option<ConductorStub>,
     member_b_url: String,
     conductor_b: ConductorStub,
 }
@@ -76,7 +75,7 @@ impl World {
         };
         Self {
             conductor_a,
-            _member_b: member_b,
+            member_b,
             member_b_url,
             conductor_b,
         }
@@ -109,9 +108,10 @@ conductor_url = "http://{}"
         format!("http://{}{}", self.conductor_b.addr, per_node_path(mac))
     }
 
+    /// Member `b`'s boot route as this member chains it: marked as a hop.
     fn member_b_route(&self, mac: &str) -> String {
         format!(
-            "{}/v1/boot/{}/boot.ipxe",
+            "{}/v1/boot/{}/boot.ipxe?hop=1",
             self.member_b_url,
             mac.replace(':', "-")
         )
@@ -157,24 +157,7 @@ fn start_with(owner: &str, max_file_size: u64, member_b_up: bool) -> TestServer 
         ..Default::default()
     };
     let files = FileRoot::new(tftp);
-    let store = shardboot::store::open(&dir.path().join("state")).unwrap();
-    let committer = shardboot::store::Committer::start(store.clone(), Default::default()).unwrap();
-    let state = Arc::new(HttpState {
-        config: Arc::new(config.clone()),
-        store,
-        committer,
-        policies: Arc::new(shardboot::dhcp::host_policy::HostPolicies::in_memory()),
-        auth: http::auth::TokenAuth::new(None),
-        dhcp: None,
-        files: files.clone(),
-        settings: config.http.clone(),
-        resolver: Arc::new(Resolver::new(&config).unwrap()),
-        handles: handles.clone(),
-        chain_check: Default::default(),
-        shared: None,
-        dhcp6: None,
-    });
-    let http = common::HttpOnLoopback::start(state);
+    let http = serve(&config, dir.path(), files.clone(), handles.clone());
     TestServer {
         addr: http.addr,
         http,
@@ -185,11 +168,43 @@ fn start_with(owner: &str, max_file_size: u64, member_b_up: bool) -> TestServer 
     }
 }
 
+/// Serves `config`'s boot routes on loopback, with its store under `dir`.
+fn serve(
+    config: &Config,
+    dir: &std::path::Path,
+    files: Arc<FileRoot>,
+    handles: Handles,
+) -> common::HttpOnLoopback {
+    let store = shardboot::store::open(&dir.join("state")).unwrap();
+    let committer = shardboot::store::Committer::start(store.clone(), Default::default()).unwrap();
+    let state = Arc::new(HttpState {
+        config: Arc::new(config.clone()),
+        store,
+        committer,
+        policies: Arc::new(shardboot::dhcp::host_policy::HostPolicies::in_memory()),
+        auth: http::auth::TokenAuth::new(None),
+        dhcp: None,
+        files,
+        settings: config.http.clone(),
+        resolver: Arc::new(Resolver::new(config).unwrap()),
+        handles,
+        chain_check: Default::default(),
+        shared: None,
+        dhcp6: None,
+    });
+    common::HttpOnLoopback::start(state)
+}
+
 /// GET with curl; returns (status, body).
 fn get(s: &TestServer, path: &str) -> (u16, String) {
+    get_from(s.addr, path)
+}
+
+/// GET from the server at `addr` with curl; returns (status, body).
+fn get_from(addr: SocketAddr, path: &str) -> (u16, String) {
     let out = Command::new("curl")
         .args(["-s", "--path-as-is", "-o", "-", "-w", "\n%{http_code}"])
-        .arg(format!("http://{}{path}", s.addr))
+        .arg(format!("http://{addr}{path}"))
         .output()
         .expect("curl");
     let text = String::from_utf8_lossy(&out.stdout).to_string();
@@ -332,6 +347,190 @@ fn a_fallback_url_is_checked_like_a_conductor() {
     // A fallback its server has no file for: 404, and the first stage says so and ends.
     let s = start(&fallback("missing.ipxe"));
     assert_eq!(get(&s, "/v1/boot/fallback.ipxe").0, 404);
+}
+
+/// `n` GETs of `path` at once; their (status, body) pairs.
+fn get_at_once(s: &TestServer, path: &str, n: usize) -> Vec<(u16, String)> {
+    let addr = s.addr;
+    std::thread::scope(|scope| {
+        let asks: Vec<_> = (0..n)
+            .map(|_| scope.spawn(move || get_from(addr, path)))
+            .collect();
+        asks.into_iter().map(|a| a.join().unwrap()).collect()
+    })
+}
+
+/// The stand-ins record a request after answering it: give the last one time to land
+/// before counting.
+fn settle() {
+    std::thread::sleep(std::time::Duration::from_millis(200));
+}
+
+#[test]
+fn concurrent_boots_share_one_check_per_url_and_cache_period() {
+    let mut s = start("resolvers = [\"inventory\"]");
+    let mac = "52:54:00:00:00:0a";
+    let url = s.world.conductor_a_url(mac);
+    let path = format!("/v1/boot/{mac}/boot.ipxe");
+    let heads = |s: &mut TestServer| {
+        settle();
+        let checked = s.world.conductor_a.checked();
+        checked.iter().filter(|p| **p == per_node_path(mac)).count()
+    };
+    // 50 at once (a machine's retries, a member's HEAD and the machine's GET, a burst):
+    // one HEAD in flight, the others wait for its answer.
+    let t0 = std::time::Instant::now();
+    for (code, body) in get_at_once(&s, &path, 50) {
+        assert_eq!(code, 200);
+        assert_eq!(chained(&body), Some(url.as_str()), "{body}");
+    }
+    // The check was made before this: its answer is kept until a period after it.
+    let answered = std::time::Instant::now();
+    assert_eq!(heads(&mut s), 1, "one check for 50 concurrent requests");
+    // Within the cache period: the answer is kept.
+    for _ in 0..10 {
+        assert_eq!(get(&s, &path).0, 200);
+    }
+    assert!(
+        t0.elapsed() < http::chain_check::CACHE_TTL,
+        "too slow to tell"
+    );
+    assert_eq!(heads(&mut s), 1, "no check within the cache period");
+    // A miss is kept too, and is still a miss.
+    for _ in 0..5 {
+        assert_eq!(get(&s, "/v1/boot/52:54:00:00:00:2a/boot.ipxe").0, 404);
+    }
+    settle();
+    let missed = per_node_path("52:54:00:00:00:2a");
+    assert_eq!(
+        s.world
+            .conductor_a
+            .checked()
+            .iter()
+            .filter(|p| **p == missed)
+            .count(),
+        1
+    );
+    // After it: checked again, once.
+    let period = http::chain_check::CACHE_TTL + std::time::Duration::from_millis(100);
+    std::thread::sleep(period.saturating_sub(answered.elapsed()));
+    for (code, _) in get_at_once(&s, &path, 20) {
+        assert_eq!(code, 200);
+    }
+    assert_eq!(heads(&mut s), 2, "one more check after the cache period");
+}
+
+#[test]
+fn a_hop_is_answered_from_this_members_view_and_never_sent_on() {
+    let mut s = start("resolvers = [\"inventory\"]");
+    let mac = "52:54:00:00:00:0b";
+    // Sent here by another member (whose view said this member owns it), while this
+    // member's view says b does: b's conductor, never b's route.
+    let (code, body) = get(&s, "/v1/boot/52-54-00-00-00-0b/boot.ipxe?hop=1");
+    assert_eq!(code, 200);
+    let want = s.world.conductor_b_url(mac);
+    assert_eq!(chained(&body), Some(want.as_str()), "{body}");
+    // Retried from here, still as a hop.
+    assert!(
+        body.contains(
+            "chain --timeout 10000 /v1/boot/52-54-00-00-00-0b/boot.ipxe?hop=2 && exit 0 ||"
+        ),
+        "{body}"
+    );
+    let (_, body) = get(&s, "/v1/boot/52-54-00-00-00-0b/boot.ipxe?hop=2");
+    assert_eq!(chained(&body), Some(want.as_str()), "{body}");
+    settle();
+    let member_b = s.world.member_b.as_mut().unwrap();
+    assert_eq!(
+        member_b.checked(),
+        Vec::<String>::new(),
+        "no HEAD to a member"
+    );
+    assert_eq!(member_b.paths(), Vec::<String>::new());
+    assert_eq!(s.world.conductor_b.checked(), [per_node_path(mac)]);
+    // Without the mark, b's route, marked, checked once.
+    let (_, body) = get(&s, &format!("/v1/boot/{mac}/boot.ipxe"));
+    let want = s.world.member_b_route(mac);
+    assert_eq!(chained(&body), Some(want.as_str()), "{body}");
+    settle();
+    assert_eq!(
+        s.world.member_b.as_mut().unwrap().checked(),
+        ["/v1/boot/52-54-00-00-00-0b/boot.ipxe?hop=1"]
+    );
+}
+
+#[test]
+fn members_whose_views_disagree_do_not_bounce_a_machine_on() {
+    // a says b owns the machine, b says c does: a checks and chains b's route (a hop),
+    // b answers with c's conductor and never asks or chains c's route.
+    let mut conductor_c = ConductorStub::start_knowing(None, "127.0.0.1:0".parse().unwrap(), None);
+    let mut member_c = ConductorStub::start_knowing(None, "127.0.0.1:0".parse().unwrap(), None);
+    let mac = "52:54:00:00:00:0e";
+    let config = |me: &str, owner: &str, b_url: &str, dir: &std::path::Path| {
+        let inv = dir.join("inventory.toml");
+        std::fs::write(&inv, format!("\"{mac}\" = \"{owner}\"\n")).unwrap();
+        let text = format!(
+            r#"
+[dhcp]
+enabled = false
+[owner]
+self = "{me}"
+insecure_members = true
+resolvers = ["inventory"]
+inventory = "{}"
+[[member]]
+name = "a"
+http_url = "http://127.0.0.1:9"
+[[member]]
+name = "b"
+http_url = "{b_url}"
+[[member]]
+name = "c"
+http_url = "http://{}"
+conductor_url = "http://{}"
+"#,
+            inv.display(),
+            member_c.addr,
+            conductor_c.addr
+        );
+        Config::from_toml_with_overrides(&text, &[]).unwrap()
+    };
+    let files = || FileRoot::new(shardboot::config::TftpSettings::default());
+    let dir_b = tempfile::tempdir().unwrap();
+    let b = serve(
+        &config("b", "c", "http://127.0.0.1:10", dir_b.path()),
+        dir_b.path(),
+        files(),
+        Handles::default(),
+    );
+    let b_url = format!("http://{}", b.addr);
+    let dir_a = tempfile::tempdir().unwrap();
+    let handles = Handles::default();
+    let a = serve(
+        &config("a", "b", &b_url, dir_a.path()),
+        dir_a.path(),
+        files(),
+        handles.clone(),
+    );
+    let (code, body) = get_from(a.addr, "/v1/boot/52-54-00-00-00-0e/boot.ipxe");
+    assert_eq!(code, 200);
+    let hop = format!("{b_url}/v1/boot/52-54-00-00-00-0e/boot.ipxe?hop=1");
+    assert_eq!(chained(&body), Some(hop.as_str()), "{body}");
+    // The machine follows the chain to b, as iPXE would.
+    let (code, body) = get_from(b.addr, "/v1/boot/52-54-00-00-00-0e/boot.ipxe?hop=1");
+    assert_eq!(code, 200);
+    let direct = format!("http://{}{}", conductor_c.addr, per_node_path(mac));
+    assert_eq!(chained(&body), Some(direct.as_str()), "{body}");
+    settle();
+    assert_eq!(
+        member_c.checked(),
+        Vec::<String>::new(),
+        "c's route never asked"
+    );
+    assert_eq!(member_c.paths(), Vec::<String>::new());
+    // a's HEAD and the machine's GET at b share b's one check of c's conductor.
+    assert_eq!(conductor_c.checked(), [per_node_path(mac)]);
+    assert_eq!(handles.http.get("remote"), 1);
 }
 
 #[test]

@@ -39,7 +39,7 @@ fn expected_chain(
     } else {
         let port = if owner == "a" { ports.0 } else { ports.1 };
         format!(
-            "http://127.0.0.1:{port}/v1/boot/{}/boot.ipxe",
+            "http://127.0.0.1:{port}/v1/boot/{}/boot.ipxe?hop=1",
             hyphenated(mac)
         )
     }

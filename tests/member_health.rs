@@ -23,7 +23,7 @@ fn a_dead_member_leaves_the_hash_ring_and_returns() {
         .unwrap();
     let path = format!("/v1/boot/{mac}/boot.ipxe");
     let via_b = format!(
-        "http://127.0.0.1:{}/v1/boot/{}/boot.ipxe",
+        "http://127.0.0.1:{}/v1/boot/{}/boot.ipxe?hop=1",
         ports.1,
         mac.hyphenated()
     );

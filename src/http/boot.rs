@@ -8,6 +8,11 @@
 //! answer is retried, 5 seconds apart, each retry coming back here so that a miss that
 //! began meanwhile still ends the NIC's turn. The fallback applies once, after the loop
 //! (`/v1/boot/fallback.ipxe`).
+//!
+//! A request another member sent on (its URL carries `?hop=N`, see [`HOP`]) is a *hop*:
+//! it is answered from this member's own view and never sent on to a member again, so
+//! members whose owner views disagree cannot bounce a machine (and their checks) from
+//! one to the next.
 
 use crate::config::{ChainTo, Fallback, HttpSettings, Member};
 use crate::ipxe::{self, UnsafeValue};
@@ -16,6 +21,12 @@ use crate::owner::Resolution;
 
 /// The name the first stage asks for under `/v1/boot/<mac>/`.
 pub const FIRST_STAGE_NAME: &str = "boot.ipxe";
+
+/// The query key that marks a hop from another member; its value is the attempt, like
+/// `try`'s. In the URL rather than a header because iPXE, which follows the chain,
+/// sends no header of ours. Anyone may send it: it only takes choices away (no member
+/// is chained), so it grants nothing.
+pub const HOP: &str = "hop";
 
 /// What a boot request gets.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,6 +76,8 @@ pub struct Chain {
     /// Whether this script retries a failed chain. A member's boot route retries its
     /// own conductor, so a script chaining it does not retry as well.
     pub retries_here: bool,
+    /// Whether the request was a hop: its retries are hops too.
+    pub hop: bool,
 }
 
 /// Inputs besides the MAC and resolution.
@@ -83,6 +96,8 @@ pub struct BootContext<'a> {
     /// Whether the owning member answers its health probes. A dead member's machines
     /// are sent to its conductor directly when its URL is known.
     pub owner_alive: bool,
+    /// Whether another member sent the request on (a hop): no member is chained again.
+    pub hop: bool,
 }
 
 impl<'a> BootContext<'a> {
@@ -91,6 +106,7 @@ impl<'a> BootContext<'a> {
         http: &'a HttpSettings,
         resolver: &'a crate::owner::Resolver,
         res: &Resolution,
+        hop: bool,
     ) -> Self {
         let owner = res.member.as_deref().and_then(|n| resolver.member(n));
         let owner_alive = owner
@@ -103,6 +119,7 @@ impl<'a> BootContext<'a> {
             fallback: &resolver.settings().fallback,
             chain_to: resolver.settings().chain_to,
             owner_alive,
+            hop,
         }
     }
 }
@@ -124,7 +141,9 @@ fn per_node_url(conductor_url: &str, mac: &MacAddr) -> String {
 
 /// Where `mac`'s `name` is chained from; `None` when no resolver knows it (a miss).
 /// Every name leads to the conductor's one per-node config; the name is kept when the
-/// request is sent on to another member.
+/// request is sent on to another member, marked as a hop. A hop whose owner is another
+/// member still (the two members' views disagree) goes to that owner's conductor, or is
+/// a miss when its URL is not known.
 pub fn route(mac: &MacAddr, name: &str, res: &Resolution, ctx: &BootContext<'_>) -> Option<Chain> {
     let owner = ctx.owner.as_ref()?;
     let local = ctx.me.as_ref().is_some_and(|me| me.name == owner.name);
@@ -135,11 +154,15 @@ pub fn route(mac: &MacAddr, name: &str, res: &Resolution, ctx: &BootContext<'_>)
         url,
         direct,
         retries_here,
+        hop: ctx.hop,
     };
     let per_node = owner.conductor_url.as_deref().map(|c| per_node_url(c, mac));
     if local {
         // No conductor URL: this member knows the owner but not where its configs are.
         return per_node.map(|url| chain("local", url, None, true));
+    }
+    if ctx.hop {
+        return per_node.map(|url| chain("remote", url, None, true));
     }
     let direct = ctx.chain_to == ChainTo::Conductor || !ctx.owner_alive;
     Some(match (direct, per_node) {
@@ -147,7 +170,11 @@ pub fn route(mac: &MacAddr, name: &str, res: &Resolution, ctx: &BootContext<'_>)
         // Hyphens, not colons: iPXE's URI parser takes "52:" for a scheme.
         (_, per_node) => chain(
             "remote",
-            format!("{}/v1/boot/{}/{name}", owner.http_url, mac.hyphenated()),
+            format!(
+                "{}/v1/boot/{}/{name}?{HOP}=1",
+                owner.http_url,
+                mac.hyphenated()
+            ),
             per_node,
             false,
         ),
@@ -178,12 +205,13 @@ pub fn fallback(fallback: &Fallback) -> Result<FallbackStep, UnsafeValue> {
             url: url.clone(),
             direct: None,
             retries_here: true,
+            hop: false,
         }),
     })
 }
 
-/// The answer for `chain` once checked. `attempt` counts from 1 (the `try` of the
-/// request); `again` is this route's own path, to which a failed chain returns.
+/// The answer for `chain` once checked. `attempt` counts from 1 (the `try` or `hop` of
+/// the request); `again` is this route's own path, to which a failed chain returns.
 pub fn answer_chain(
     chain: &Chain,
     check: Check,
@@ -198,6 +226,7 @@ pub fn answer_chain(
         (Check::Unreachable, Some(direct)) => (direct.as_str(), true),
         _ => (chain.url.as_str(), chain.retries_here),
     };
+    let key = if chain.hop { HOP } else { "try" };
     let attempts = if retries_here {
         http.chain_retries.max(attempt)
     } else {
@@ -213,7 +242,7 @@ pub fn answer_chain(
             ("timeout_ms", &http.chain_timeout_ms.to_string()),
             ("attempt", &attempt.to_string()),
             ("attempts", &attempts.to_string()),
-            ("again", &format!("{again}?try={}", attempt + 1)),
+            ("again", &format!("{again}?{key}={}", attempt + 1)),
         ],
     )?;
     Ok(BootAnswer::Script {
@@ -222,16 +251,33 @@ pub fn answer_chain(
     })
 }
 
-/// The attempt a request's query string names (`try=<n>`), 1 when absent or not a
-/// number from 1 to `retries` (request data: anything else is ignored, never echoed).
-pub fn attempt_of(query: Option<&str>, retries: u32) -> u32 {
-    query
-        .into_iter()
-        .flat_map(|q| q.split('&'))
-        .find_map(|kv| kv.strip_prefix("try="))
+/// What a boot request's query string says (request data: parsed, never echoed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BootQuery {
+    /// The attempt (`try=<n>` or `hop=<n>`), 1 when absent or not a number from 1 to
+    /// the configured retries.
+    pub attempt: u32,
+    /// Whether another member sent the request on (a `hop` key, whatever its value: a
+    /// hop only takes choices away, so when in doubt it is one).
+    pub hop: bool,
+}
+
+/// Reads a boot request's query string.
+pub fn boot_query(query: Option<&str>, retries: u32) -> BootQuery {
+    let pairs = || {
+        query
+            .into_iter()
+            .flat_map(|q| q.split('&'))
+            .map(|kv| kv.split_once('=').unwrap_or((kv, "")))
+    };
+    let hop = pairs().any(|(k, _)| k == HOP);
+    let key = if hop { HOP } else { "try" };
+    let attempt = pairs()
+        .find_map(|(k, v)| (k == key).then_some(v))
         .and_then(|n| n.parse::<u32>().ok())
         .filter(|n| (1..=retries.max(1)).contains(n))
-        .unwrap_or(1)
+        .unwrap_or(1);
+    BootQuery { attempt, hop }
 }
 
 /// The first-stage script.
@@ -271,6 +317,7 @@ mod tests {
             fallback: &Fallback::Exit,
             chain_to: ChainTo::Member,
             owner_alive: alive,
+            hop: false,
         }
     }
 
@@ -338,7 +385,7 @@ mod tests {
         let chain = route(&mac, "config", &res(), &c).unwrap();
         assert_eq!(
             chain.url,
-            "http://b.example:8080/v1/boot/52-54-00-12-34-56/config"
+            "http://b.example:8080/v1/boot/52-54-00-12-34-56/config?hop=1"
         );
         assert!(!chain.retries_here);
         let again = "/v1/boot/52-54-00-12-34-56/config";
@@ -388,6 +435,7 @@ mod tests {
         ] {
             assert!(!is_boot_name(bad), "{bad:?}");
         }
+        let attempt_of = |q, retries| boot_query(q, retries).attempt;
         assert_eq!(attempt_of(None, 5), 1);
         assert_eq!(attempt_of(Some("try=3"), 5), 3);
         assert_eq!(attempt_of(Some("x=1&try=5"), 5), 5);
@@ -401,6 +449,65 @@ mod tests {
         ] {
             assert_eq!(attempt_of(Some(bad), 5), 1, "{bad}");
         }
+    }
+
+    #[test]
+    fn a_hop_is_marked_by_its_key_and_counts_its_own_attempts() {
+        let q = |s| boot_query(Some(s), 5);
+        let want = |attempt, hop| BootQuery { attempt, hop };
+        assert_eq!(boot_query(None, 5), want(1, false));
+        assert_eq!(q("try=2"), want(2, false));
+        assert_eq!(q("hop=1"), want(1, true));
+        assert_eq!(q("hop=3"), want(3, true));
+        assert_eq!(q("try=4&hop=2"), want(2, true));
+        // Any value, or none, still marks a hop: it only takes choices away.
+        for odd in ["hop", "hop=", "hop=x", "hop=99", "x=1&hop"] {
+            assert_eq!(q(odd), want(1, true), "{odd}");
+        }
+        // Not a hop: a key that merely starts or ends like it.
+        for not in ["hops=1", "xhop=1", "try=1"] {
+            assert!(!q(not).hop, "{not}");
+        }
+    }
+
+    #[test]
+    fn a_hop_never_chains_another_member_and_its_retries_stay_hops() {
+        let http = http();
+        let mac: MacAddr = MAC.parse().unwrap();
+        let mut c = ctx(
+            &http,
+            Some(member("b", Some("http://b.example:8088"))),
+            true,
+        );
+        c.hop = true;
+        // This member's view says b owns it (the sender thought it was this one): b's
+        // conductor, checked and retried from here, never b's route.
+        let chain = route(&mac, "boot.ipxe", &res(), &c).unwrap();
+        assert_eq!(
+            chain.url,
+            "http://b.example:8088/pxelinux.cfg/52-54-00-12-34-56"
+        );
+        assert_eq!((chain.direct.as_deref(), chain.retries_here), (None, true));
+        let again = "/v1/boot/52-54-00-12-34-56/boot.ipxe";
+        let Ok(BootAnswer::Script { body, .. }) =
+            answer_chain(&chain, Check::Unreachable, 2, again, MAC, &http)
+        else {
+            panic!()
+        };
+        assert!(
+            body.contains(&format!("chain --timeout 10000 {again}?hop=3 && exit 0 ||")),
+            "{body}"
+        );
+        // An owner whose conductor is not known: a miss, not a member's route.
+        c.owner = Some(member("b", None));
+        assert_eq!(route(&mac, "boot.ipxe", &res(), &c), None);
+        // Owned here: this member's conductor, as without a hop.
+        c.owner = Some(member("a", Some("http://a.example:8088")));
+        let chain = route(&mac, "boot.ipxe", &res(), &c).unwrap();
+        assert_eq!(
+            chain.url,
+            "http://a.example:8088/pxelinux.cfg/52-54-00-12-34-56"
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@ pub mod api;
 pub mod auth;
 pub mod boot;
 pub mod chain_check;
+pub mod check_cache;
 pub mod files;
 pub mod metrics;
 pub mod serve;
@@ -337,15 +338,16 @@ async fn boot_mac(
         debug!(len = raw.len(), "boot request with an invalid MAC or name");
         return (StatusCode::BAD_REQUEST, "invalid MAC address or name\n").into_response();
     };
+    let q = boot::boot_query(query.as_deref(), s.settings.chain_retries);
     let res = s.resolver.resolve(&mac).await;
-    let ctx = BootContext::new(&s.settings, &s.resolver, &res);
-    debug!(%mac, owner = ?res.member, source = res.source, "boot request");
+    let ctx = BootContext::new(&s.settings, &s.resolver, &res, q.hop);
+    debug!(%mac, owner = ?res.member, source = res.source, hop = q.hop, "boot request");
     let chain = boot::route(&mac, &name, &res, &ctx);
     let answer = match &chain {
         None => Ok(BootAnswer::NotFound { kind: "not_found" }),
         Some(chain) => {
             let again = format!("/v1/boot/{}/{name}", mac.hyphenated());
-            checked_chain(&s, chain, query.as_deref(), &again, &mac.to_string()).await
+            checked_chain(&s, chain, q.attempt, &again, &mac.to_string()).await
         }
     };
     let (status, why) = match &answer {
@@ -389,7 +391,8 @@ async fn boot_fallback(
         }),
         Ok(FallbackStep::Chain(chain)) => {
             let again = "/v1/boot/fallback.ipxe";
-            checked_chain(&s, &chain, query.as_deref(), again, "every-nic").await
+            let attempt = boot::boot_query(query.as_deref(), s.settings.chain_retries).attempt;
+            checked_chain(&s, &chain, attempt, again, "every-nic").await
         }
         Err(e) => Err(e),
     };
@@ -406,13 +409,12 @@ async fn boot_fallback(
 async fn checked_chain(
     s: &HttpState,
     chain: &Chain,
-    query: Option<&str>,
+    attempt: u32,
     again: &str,
     label: &str,
 ) -> Result<BootAnswer, ipxe::UnsafeValue> {
     let check = s.chain_check.check(&chain.url).await;
     debug!(url = %chain.url, ?check, "checked before chaining");
-    let attempt = boot::attempt_of(query, s.settings.chain_retries);
     boot::answer_chain(chain, check, attempt, again, label, &s.settings)
 }
 
@@ -519,6 +521,12 @@ async fn metrics(State(s): State<Arc<HttpState>>) -> Response {
     s.handles.store.render_prometheus(&mut out);
     s.handles.tftp.render_prometheus(&mut out);
     s.handles.http.render_prometheus(&mut out);
+    s.chain_check.counts.render(
+        &mut out,
+        "shardboot_http_chain_checks_total",
+        "outcome",
+        "Checks of a URL before a boot script chains it: sent (a HEAD went out), cached, joined (waited for the same URL's HEAD in flight), skipped (too many in flight)",
+    );
     if !s.config.subnets6.is_empty() {
         s.handles.dhcp6.render_prometheus(&mut out);
     }
