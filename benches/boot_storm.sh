@@ -26,8 +26,8 @@ limit=${1:-60}
 tests/install-deps.sh
 cargo build --release --locked -q
 cargo build --release --locked -q --example boot_storm
-bin="$PWD/target/release/shardboot"
-storm="$PWD/target/release/examples/boot_storm"
+bin="${CARGO_TARGET_DIR:-$PWD/target}/release/shardboot"
+storm="${CARGO_TARGET_DIR:-$PWD/target}/release/examples/boot_storm"
 
 tag="sbst$$"
 . benches/veth_pair.sh

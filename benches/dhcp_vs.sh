@@ -20,8 +20,8 @@ clients=50000
 tests/install-deps.sh
 cargo build --release --locked -q
 cargo build --release --locked -q --example dhcp_load
-bin="$PWD/target/release/shardboot"
-load="$PWD/target/release/examples/dhcp_load"
+bin="${CARGO_TARGET_DIR:-$PWD/target}/release/shardboot"
+load="${CARGO_TARGET_DIR:-$PWD/target}/release/examples/dhcp_load"
 window=${WINDOW:-256}
 # perfdhcp has already leased up to $clients addresses of the 65,000 when the closed loop
 # runs, so the closed loop uses its own, smaller set of MACs.

@@ -43,7 +43,7 @@ for f in /usr/bin/qemu-system-x86_64 /usr/lib/ipxe/undionly.kpxe /usr/lib/ipxe/s
 done
 
 cargo build --release --locked -q
-bin="$PWD/target/release/shardboot"
+bin="${CARGO_TARGET_DIR:-$PWD/target}/release/shardboot"
 # The interpreter itself, not a pyenv shim that might fork: its pid is the one we stop.
 python=$(python3 -c 'import sys; print(sys.executable)')
 

@@ -20,8 +20,8 @@ load_clients=${LOAD_CLIENTS:-10000}
 tests/install-deps.sh
 cargo build --release --locked -q
 cargo build --release --locked -q --example dhcp_load
-bin="$PWD/target/release/shardboot"
-load="$PWD/target/release/examples/dhcp_load"
+bin="${CARGO_TARGET_DIR:-$PWD/target}/release/shardboot"
+load="${CARGO_TARGET_DIR:-$PWD/target}/release/examples/dhcp_load"
 tag="sbss$$"
 . benches/veth_pair.sh
 

@@ -409,6 +409,50 @@ async fn schema_versions(server: &DbServer, kind: Kind, url: &str) {
     assert!(err.to_string().contains("newer than this build"), "{err}");
 }
 
+/// A member knows which addresses have a row and writes their bindings without an
+/// insert; a row deleted behind its back (an operator's cleanup, a purge) is written
+/// again, and one another client took meanwhile is still refused.
+async fn a_row_gone_behind_a_members_back_is_written_again(
+    server: &DbServer,
+    kind: Kind,
+    url: &str,
+) {
+    let name = url.rsplit('/').next().unwrap().to_string();
+    let s = settings(kind, url, None);
+    let (a, _) = member(&s, "a").await;
+    let (b, _) = member(&s, "b").await;
+    let t = now();
+    let mine = lease(40, 1, LeaseState::Bound, t, 600);
+    assert_eq!(one(&a, put(&mine)).await, Verdict::Accepted);
+    let out = server.admin_in(Some(&name), "DELETE FROM shardboot_lease4");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let renewed = lease(40, 1, LeaseState::Bound, t, 900);
+    assert_eq!(one(&a, put(&renewed)).await, Verdict::Accepted);
+    let (fresh, _) = member(&s, "fresh").await;
+    let loaded = fresh.load(now()).await.unwrap();
+    assert!(
+        loaded
+            .leases
+            .iter()
+            .any(|l| l.ip == mine.ip && l.mac == mine.mac),
+        "the binding was not written again: {:?}",
+        loaded.leases
+    );
+    // Gone again, and another client's binding in its place: refused, not replaced.
+    let out = server.admin_in(Some(&name), "DELETE FROM shardboot_lease4");
+    assert!(out.status.success());
+    let theirs = lease(40, 2, LeaseState::Bound, t, 600);
+    assert_eq!(one(&b, put(&theirs)).await, Verdict::Accepted);
+    match one(&a, put(&renewed)).await {
+        Verdict::Refused(l) => assert_eq!(l.mac, theirs.mac),
+        v => panic!("{v:?}"),
+    }
+}
+
 fn battery(kind: Kind) {
     common::require_root_or_fail();
     let mut server = DbServer::start(kind, None);
@@ -425,6 +469,10 @@ fn battery(kind: Kind) {
     rt.block_on(a_disk_seeds_what_the_database_lacks(kind, &url));
     let (_, url) = server.database();
     rt.block_on(schema_versions(&server, kind, &url));
+    let (_, url) = server.database();
+    rt.block_on(a_row_gone_behind_a_members_back_is_written_again(
+        &server, kind, &url,
+    ));
     // Credentials from a Secret's files, the URL without them.
     let (bare, _) = server.database();
     let s = settings(kind, &bare, Some(server.credentials_dir()));

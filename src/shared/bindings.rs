@@ -8,7 +8,9 @@
 //! key), the holder (v4: the MAC; v6: DUID and IAID), the state and the end by the
 //! database's clock.
 
+use std::collections::HashSet;
 use std::net::{Ipv4Addr, Ipv6Addr};
+use std::sync::Mutex;
 
 use futures_util::TryStreamExt as _;
 use sqlx::any::AnyRow;
@@ -118,7 +120,8 @@ fn bind_key<'q>(
 /// Writes one transaction's changes in `tx`, in order, and gives each its verdict: a
 /// `Put` on an address another holder's live binding holds is `Refused` with that
 /// binding (in this member's clock), never written. `now` is this member's clock, only
-/// used to turn the leases' ends into durations.
+/// used to turn the leases' ends into durations; `rows` holds the addresses known to
+/// have a row (a hint, see [`write_run`]).
 ///
 /// The writes go as scripts: every statement of a run of changes in one round trip
 /// (`script`), so a transaction costs the database's latency once, not once per
@@ -129,6 +132,7 @@ pub(super) async fn write(
     me: &str,
     changes: &[SharedChange],
     now: u64,
+    rows: &Mutex<HashSet<KeyValue>>,
 ) -> Result<Vec<Verdict>, sqlx::Error> {
     let mut verdicts = Vec::with_capacity(changes.len());
     let mut rest = changes;
@@ -137,7 +141,7 @@ pub(super) async fn write(
             .iter()
             .position(|c| matches!(c, SharedChange::V6(Lease6Effect::Remove(..))))
             .unwrap_or(rest.len());
-        verdicts.extend(write_run(tx, sql, me, &rest[..run], now).await?);
+        verdicts.extend(write_run(tx, sql, me, &rest[..run], now, rows).await?);
         let Some(SharedChange::V6(Lease6Effect::Remove(ip, duid))) = rest.get(run) else {
             break;
         };
@@ -150,47 +154,63 @@ pub(super) async fn write(
 
 /// Writes a run of changes with no v6 removal as one script, then reads the binding
 /// that stands in the way of each refused `Put`.
+///
+/// A binding on an address `rows` says has a row is sent without its insert; when its
+/// replacement then writes nothing, the row may be gone after all (purged since), so
+/// the insert is tried on its own before the write counts as refused.
 async fn write_run(
     tx: &mut Transaction<'_, Any>,
     sql: Sql,
     me: &str,
     changes: &[SharedChange],
     now: u64,
+    rows: &Mutex<HashSet<KeyValue>>,
 ) -> Result<Vec<Verdict>, sqlx::Error> {
-    let (text, statements) = script::of(sql, me, changes, now)?;
+    let (text, plans) = {
+        let rows = rows.lock().unwrap_or_else(|p| p.into_inner());
+        script::of(sql, me, changes, now, |k| rows.contains(k))?
+    };
+    let statements: usize = plans.iter().map(|p| p.statements()).sum();
     if statements == 0 {
         return Ok(vec![Verdict::Accepted; changes.len()]);
     }
-    let rows: Vec<u64> = sqlx::raw_sql(&text)
+    let affected: Vec<u64> = sqlx::raw_sql(&text)
         .execute_many(&mut **tx)
         .map_ok(|r| r.rows_affected())
         .try_collect()
         .await?;
-    if rows.len() != statements {
+    if affected.len() != statements {
         return Err(sqlx::Error::Protocol(format!(
             "a script of {statements} statements gave {} results",
-            rows.len()
+            affected.len()
         )));
     }
     let mut verdicts = Vec::with_capacity(changes.len());
-    let mut rows = rows.into_iter();
-    for change in changes {
-        match script::statements_of(change) {
-            2 => {
-                // The conditional replacement, then the insert where no row was: a
-                // row neither wrote is another holder's live binding.
-                let written = rows.next().unwrap_or(0) + rows.next().unwrap_or(0);
-                if written > 0 {
-                    verdicts.push(Verdict::Accepted);
-                } else if let Some((key, ..)) = put_of(change, now) {
-                    verdicts.push(refusal(tx, sql, &key, now).await?);
-                }
-            }
-            n => {
-                rows.by_ref().take(n).for_each(drop);
+    let mut affected = affected.into_iter();
+    for (change, plan) in changes.iter().zip(plans) {
+        let written: u64 = affected.by_ref().take(plan.statements()).sum();
+        let Some((key, state, duration_ms, record)) = put_of(change, now) else {
+            verdicts.push(Verdict::Accepted);
+            continue;
+        };
+        if written > 0 {
+            verdicts.push(Verdict::Accepted);
+            continue;
+        }
+        if plan == (script::Plan::Put { insert: false }) {
+            let insert = sql.insert_binding_of(key.family, &sql.placeholders());
+            let q = bind_key(sqlx::query(&insert), &key.addr)
+                .bind(key.holder.clone())
+                .bind(state)
+                .bind(duration_ms)
+                .bind(me.to_string())
+                .bind(record);
+            if q.execute(&mut **tx).await?.rows_affected() > 0 {
                 verdicts.push(Verdict::Accepted);
+                continue;
             }
         }
+        verdicts.push(refusal(tx, sql, &key, now).await?);
     }
     Ok(verdicts)
 }

@@ -162,7 +162,8 @@ impl SharedStore {
 
     async fn write(&self, changes: &[SharedChange], now: u64) -> Result<Vec<Verdict>, sqlx::Error> {
         let mut tx = self.pool.begin().await?;
-        let verdicts = bindings::write(&mut tx, self.sql, &self.me, changes, now).await?;
+        let verdicts =
+            bindings::write(&mut tx, self.sql, &self.me, changes, now, &self.rows).await?;
         tx.commit().await?;
         Ok(verdicts)
     }
@@ -174,6 +175,16 @@ impl SharedStore {
         self.metrics
             .latency
             .observe(started.elapsed().as_secs_f64());
+        {
+            // Written or refused, the address has a row now: its next binding needs
+            // no insert.
+            let mut rows = self.rows.lock().unwrap_or_else(|p| p.into_inner());
+            for c in changes {
+                if bindings::put_of(c, 0).is_some() {
+                    rows.insert(bindings::key_of(c));
+                }
+            }
+        }
         let mut coverage = self.coverage.lock().unwrap_or_else(|p| p.into_inner());
         for (c, v) in changes.iter().zip(verdicts) {
             if v.is_refused() {

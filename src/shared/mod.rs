@@ -77,6 +77,10 @@ pub struct SharedStore {
     /// far as this member knows: a renewal up to that end needs no write while the
     /// database is unreachable, since that binding already stands.
     coverage: Mutex<std::collections::HashMap<KeyValue, (Vec<u8>, u64)>>,
+    /// Addresses known to have a row (written, refused or read): a binding on one is
+    /// written without an insert. A hint only: a purge may have deleted a row since
+    /// (`bindings::write_run` then inserts after all).
+    rows: Mutex<std::collections::HashSet<KeyValue>>,
     /// The fingerprint of the member list this member serves (its heartbeat row).
     fingerprint: Mutex<String>,
     /// This run has ended (`sign_off`): no more heartbeats.
@@ -226,6 +230,7 @@ impl SharedStore {
             up: AtomicBool::new(false),
             store,
             coverage: Mutex::default(),
+            rows: Mutex::default(),
             fingerprint: Mutex::new(fingerprint),
             signed_off: AtomicBool::new(false),
             metrics: SharedMetrics::default(),
@@ -390,6 +395,10 @@ impl SharedStore {
     /// Remembers what a decided row leaves in the database.
     fn cover(&self, d: &Decided) {
         let (key, holder) = bindings::covered_by_decided(d);
+        self.rows
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.clone());
         let mut c = self.coverage.lock().unwrap_or_else(|p| p.into_inner());
         match holder {
             Some(h) => {

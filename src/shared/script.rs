@@ -1,9 +1,9 @@
 //! A run of lease changes as one script: the same conditional statements `sql` gives
 //! with placeholders, their values written in as literals, sent to the database in a
 //! single round trip. Per change, in order:
-//! - a binding (`Put`): the conditional replacement, then the insert where the address
-//!   has no row (2 statements; together they write 1 row, or 0 when another holder's
-//!   live binding stands);
+//! - a binding (`Put`): the conditional replacement, then, unless the address is known
+//!   to have a row already (a renewal, the common write), the insert where it has none
+//!   (together they write 1 row, or 0 when another holder's live binding stands);
 //! - a v4 removal: the tombstone (1 statement);
 //! - anything else (an offer): nothing.
 //!
@@ -13,30 +13,44 @@
 
 use super::bindings::{put_of, v4_key, KeyValue};
 use super::sql::{Family, Sql};
-use crate::store::{Lease6Effect, LeaseEffect, LeaseState, SharedChange};
+use crate::store::{LeaseEffect, SharedChange};
 
-/// How many statements a change becomes.
-pub(super) fn statements_of(change: &SharedChange) -> usize {
-    match change {
-        SharedChange::V4(LeaseEffect::Put(l)) if l.state != LeaseState::Offered => 2,
-        SharedChange::V6(Lease6Effect::Put(l)) if l.state != LeaseState::Offered => 2,
-        SharedChange::V4(LeaseEffect::Remove(..)) => 1,
-        _ => 0,
+/// What one change became in a script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Plan {
+    /// Nothing written (an offer).
+    Nothing,
+    /// The tombstone of a v4 removal.
+    Remove,
+    /// The conditional replacement, and the insert when `insert`.
+    Put { insert: bool },
+}
+
+impl Plan {
+    /// How many statements (and so results) it holds.
+    pub(super) fn statements(self) -> usize {
+        match self {
+            Self::Nothing => 0,
+            Self::Remove => 1,
+            Self::Put { insert } => 1 + usize::from(insert),
+        }
     }
 }
 
-/// The script of `changes` (none a v6 removal: that needs a read first) and how many
-/// statements it holds. `now` is this member's clock (the leases' ends become
-/// durations from it).
+/// The script of `changes` (none a v6 removal: that needs a read first) and each
+/// change's plan. `now` is this member's clock (the leases' ends become durations
+/// from it); `has_row` says which addresses are known to have a row, whose binding
+/// then needs no insert.
 pub(super) fn of(
     sql: Sql,
     me: &str,
     changes: &[SharedChange],
     now: u64,
-) -> Result<(String, usize), sqlx::Error> {
+    has_row: impl Fn(&KeyValue) -> bool,
+) -> Result<(String, Vec<Plan>), sqlx::Error> {
     let member = sql.text_literal(me);
     let mut text = String::new();
-    let mut statements = 0;
+    let mut plans = Vec::with_capacity(changes.len());
     for change in changes {
         if let Some((key, state, duration_ms, record)) = put_of(change, now) {
             let addr = key_literal(&key.addr)?;
@@ -56,12 +70,15 @@ pub(super) fn of(
                 ],
             ));
             text.push_str(";\n");
-            text.push_str(&sql.insert_binding_of(
-                key.family,
-                &[addr, holder, state, duration, member.clone(), record],
-            ));
-            text.push_str(";\n");
-            statements += 2;
+            let insert = !has_row(&key.addr);
+            if insert {
+                text.push_str(&sql.insert_binding_of(
+                    key.family,
+                    &[addr, holder, state, duration, member.clone(), record],
+                ));
+                text.push_str(";\n");
+            }
+            plans.push(Plan::Put { insert });
         } else if let SharedChange::V4(LeaseEffect::Remove(ip, mac)) = change {
             let addr = key_literal(&v4_key(*ip))?;
             text.push_str(&sql.remove_binding_of(
@@ -69,10 +86,12 @@ pub(super) fn of(
                 &[member.clone(), addr, sql.octets_literal(&mac.0)],
             ));
             text.push_str(";\n");
-            statements += 1;
+            plans.push(Plan::Remove);
+        } else {
+            plans.push(Plan::Nothing);
         }
     }
-    Ok((text, statements))
+    Ok((text, plans))
 }
 
 /// An address key as a literal: a number, or a v6 key's 32 hex digits (text in both
@@ -92,7 +111,7 @@ mod tests {
     use super::*;
     use crate::config::Dialect;
     use crate::mac::MacAddr;
-    use crate::store::Lease;
+    use crate::store::{Lease, LeaseState};
     use std::net::Ipv4Addr;
 
     fn lease(host: &str, state: LeaseState) -> SharedChange {
@@ -110,7 +129,7 @@ mod tests {
     }
 
     #[test]
-    fn a_binding_is_two_statements_a_removal_one_an_offer_none() {
+    fn a_binding_is_two_statements_a_renewal_one_a_removal_one_an_offer_none() {
         let changes = [
             lease("a", LeaseState::Bound),
             lease("b", LeaseState::Offered),
@@ -120,12 +139,21 @@ mod tests {
             )),
         ];
         for dialect in [Dialect::MySql, Dialect::Postgres] {
-            let (text, n) = of(Sql(dialect), "m-1", &changes, 1_000_000).unwrap();
-            assert_eq!(n, 3);
+            let (text, plans) = of(Sql(dialect), "m-1", &changes, 1_000_000, |_| false).unwrap();
+            assert_eq!(
+                plans,
+                [Plan::Put { insert: true }, Plan::Nothing, Plan::Remove]
+            );
             assert_eq!(text.matches(";\n").count(), 3, "{text}");
+            assert!(text.contains("INSERT"), "{text}");
             assert!(text.contains("expires_ms <= "), "{text}");
             assert!(!text.contains('?') && !text.contains('$'), "{text}");
             assert!(text.contains("WHERE addr = 167772165 AND"), "{text}");
+            // An address with a row already: the replacement alone.
+            let (text, plans) =
+                of(Sql(dialect), "m-1", &changes[..1], 1_000_000, |_| true).unwrap();
+            assert_eq!(plans, [Plan::Put { insert: false }]);
+            assert!(!text.contains("INSERT"), "{text}");
         }
     }
 
@@ -135,14 +163,15 @@ mod tests {
         // hex, so the script holds exactly the statements it should.
         let change = lease("x'); DROP TABLE shardboot_lease4; --\\", LeaseState::Bound);
         for dialect in [Dialect::MySql, Dialect::Postgres] {
-            let (text, n) = of(
+            let (text, plans) = of(
                 Sql(dialect),
                 "m-1",
                 std::slice::from_ref(&change),
                 1_000_000,
+                |_| false,
             )
             .unwrap();
-            assert_eq!(n, 2);
+            assert_eq!(plans, [Plan::Put { insert: true }]);
             assert!(!text.contains("DROP"), "{text}");
             // Quotes only around hex literals and the dialect's own words.
             for quoted in text.split('\'').skip(1).step_by(2) {

@@ -234,7 +234,7 @@ impl Sql {
     }
 
     /// The placeholders 1..=N.
-    fn placeholders<const N: usize>(self) -> [String; N] {
+    pub(super) fn placeholders<const N: usize>(self) -> [String; N] {
         std::array::from_fn(|i| self.p(i + 1))
     }
 
