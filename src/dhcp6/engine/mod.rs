@@ -127,7 +127,8 @@ pub enum Outcome6 {
     Informed,
     /// An Advertise or Reply saying no address is available.
     NoAddresses,
-    /// A Reply saying the client's binding is not known.
+    /// A Reply saying the client's binding is not known, or only withdrawing (with
+    /// lifetimes 0) addresses it may not use.
     NoBinding,
     /// A Reply telling a client that sent to a unicast address to use multicast.
     UseMulticast,
@@ -698,12 +699,23 @@ impl Engine6 {
         let (mut bound, mut unknown) = (0, 0);
         for ia in reply::ia_nas(msg) {
             let asked = reply::addresses_in(ia);
+            let network = self.subnets[si].cfg.network;
+            // The IA's binding is extended even when the client names other addresses
+            // (RFC 8415 §18.3.4: the server may change the list; those it names get
+            // lifetimes 0 below). An advertisement counts only when the client names
+            // it. §18.3.5: an address no longer on the client's link is not extended.
             let held = self
                 .bindings
                 .of_ia(client, ia.id)
-                .filter(|l| l.state == LeaseState::Bound || l.state == LeaseState::Offered)
+                .filter(|l| match l.state {
+                    LeaseState::Bound => {
+                        asked.is_empty() || asked.contains(&l.ip) || l.is_active(ctx.now)
+                    }
+                    LeaseState::Offered => asked.is_empty() || asked.contains(&l.ip),
+                    _ => false,
+                })
                 .map(|l| l.ip)
-                .filter(|ip| asked.is_empty() || asked.contains(ip));
+                .filter(|ip| network.contains(ip));
             // An address reserved for another machine since it was leased is not
             // extended: it is withdrawn and released, so its machine can have it.
             let taken = held.filter(|ip| self.hosts.reserved_for_other(*ip, ctx.mac));
@@ -747,25 +759,46 @@ impl Engine6 {
                     effects.push(Lease6Effect::Put(lease.clone()));
                     self.bindings.insert(lease);
                     self.set_used(ip, true);
-                    r.opts_mut().insert(reply::ia_with(ia.id, ip, life, &asked));
+                    // §18.3.4: what the client named besides (another IA's address,
+                    // one it no longer holds) and one taken back go with lifetimes 0.
+                    let mut stale = asked.clone();
+                    stale.extend(taken.filter(|t| !asked.contains(t)));
+                    r.opts_mut().insert(reply::ia_with(ia.id, ip, life, &stale));
                     bound += 1;
                 }
                 None => {
                     unknown += 1;
-                    // §18.3.5: addresses not on the link get lifetimes 0 (as does one
-                    // taken back for its reservation); otherwise the IA is unknown here
-                    // (NoBinding: the client solicits again).
-                    let off_link: Vec<_> = asked
+                    // §18.3.4, §18.3.5: addresses not on the link, held by another IA,
+                    // or taken back for a reservation get lifetimes 0, never extended.
+                    let mut withdraw: Vec<_> = asked
                         .iter()
                         .copied()
-                        .filter(|a| !self.subnets[si].cfg.network.contains(a) || Some(*a) == taken)
+                        .filter(|a| {
+                            !network.contains(a)
+                                || Some(*a) == taken
+                                || self.held_by_other(*a, (client, ia.id), ctx.now)
+                        })
                         .collect();
-                    r.opts_mut().insert(reply::ia_status(
-                        ia.id,
-                        Status::NoBinding,
-                        "no binding for this IA",
-                        &off_link,
-                    ));
+                    if let Some(t) = taken.filter(|t| !withdraw.contains(t)) {
+                        withdraw.push(t);
+                    }
+                    // NoBinding (the client asks again) goes to an IA naming an
+                    // address unknown here, or whose binding was just taken back for a
+                    // reservation; one whose addresses are all withdrawn otherwise gets
+                    // them back with lifetimes 0 and no status.
+                    let all_withdrawn = taken.is_none()
+                        && !withdraw.is_empty()
+                        && asked.iter().all(|a| withdraw.contains(a));
+                    r.opts_mut().insert(if all_withdrawn {
+                        reply::ia_withdrawn(ia.id, &withdraw)
+                    } else {
+                        reply::ia_status(
+                            ia.id,
+                            Status::NoBinding,
+                            "no binding for this IA",
+                            &withdraw,
+                        )
+                    });
                 }
             }
         }
@@ -787,6 +820,16 @@ impl Engine6 {
             effects,
             outcome,
         }
+    }
+
+    /// Whether another IA than `ia` has a live record on `ip` (a binding, an
+    /// advertisement, a quarantine): not an address `ia` may be given.
+    fn held_by_other(&self, ip: Ipv6Addr, (client, iaid): (&[u8], u32), now: u64) -> bool {
+        self.bindings.get(ip).is_some_and(|l| {
+            (l.duid != client || l.iaid != iaid)
+                && l.state != LeaseState::Released
+                && l.is_active(now)
+        })
     }
 
     /// While the shared lease store answers, any binding may be extended (it decides);
@@ -811,10 +854,13 @@ impl Engine6 {
         for ia in reply::ia_nas(msg) {
             let mut known = false;
             for ip in reply::addresses_in(ia) {
+                // RFC 8415 §18.3.7: only a binding is released; an address that was
+                // only advertised, or is released already, is none (NoBinding below).
                 let Some(held) = self
                     .bindings
                     .get(ip)
                     .filter(|l| l.duid == client && l.iaid == ia.id)
+                    .filter(|l| decline || l.state == LeaseState::Bound)
                     .cloned()
                 else {
                     continue;

@@ -98,6 +98,21 @@ pub fn ia_status(iaid: u32, status: Status, msg: &str, withdraw: &[Ipv6Addr]) ->
     })
 }
 
+/// An IA_NA that only withdraws `addrs` (lifetimes 0, no status): RFC 8415 §18.3.4,
+/// §18.3.5 for addresses the IA may not use.
+pub fn ia_withdrawn(iaid: u32, addrs: &[Ipv6Addr]) -> DhcpOption {
+    let mut opts = DhcpOptions::new();
+    for a in addrs {
+        opts.insert(withdrawn(*a));
+    }
+    DhcpOption::IANA(IANA {
+        id: iaid,
+        t1: 0,
+        t2: 0,
+        opts,
+    })
+}
+
 /// A message-level status (RFC 8415 §21.13).
 pub fn status(status: Status, msg: &str) -> DhcpOption {
     DhcpOption::StatusCode(StatusCode {

@@ -489,10 +489,11 @@ fn another_members_client_gets_no_advertise_but_its_own_binding_is_kept() {
         &[],
         &ctx(1_000),
     );
+    // (RFC 8415 §18.3.5: lifetimes 0, no NoBinding for an address off the link.)
     assert_eq!(lost.outcome, Outcome6::NoBinding);
     assert_eq!(
         ia_of(lost.reply.as_ref().unwrap(), 1),
-        (vec![(ip("fd00:9::5"), 0)], Some(Status::NoBinding))
+        (vec![(ip("fd00:9::5"), 0)], None)
     );
 }
 
@@ -514,7 +515,8 @@ fn a_renew_after_the_store_was_lost_rebinds_a_free_address_of_the_share() {
         ia_of(d.reply.as_ref().unwrap(), 1).0,
         vec![(ip("fd00:1::12"), 1000)]
     );
-    // Now held: another client that claims it is told there is no binding.
+    // Now held: another client that claims it gets it back with lifetimes 0 (RFC 8415
+    // §18.3.4), not NoBinding.
     let thief = e.handle_message(
         &message(
             MessageType::Renew,
@@ -527,6 +529,10 @@ fn a_renew_after_the_store_was_lost_rebinds_a_free_address_of_the_share() {
     );
     assert_eq!(thief.outcome, Outcome6::NoBinding);
     assert!(thief.effects.is_empty());
+    assert_eq!(
+        ia_of(thief.reply.as_ref().unwrap(), 1),
+        (vec![(ip("fd00:1::12"), 0)], None)
+    );
 }
 
 #[test]
@@ -762,4 +768,227 @@ fn with_the_shared_store_down_a_renewal_runs_only_to_the_bindings_end() {
     );
     assert_eq!(ia_of(&d.reply.unwrap(), 7), (vec![(bound, 1000)], None));
     assert_eq!(d.effects.len(), 1);
+}
+
+/// The reply's IA_NA `iaid` field by field: T1, T2, each address (in address order)
+/// with its preferred and valid lifetimes, and the status inside the IA.
+type ExactIa = (u32, u32, Vec<(Ipv6Addr, u32, u32)>, Option<Status>);
+
+fn ia_exact(reply: &Message, iaid: u32) -> ExactIa {
+    let ia = reply::ia_nas(reply)
+        .into_iter()
+        .find(|ia| ia.id == iaid)
+        .expect("the IA is answered");
+    let mut addrs: Vec<_> = ia
+        .opts
+        .get_all(OptionCode::IAAddr)
+        .unwrap_or(&[])
+        .iter()
+        .filter_map(|o| match o {
+            DhcpOption::IAAddr(a) => Some((a.addr, a.preferred_life, a.valid_life)),
+            _ => None,
+        })
+        .collect();
+    // In address order: the options' order carries no meaning.
+    addrs.sort();
+    let status = match ia.opts.get(OptionCode::StatusCode) {
+        Some(DhcpOption::StatusCode(s)) => Some(s.status),
+        _ => None,
+    };
+    (ia.t1, ia.t2, addrs, status)
+}
+
+/// The status at the top level of the reply, outside any IA.
+fn top_status(reply: &Message) -> Option<Status> {
+    match reply.opts().get(OptionCode::StatusCode) {
+        Some(DhcpOption::StatusCode(s)) => Some(s.status),
+        _ => None,
+    }
+}
+
+/// Client `c`'s Request for IA `iaid`; returns the address bound.
+fn bind(e: &mut Engine6, c: &[u8], iaid: u32, now: u64) -> Ipv6Addr {
+    let d = e.handle_message(
+        &message(
+            MessageType::Request,
+            c,
+            Some(SERVER_DUID),
+            Some((iaid, None)),
+        ),
+        &[],
+        &ctx(now),
+    );
+    assert_eq!(d.outcome, Outcome6::Bound(1));
+    ia_of(d.reply.as_ref().unwrap(), iaid).0[0].0
+}
+
+/// `kind` from client `c` for IA `iaid` naming `addrs` (Renew and Release name this
+/// server, Rebind none).
+fn naming(kind: MessageType, c: &[u8], iaid: u32, addrs: &[Ipv6Addr]) -> Message {
+    let server = (kind != MessageType::Rebind).then_some(SERVER_DUID);
+    let mut m = message(kind, c, server, None);
+    let mut opts = DhcpOptions::new();
+    for addr in addrs {
+        opts.insert(DhcpOption::IAAddr(IAAddr {
+            addr: *addr,
+            preferred_life: 0,
+            valid_life: 0,
+            opts: DhcpOptions::new(),
+        }));
+    }
+    m.opts_mut().insert(DhcpOption::IANA(IANA {
+        id: iaid,
+        t1: 0,
+        t2: 0,
+        opts,
+    }));
+    m
+}
+
+/// RFC 8415 §18.3.4: an IA bound to one address that renews naming another (its old
+/// one, one outside the ranges, a free one of the range) keeps and extends its binding;
+/// the named address comes back with lifetimes 0 and is never bound. No NoBinding.
+#[test]
+fn a_renew_naming_an_address_the_ia_does_not_hold_gets_it_with_lifetimes_0() {
+    let mut e = engine("");
+    let c = duid(1);
+    assert_eq!(bind(&mut e, &c, 7, 1_000), ip("fd00:1::10"));
+    for named in [ip("fd00:1::66"), ip("fd00:1::12")] {
+        let d = e.handle_message(
+            &naming(MessageType::Renew, &c, 7, &[named]),
+            &[],
+            &ctx(1_500),
+        );
+        assert_eq!(d.outcome, Outcome6::Bound(1), "{named}");
+        let r = d.reply.unwrap();
+        assert_eq!(
+            ia_exact(&r, 7),
+            (
+                500,
+                800,
+                vec![(ip("fd00:1::10"), 1000, 1000), (named, 0, 0)],
+                None
+            ),
+            "{named}"
+        );
+        assert_eq!(top_status(&r), None);
+        let [Lease6Effect::Put(l)] = d.effects.as_slice() else {
+            panic!("one Put: {:?}", d.effects)
+        };
+        assert_eq!(
+            (l.ip, l.iaid, l.state, l.expires),
+            (ip("fd00:1::10"), 7, LeaseState::Bound, 2_500)
+        );
+        assert!(e.leases().all(|l| l.ip != named), "{named} is never bound");
+    }
+}
+
+/// RFC 8415 §18.3.4: client A's IA naming client B's address gets it back with
+/// lifetimes 0 (with A's own binding extended if it has one, and no NoBinding for A's
+/// IA if it has none); B's binding is untouched.
+#[test]
+fn a_renew_naming_another_clients_address_gets_it_with_lifetimes_0() {
+    let mut e = engine("");
+    let (a, b) = (duid(1), duid(2));
+    let theirs = bind(&mut e, &b, 1, 1_000);
+    let before: Vec<Lease6> = e.leases().filter(|l| l.ip == theirs).cloned().collect();
+    for kind in [MessageType::Renew, MessageType::Rebind] {
+        let d = e.handle_message(&naming(kind, &a, 1, &[theirs]), &[], &ctx(1_100));
+        assert!(d.effects.is_empty(), "{kind:?}: {:?}", d.effects);
+        let r = d.reply.unwrap();
+        assert_eq!(
+            ia_exact(&r, 1),
+            (0, 0, vec![(theirs, 0, 0)], None),
+            "{kind:?}"
+        );
+        assert_eq!(top_status(&r), None, "{kind:?}");
+    }
+    let mine = bind(&mut e, &a, 1, 1_200);
+    assert_eq!((theirs, mine), (ip("fd00:1::10"), ip("fd00:1::11")));
+    let d = e.handle_message(
+        &naming(MessageType::Renew, &a, 1, &[mine, theirs]),
+        &[],
+        &ctx(1_300),
+    );
+    assert_eq!(d.outcome, Outcome6::Bound(1));
+    assert!(matches!(d.effects.as_slice(), [Lease6Effect::Put(l)] if l.ip == mine));
+    assert_eq!(
+        ia_exact(d.reply.as_ref().unwrap(), 1),
+        (500, 800, vec![(theirs, 0, 0), (mine, 1000, 1000)], None)
+    );
+    let after: Vec<Lease6> = e.leases().filter(|l| l.ip == theirs).cloned().collect();
+    assert_eq!(after, before, "B's binding untouched");
+}
+
+/// RFC 8415 §18.3.5: a binding on a prefix the configuration no longer serves on the
+/// client's link is not extended: the address comes back with lifetimes 0.
+#[test]
+fn a_rebind_for_an_address_on_no_configured_link_gets_lifetimes_0() {
+    let c = duid(1);
+    let old = Lease6 {
+        ip: ip("fd00:9::5"),
+        duid: c.clone(),
+        iaid: 1,
+        mac: Some(MacAddr([0x52, 0x54, 0, 0, 0, 1])),
+        state: LeaseState::Bound,
+        starts: 900,
+        preferred: 1_900,
+        expires: 1_900,
+        hostname: None,
+        arch: None,
+    };
+    let mut e = Engine6::new(&config(""), SERVER_DUID.to_vec(), vec![old.clone()], 1_000);
+    for kind in [MessageType::Rebind, MessageType::Renew] {
+        let d = e.handle_message(&naming(kind, &c, 1, &[old.ip]), &[], &ctx(1_000));
+        assert!(
+            d.effects.is_empty(),
+            "{kind:?}: never extended: {:?}",
+            d.effects
+        );
+        let r = d.reply.unwrap();
+        assert_eq!(
+            ia_exact(&r, 1),
+            (0, 0, vec![(old.ip, 0, 0)], None),
+            "{kind:?}"
+        );
+        assert_eq!(top_status(&r), None, "{kind:?}");
+    }
+    assert_eq!(e.leases().cloned().collect::<Vec<_>>(), vec![old]);
+}
+
+/// RFC 8415 §18.3.7: an address only advertised, or released already, is no binding:
+/// its IA gets NoBinding (the Reply's own status stays Success) and nothing is stored;
+/// a binding is released with Success and no IA status.
+#[test]
+fn a_release_of_an_advertised_or_released_address_gets_no_binding() {
+    let mut e = engine("");
+    let c = duid(1);
+    let adv = e.handle_message(
+        &message(MessageType::Solicit, &c, None, Some((7, None))),
+        &[],
+        &ctx(1_000),
+    );
+    let advertised = ia_of(adv.reply.as_ref().unwrap(), 7).0[0].0;
+    let release = naming(MessageType::Release, &c, 7, &[advertised]);
+    let no_binding = |d: Decision6| {
+        assert!(d.effects.is_empty(), "{:?}", d.effects);
+        let r = d.reply.unwrap();
+        assert_eq!(ia_exact(&r, 7), (0, 0, vec![], Some(Status::NoBinding)));
+        assert_eq!(top_status(&r), Some(Status::Success));
+    };
+    no_binding(e.handle_message(&release, &[], &ctx(1_010)));
+
+    assert_eq!(bind(&mut e, &c, 7, 1_020), advertised);
+    let d = e.handle_message(&release, &[], &ctx(1_030));
+    assert_eq!(d.outcome, Outcome6::Released);
+    assert!(matches!(d.effects.as_slice(),
+        [Lease6Effect::Put(l)] if l.ip == advertised && l.state == LeaseState::Released));
+    let r = d.reply.unwrap();
+    assert!(
+        reply::ia_nas(&r).is_empty(),
+        "no IA status for a released binding"
+    );
+    assert_eq!(top_status(&r), Some(Status::Success));
+
+    no_binding(e.handle_message(&release, &[], &ctx(1_040)));
 }
