@@ -216,7 +216,7 @@ fn main() -> ExitCode {
             init_tracing(config.log_format);
             cli::print_owner(&config, &mac)
         }
-        Command::Serve => serve(config),
+        Command::Serve => serve(config, &config_source(&cli)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -227,8 +227,30 @@ fn main() -> ExitCode {
     }
 }
 
-fn serve(config: Config) -> anyhow::Result<()> {
+/// Where the running config came from, for the start-up line: the file, the
+/// environment it was derived from, or the built-in default, and how many keys were
+/// overridden on top (`--set`, `--state-dir`, `--json-logs`, `SHARDBOOT_*`).
+fn config_source(cli: &Cli) -> String {
+    let base = match (&cli.env, &cli.config) {
+        (Some(EnvSource::IronicImage), _) => "--env ironic-image".to_string(),
+        (None, Some(path)) => format!("file {}", path.display()),
+        (None, None) => "the built-in default".to_string(),
+    };
+    let flags = cli.set.len() + usize::from(cli.state_dir.is_some()) + usize::from(cli.json_logs);
+    let vars = apply_env_overrides(std::env::vars()).len();
+    format!("{base} ({flags} flags and {vars} SHARDBOOT_* variables on top)")
+}
+
+fn serve(config: Config, source: &str) -> anyhow::Result<()> {
     init_tracing(config.log_format);
+    // The first line of every run: what runs, and on what (ironic-image's dnsmasq
+    // says as much; an operator reading `kubectl logs` starts here).
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        config = %source,
+        state_dir = %config.state_dir.display(),
+        "shardboot starting"
+    );
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
         let shutdown = CancellationToken::new();
@@ -245,9 +267,18 @@ fn serve(config: Config) -> anyhow::Result<()> {
 async fn wait_for_signal() {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).expect("installing SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+    // dnsmasq re-reads its hosts files on SIGHUP, and operators send it out of habit:
+    // the default action would end the process without a word. Until a reload exists,
+    // it is refused aloud and the server keeps running.
+    let mut hup = signal(SignalKind::hangup()).expect("installing SIGHUP handler");
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break,
+            _ = term.recv() => break,
+            _ = hup.recv() => {
+                tracing::warn!("SIGHUP ignored: the configuration is not reloaded; restart to apply a change");
+            }
+        }
     }
     tracing::info!("shutting down");
 }

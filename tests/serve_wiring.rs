@@ -32,6 +32,30 @@ fn one_process_serves_dhcp_and_the_boot_file_over_tftp() {
         "{}",
         server.log_text()
     );
+    // The first line names the version and where the config came from.
+    let first = server
+        .log_text()
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        first.contains("shardboot starting")
+            && first.contains(env!("CARGO_PKG_VERSION"))
+            && first.contains(&format!(
+                "file {}",
+                dir.path().join("shardboot.toml").display()
+            )),
+        "{first}"
+    );
+    // SIGHUP (dnsmasq's reload signal) is refused aloud; the server keeps serving.
+    let pid = server.pid().unwrap().to_string();
+    common::sh(&["kill", "-HUP", &pid]);
+    common::members::wait_until(
+        "the SIGHUP warning",
+        std::time::Duration::from_secs(5),
+        || server.log_text().contains("SIGHUP ignored"),
+    );
 
     let out = dir.path().join("fetched");
     let got = common::clients::tftp_get(&lab.client, "192.0.2.1", "undionly.kpxe", &out);
