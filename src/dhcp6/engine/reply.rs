@@ -82,20 +82,14 @@ fn withdrawn(addr: Ipv6Addr) -> DhcpOption {
 /// An IA_NA carrying only a status (NoAddrsAvail, NoBinding, NotOnLink: RFC 8415
 /// §21.13), and the client's addresses with lifetimes 0 where there are any to withdraw.
 pub fn ia_status(iaid: u32, status: Status, msg: &str, withdraw: &[Ipv6Addr]) -> DhcpOption {
-    let mut opts = DhcpOptions::new();
-    opts.insert(DhcpOption::StatusCode(StatusCode {
-        status,
-        msg: msg.into(),
-    }));
-    for s in withdraw {
-        opts.insert(withdrawn(*s));
+    let mut ia = ia_withdrawn(iaid, withdraw);
+    if let DhcpOption::IANA(IANA { opts, .. }) = &mut ia {
+        opts.insert(DhcpOption::StatusCode(StatusCode {
+            status,
+            msg: msg.into(),
+        }));
     }
-    DhcpOption::IANA(IANA {
-        id: iaid,
-        t1: 0,
-        t2: 0,
-        opts,
-    })
+    ia
 }
 
 /// An IA_NA that only withdraws `addrs` (lifetimes 0, no status): RFC 8415 §18.3.4,
