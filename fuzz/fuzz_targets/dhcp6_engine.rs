@@ -43,7 +43,10 @@ fuzz_target!(|data: &[u8]| {
     };
     let addresses = ["fd00:1::1".parse().unwrap()];
     let mut engine = Engine6::new(config(), vec![0, 4, 1, 2, 3, 4], Vec::new(), 1_000);
-    for (responsibility, now) in [(Responsibility::Mine, 1_000), (Responsibility::NotMine, 1_001)] {
+    for (responsibility, now) in [
+        (Responsibility::Mine, 1_000),
+        (Responsibility::NotMine, 1_001),
+    ] {
         let ctx = Context6 {
             arrival: Arrival {
                 interface: "prov0",
@@ -59,14 +62,18 @@ fuzz_target!(|data: &[u8]| {
         let d = engine.handle_message(&request.message, &request.hops, &ctx);
         for e in &d.effects {
             if let Lease6Effect::Put(l) = e {
-                let back = decode_lease6(&l.ip.octets(), &encode_lease6(l)).expect("a stored lease reads back");
+                let back = decode_lease6(&l.ip.octets(), &encode_lease6(l))
+                    .expect("a stored lease reads back");
                 assert_eq!(&back, l);
             }
         }
         if let Some(reply) = d.reply {
             let mut bytes = Vec::new();
-            reply.encode(&mut Encoder::new(&mut bytes)).expect("a reply encodes");
-            let back = dhcproto::v6::Message::decode(&mut Decoder::new(&bytes)).expect("a reply decodes");
+            reply
+                .encode(&mut Encoder::new(&mut bytes))
+                .expect("a reply encodes");
+            let back =
+                dhcproto::v6::Message::decode(&mut Decoder::new(&bytes)).expect("a reply decodes");
             assert_eq!(back.msg_type(), reply.msg_type());
             assert_eq!(back.xid(), request.message.xid());
         }

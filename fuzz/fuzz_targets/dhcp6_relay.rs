@@ -40,8 +40,18 @@ fuzz_target!(|data: &[u8]| {
         // client message), so one hop is read, not more.
         let back = &layer.hops[0];
         assert_eq!(
-            (back.hop_count, back.link_addr, back.peer_addr, &back.interface_id),
-            (hop.hop_count, hop.link_addr, hop.peer_addr, &hop.interface_id)
+            (
+                back.hop_count,
+                back.link_addr,
+                back.peer_addr,
+                &back.interface_id
+            ),
+            (
+                hop.hop_count,
+                hop.link_addr,
+                hop.peer_addr,
+                &hop.interface_id
+            )
         );
         rest = layer.client_message.to_vec();
     }

@@ -42,6 +42,12 @@ fuzz_target!(|data: &[u8]| {
             interface: &iface,
             responsibility,
             policy: None,
+            // As a client or relay would send it, so the RELEASE path is reached too.
+            source: if msg.giaddr().is_unspecified() {
+                msg.ciaddr()
+            } else {
+                msg.giaddr()
+            },
             now,
         };
         let decision = engine.handle_message(&msg, &ctx);

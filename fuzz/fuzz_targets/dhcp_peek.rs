@@ -22,7 +22,10 @@ fuzz_target!(|data: &[u8]| {
     };
     let msg = decode_request(data).expect("a peeked datagram decodes");
     assert_eq!(MacAddr::from_chaddr(msg.chaddr()), Some(p.mac));
-    assert_eq!((msg.secs(), msg.giaddr(), msg.xid()), (p.secs, p.giaddr, p.xid));
+    assert_eq!(
+        (msg.secs(), msg.giaddr(), msg.xid()),
+        (p.secs, p.giaddr, p.xid)
+    );
     let sid = match msg.opts().get(OptionCode::ServerIdentifier) {
         Some(DhcpOption::ServerIdentifier(ip)) => Some(*ip),
         _ => None,
@@ -53,10 +56,17 @@ fuzz_target!(|data: &[u8]| {
         policy: None,
         now: NOW,
         dnsmasq: Default::default(),
+        source: if msg.giaddr().is_unspecified() {
+            msg.ciaddr()
+        } else {
+            msg.giaddr()
+        },
     };
     let z = Ipv4Addr::UNSPECIFIED;
     let mut offer = Message::new_with_id(1, z, z, z, z, &p.mac.0);
-    offer.opts_mut().insert(DhcpOption::MessageType(MessageType::Discover));
+    offer
+        .opts_mut()
+        .insert(DhcpOption::MessageType(MessageType::Discover));
     let mut engines = [(); 2].map(|_| {
         let mut e = Engine::new(&cfg, Vec::new(), NOW);
         e.handle_message(&offer, &ctx(Responsibility::Mine));
