@@ -49,6 +49,8 @@ pub struct DhcpSettings {
     pub proxy_port: u16,
     /// Options for every subnet (`options`, dnsmasq `dhcp-option` syntax).
     pub options: Vec<crate::dhcp::options::OptionRule>,
+    /// The `option6:` entries of `options`: for every `[[subnet6]]`.
+    pub options6: Vec<crate::dhcp::options::OptionRule6>,
     /// Whether the DHCP listener runs at all.
     pub enabled: bool,
     /// Interfaces to bind; empty means every interface with an address in a subnet.
@@ -211,10 +213,12 @@ pub(super) fn validate(raw: RawDhcp, issues: &mut Issues) -> DhcpSettings {
             "ProxyDHCP (dhcp.proxy) answers only on interfaces named here",
         );
     }
+    let (options, options6) = super::options_both("dhcp.options", &raw.options, issues);
     DhcpSettings {
         proxy,
         proxy_port: raw.proxy_port.unwrap_or(4011),
-        options: super::options_list("dhcp.options", &raw.options, issues),
+        options,
+        options6,
         enabled: raw.enabled.unwrap_or(true),
         interfaces,
         port,

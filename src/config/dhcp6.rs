@@ -12,6 +12,7 @@ pub(super) struct RawDhcp6 {
     port: Option<u16>,
     #[serde(default)]
     interfaces: Vec<String>,
+    server_duid: Option<String>,
 }
 
 /// `[dhcp6]` after validation.
@@ -22,6 +23,9 @@ pub struct Dhcp6Settings {
     /// Interfaces to serve; empty: those with an address in a `[[subnet6]]` or named
     /// by one.
     pub interfaces: Vec<String>,
+    /// The server DUID the operator chose (`server_duid`, hex octets): used instead of
+    /// the one made at first start and kept in the store.
+    pub server_duid: Option<Vec<u8>>,
 }
 
 impl Default for Dhcp6Settings {
@@ -29,6 +33,7 @@ impl Default for Dhcp6Settings {
         Self {
             port: 547,
             interfaces: Vec::new(),
+            server_duid: None,
         }
     }
 }
@@ -44,8 +49,59 @@ pub(super) fn validate(raw: RawDhcp6, issues: &mut Issues) -> Dhcp6Settings {
             issues.add(format!("dhcp6.interfaces[{i}]"), "not an interface name");
         }
     }
+    let server_duid = raw
+        .server_duid
+        .as_deref()
+        .and_then(|d| duid("dhcp6.server_duid", d, issues));
     Dhcp6Settings {
         port,
         interfaces: raw.interfaces,
+        server_duid,
+    }
+}
+
+/// A DUID written as hex octets (`00:02:00:00:ab:11:01`): RFC 8415 §11.1, a 2-octet
+/// type that is not 0, then at most 128 octets of identifier.
+fn duid(key: &str, text: &str, issues: &mut Issues) -> Option<Vec<u8>> {
+    let Ok(octets) = crate::dhcp::options::value::hex(text.trim()) else {
+        issues.add(key, "must be hex octets such as 00:02:00:00:ab:11:01:02");
+        return None;
+    };
+    let why = match octets.as_slice() {
+        [0, 0, ..] => "must not be of type 0 (RFC 8415 §11.1)",
+        o if o.len() < 3 => "must hold a 2-octet type and an identifier",
+        o if o.len() > 130 => "must be at most 130 octets (RFC 8415 §11.1)",
+        _ => return Some(octets),
+    };
+    issues.add(key, why);
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(text: &str) -> (Dhcp6Settings, Vec<String>) {
+        let mut issues = Issues::default();
+        let s = validate(toml::from_str(text).expect("raw dhcp6"), &mut issues);
+        (s, issues.keys())
+    }
+
+    #[test]
+    fn a_chosen_server_duid_is_read_as_octets_and_a_bad_one_named() {
+        // A DUID-EN (RFC 8415 §11.3): type 2, enterprise 343, an identifier.
+        let (s, keys) = check("server_duid = \"00:02:00:00:01:57:0a:0b\"");
+        assert!(keys.is_empty(), "{keys:?}");
+        assert_eq!(s.server_duid, Some(vec![0, 2, 0, 0, 1, 0x57, 0x0a, 0x0b]));
+        assert_eq!(check("").0.server_duid, None);
+        let long = vec!["01"; 131].join(":");
+        for bad in ["00:00:01:02", "00:02", "not hex", long.as_str()] {
+            let (s, keys) = check(&format!("server_duid = \"{bad}\""));
+            assert_eq!(
+                (s.server_duid, keys),
+                (None, vec!["dhcp6.server_duid".to_string()]),
+                "{bad}"
+            );
+        }
     }
 }

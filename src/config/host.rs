@@ -55,6 +55,8 @@ pub struct Host {
     pub lease_time: Option<u32>,
     /// Options for this host (dnsmasq `dhcp-option` syntax), over the subnet's.
     pub options: Vec<crate::dhcp::options::OptionRule>,
+    /// The `option6:` entries of `options`, over the `[[subnet6]]`'s.
+    pub options6: Vec<crate::dhcp::options::OptionRule6>,
     /// Tags this host sets for option entries (`tag:<name>`).
     pub tags: Vec<String>,
 }
@@ -73,6 +75,7 @@ impl Host {
             router: None,
             lease_time: None,
             options: Vec::new(),
+            options6: Vec::new(),
             tags: Vec::new(),
         }
     }
@@ -151,6 +154,7 @@ pub(super) fn validate_all(
                 issues.add(k("lease_time"), "must be at least 60 seconds");
             }
         }
+        let (options, options6) = super::options_both(&k("options"), &h.options, issues);
         if let Some(mac) = mac {
             out.push(Host {
                 mac,
@@ -162,7 +166,8 @@ pub(super) fn validate_all(
                 dns,
                 router,
                 lease_time: h.lease_time,
-                options: super::options_list(&k("options"), &h.options, issues),
+                options,
+                options6,
                 tags: super::tag_list(&k("tags"), &h.tags, issues),
             });
         }

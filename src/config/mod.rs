@@ -331,17 +331,61 @@ impl TryFrom<RawConfig> for Config {
     }
 }
 
-/// Parses an `options` list (dnsmasq `dhcp-option` syntax); each bad entry is an issue
-/// under `key[i]` that quotes the offending text.
+/// Parses an `options` list of DHCPv4 entries (dnsmasq `dhcp-option` syntax); each
+/// bad entry is an issue under `key[i]` that quotes the offending text.
 fn options_list(
     key: &str,
     entries: &[String],
     issues: &mut issues::Issues,
 ) -> Vec<crate::dhcp::options::OptionRule> {
+    parse_each(key, entries, issues, crate::dhcp::options::dnsmasq::parse)
+}
+
+/// Parses an `options` list of DHCPv6 entries (`option6:`), as [`options_list`].
+fn options6_list(
+    key: &str,
+    entries: &[String],
+    issues: &mut issues::Issues,
+) -> Vec<crate::dhcp::options::OptionRule6> {
+    parse_each(key, entries, issues, crate::dhcp::options::dnsmasq::parse6)
+}
+
+/// Parses an `options` list that takes both families, as dnsmasq's `dhcp-option` does
+/// (`[dhcp] options`, `[[host]] options`): the DHCPv4 entries, then the `option6:` ones.
+fn options_both(
+    key: &str,
+    entries: &[String],
+    issues: &mut issues::Issues,
+) -> (
+    Vec<crate::dhcp::options::OptionRule>,
+    Vec<crate::dhcp::options::OptionRule6>,
+) {
+    use crate::dhcp::options::dnsmasq::AnyRule;
+    let (mut v4, mut v6) = (Vec::new(), Vec::new());
+    for rule in parse_each(
+        key,
+        entries,
+        issues,
+        crate::dhcp::options::dnsmasq::parse_any,
+    ) {
+        match rule {
+            AnyRule::V4(r) => v4.push(r),
+            AnyRule::V6(r) => v6.push(r),
+        }
+    }
+    (v4, v6)
+}
+
+fn parse_each<T>(
+    key: &str,
+    entries: &[String],
+    issues: &mut issues::Issues,
+    parse: fn(&str) -> Result<T, crate::dhcp::options::value::ValueError>,
+) -> Vec<T> {
     entries
         .iter()
         .enumerate()
-        .filter_map(|(i, e)| match crate::dhcp::options::dnsmasq::parse(e) {
+        .filter_map(|(i, e)| match parse(e) {
             Ok(rule) => Some(rule),
             Err(err) => {
                 issues.add(format!("{key}[{i}]"), err.to_string());

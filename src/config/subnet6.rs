@@ -31,6 +31,9 @@ pub(super) struct RawSubnet6 {
     dns: Vec<String>,
     #[serde(default)]
     domain_search: Vec<String>,
+    interface_id: Option<String>,
+    #[serde(default)]
+    options: Vec<String>,
 }
 
 /// A served IPv6 subnet.
@@ -59,6 +62,11 @@ pub struct Subnet6 {
     pub dns: Vec<Ipv6Addr>,
     /// Domain search list (option 24, RFC 3646).
     pub domain_search: Vec<String>,
+    /// A relayed client is on this link when the relay nearest it sends this
+    /// Interface-Id (option 18, RFC 8415 §21.18), whatever its link-address says.
+    pub interface_id: Option<Vec<u8>>,
+    /// Options of this subnet (`option6:` entries), over `[dhcp] options`' ones.
+    pub options: Vec<crate::dhcp::options::OptionRule6>,
 }
 
 impl Subnet6 {
@@ -201,7 +209,17 @@ fn subnet6(i: usize, raw: RawSubnet6, issues: &mut Issues) -> Option<Subnet6> {
     for (j, d) in raw.domain_search.iter().enumerate() {
         issues.dns_name(&format!("subnet6[{i}].domain_search[{j}]"), d);
     }
+    let interface_id = raw.interface_id.map(String::into_bytes);
+    if interface_id
+        .as_ref()
+        .is_some_and(|id| id.is_empty() || id.len() > 255)
+    {
+        issues.add(k("interface_id"), "must be 1 to 255 octets");
+    }
+    let options = super::options6_list(&k("options"), &raw.options, issues);
     Some(Subnet6 {
+        interface_id,
+        options,
         network: network?,
         interface: raw.interface,
         ranges,
@@ -270,6 +288,46 @@ mod tests {
                 "subnet6[2].rebinding_time",
                 "subnet6[2].dns[0]",
                 "subnet6[2].domain_search[0]",
+            ]
+        );
+    }
+
+    #[test]
+    fn options_and_interface_id_are_read_and_bad_ones_named() {
+        let mut issues = Issues::default();
+        let s = subnet6(
+            0,
+            raw(concat!(
+                "network = \"fd00:1::/64\"\ninterface_id = \"eth0.42\"\n",
+                "options = [\"option6:ntp-server,[fd00:1::5]\", \"tag:ipxe,option6:sntp-server\"]\n",
+            )),
+            &mut issues,
+        )
+        .expect("valid");
+        assert!(issues.finish().is_ok());
+        assert_eq!(s.interface_id.as_deref(), Some(&b"eth0.42"[..]));
+        assert_eq!(
+            s.options
+                .iter()
+                .map(|o| (o.code, o.value.is_some()))
+                .collect::<Vec<_>>(),
+            [(56, true), (31, false)]
+        );
+        let mut issues = Issues::default();
+        subnet6(
+            1,
+            raw(concat!(
+                "network = \"fd00:1::/64\"\ninterface_id = \"\"\n",
+                "options = [\"option6:dns-server,[fd00::1]\", \"option:router,192.0.2.1\", \"option6:3,1\"]\n",
+            )),
+            &mut issues,
+        );
+        assert_eq!(
+            issues.keys(),
+            [
+                "subnet6[1].interface_id",
+                "subnet6[1].options[1]",
+                "subnet6[1].options[2]",
             ]
         );
     }

@@ -32,6 +32,16 @@ pub enum Kind {
     Domains,
     /// RFC 3442 classless routes: `<prefix>/<len>,<router>` pairs (option 121).
     Routes,
+    /// One IPv6 address, written `[2001:db8::1]` as dnsmasq does (or bare).
+    Ip6,
+    /// One or more IPv6 addresses.
+    Ip6List,
+    /// NTP servers (DHCPv6 option 56, RFC 5908 §4): each address a server address
+    /// suboption (1), a multicast address a multicast suboption (2), each name an FQDN
+    /// suboption (3).
+    NtpServers,
+    /// Texts each preceded by its 16-bit length (DHCPv6 option 60, RFC 5970 §3.2).
+    Params16,
 }
 
 /// (code, dnsmasq name, kind).

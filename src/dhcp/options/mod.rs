@@ -12,6 +12,7 @@
 //! `router`, `dns`, … keys and the boot options included) or, with no value, removes it.
 
 pub mod catalog;
+pub mod catalog6;
 pub mod dnsmasq;
 pub mod fit;
 pub mod value;
@@ -27,18 +28,23 @@ pub struct TagMatch {
     pub negated: bool,
 }
 
-/// One configured option.
+/// One configured option: a DHCPv4 one (`C` = `u8`), or with `C` = `u16` a DHCPv6 one
+/// (`option6:`, [`OptionRule6`]). Both families share the syntax, the tags and the
+/// precedence ([`select`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OptionRule {
+pub struct OptionRule<C = u8> {
     /// Every condition must hold.
     pub tags: Vec<TagMatch>,
-    /// The option code (255: dnsmasq's pseudo-option for the next-server address).
-    pub code: u8,
+    /// The option code (v4 255: dnsmasq's pseudo-option for the next-server address).
+    pub code: C,
     /// Its octets; `None`: send nothing for this code.
     pub value: Option<Vec<u8>>,
 }
 
-impl OptionRule {
+/// A configured DHCPv6 option (`option6:` entries, RFC 8415 §21 codes).
+pub type OptionRule6 = OptionRule<u16>;
+
+impl<C> OptionRule<C> {
     fn holds(&self, tags: &[&str]) -> bool {
         self.tags
             .iter()
@@ -100,22 +106,34 @@ pub fn class_tags(class: &ClientClass, out: &mut Vec<&str>) {
 }
 
 /// The levels options are configured at, least specific first.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Levels<'a> {
+#[derive(Debug, Clone, Copy)]
+pub struct Levels<'a, C = u8> {
     /// `[dhcp] options`.
-    pub server: &'a [OptionRule],
-    /// `[[subnet]] options`.
-    pub subnet: &'a [OptionRule],
+    pub server: &'a [OptionRule<C>],
+    /// `[[subnet]] options` (`[[subnet6]] options` for DHCPv6).
+    pub subnet: &'a [OptionRule<C>],
     /// The followed options directory (`dhcp.optsdir`: Ironic's per-node options).
-    pub node: &'a [OptionRule],
+    pub node: &'a [OptionRule<C>],
     /// `[[host]] options`.
-    pub host: &'a [OptionRule],
+    pub host: &'a [OptionRule<C>],
+}
+
+impl<C> Default for Levels<'_, C> {
+    fn default() -> Self {
+        Self {
+            server: &[],
+            subnet: &[],
+            node: &[],
+            host: &[],
+        }
+    }
 }
 
 /// The winning entry per code for a client with `tags`, in code order.
-pub fn select<'a>(levels: Levels<'a>, tags: &[&str]) -> Vec<&'a OptionRule> {
+pub fn select<'a, C: Copy + Ord>(levels: Levels<'a, C>, tags: &[&str]) -> Vec<&'a OptionRule<C>> {
     // (level, tag count, position) ranks the candidates of one code.
-    let mut best: Vec<((u8, usize, usize), &'a OptionRule)> = Vec::new();
+    type Rank = (u8, usize, usize);
+    let mut best: Vec<(Rank, &'a OptionRule<C>)> = Vec::new();
     let all = [levels.server, levels.subnet, levels.node, levels.host];
     for (level, rules) in all.iter().enumerate() {
         for (pos, rule) in rules.iter().enumerate() {

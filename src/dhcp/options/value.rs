@@ -1,7 +1,7 @@
 //! Typed option values: from the text of a `dhcp-option` entry (its comma-separated
 //! fields after the option) to the octets sent. Every error names the offending text.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::catalog::Kind;
 
@@ -18,6 +18,16 @@ fn ip(field: &str) -> Result<Ipv4Addr, ValueError> {
     field
         .parse()
         .or_else(|_| err(format!("{field:?} is not an IPv4 address")))
+}
+
+/// An IPv6 address, in dnsmasq's brackets or bare.
+fn ip6(field: &str) -> Result<Ipv6Addr, ValueError> {
+    let bare = field
+        .strip_prefix('[')
+        .and_then(|f| f.strip_suffix(']'))
+        .unwrap_or(field);
+    bare.parse()
+        .or_else(|_| err(format!("{field:?} is not an IPv6 address")))
 }
 
 fn int<T: std::str::FromStr>(field: &str, what: &str) -> Result<T, ValueError> {
@@ -113,7 +123,14 @@ fn raw_fits(kind: Kind, len: usize) -> bool {
         Kind::IpList => len >= 4 && len.is_multiple_of(4),
         Kind::IpPairs => len >= 8 && len.is_multiple_of(8),
         Kind::U16List => len >= 2 && len.is_multiple_of(2),
-        Kind::Text | Kind::Hex | Kind::Domains | Kind::Routes => len >= 1,
+        Kind::Ip6 => len == 16,
+        Kind::Ip6List => len >= 16 && len.is_multiple_of(16),
+        Kind::Text
+        | Kind::Hex
+        | Kind::Domains
+        | Kind::Routes
+        | Kind::NtpServers
+        | Kind::Params16 => len >= 1,
     }
 }
 
@@ -123,7 +140,10 @@ fn raw_fits(kind: Kind, len: usize) -> bool {
 /// text option's value as text).
 fn raw(kind: Kind, fields: &[&str]) -> Option<Result<Vec<u8>, ValueError>> {
     let [f] = fields else { return None };
-    if kind == Kind::Text || !f.contains(':') {
+    // An IPv6 address has colons too: for the kinds that take one, it is an address
+    // wherever it reads as one (eight hex pairs read as an address are octets elsewhere).
+    let takes_ip6 = matches!(kind, Kind::Ip6 | Kind::Ip6List | Kind::NtpServers);
+    if kind == Kind::Text || !f.contains(':') || (takes_ip6 && ip6(f).is_ok()) {
         return None;
     }
     Some(hex(f).and_then(|v| {
@@ -210,7 +230,71 @@ pub fn encode(kind: Kind, fields: &[&str]) -> Result<Vec<u8>, ValueError> {
             out
         }
         Kind::Routes => routes(fields)?,
+        Kind::Ip6 => ip6(one(fields, "address")?)?.octets().to_vec(),
+        Kind::Ip6List => {
+            let mut out = Vec::with_capacity(fields.len() * 16);
+            for f in fields {
+                out.extend_from_slice(&ip6(f)?.octets());
+            }
+            out
+        }
+        Kind::NtpServers => ntp_servers(fields)?,
+        Kind::Params16 => {
+            let mut out = Vec::new();
+            for f in fields {
+                let text = encode(Kind::Text, &[f])?;
+                let len = u16::try_from(text.len())
+                    .or_else(|_| err(format!("{f:?}: a parameter is at most 65535 octets")))?;
+                out.extend_from_slice(&len.to_be_bytes());
+                out.extend_from_slice(&text);
+            }
+            out
+        }
     })
+}
+
+/// RFC 5908 §4: one suboption per server, a unicast address as suboption 1, a
+/// multicast one as 2, a name as 3 (RFC 1035 §3.1 labels, uncompressed).
+fn ntp_servers(fields: &[&str]) -> Result<Vec<u8>, ValueError> {
+    const SERVER_ADDR: u16 = 1;
+    const MULTICAST_ADDR: u16 = 2;
+    const SERVER_FQDN: u16 = 3;
+    let mut out = Vec::new();
+    for f in fields {
+        let (sub, data) = match ip6(f) {
+            Ok(a) if a.is_multicast() => (MULTICAST_ADDR, a.octets().to_vec()),
+            Ok(a) => (SERVER_ADDR, a.octets().to_vec()),
+            Err(_) => {
+                let mut name = Vec::new();
+                labels(f, &mut name)
+                    .or_else(|_| err(format!("{f:?} is neither an IPv6 address nor a DNS name")))?;
+                (SERVER_FQDN, name)
+            }
+        };
+        out.extend_from_slice(&sub.to_be_bytes());
+        // A name is at most 255 octets, an address 16: the length fits.
+        out.extend_from_slice(&(data.len() as u16).to_be_bytes());
+        out.extend_from_slice(&data);
+    }
+    if out.is_empty() {
+        return err("ntp-server takes at least one address or name".into());
+    }
+    Ok(out)
+}
+
+/// A DHCPv6 option shardboot has no type for: IPv6 addresses if every field is one,
+/// else as [`encode_untyped`] without its IPv4 reading.
+pub fn encode_untyped6(fields: &[&str]) -> Result<Vec<u8>, ValueError> {
+    if fields.iter().all(|f| ip6(f).is_ok()) {
+        return encode(Kind::Ip6List, fields);
+    }
+    if fields.iter().any(|f| f.parse::<Ipv4Addr>().is_ok()) {
+        return err(format!(
+            "{:?}: an IPv4 address in a DHCPv6 option; write its octets in hex if it is meant",
+            fields.join(",")
+        ));
+    }
+    encode_untyped(fields)
 }
 
 /// An option shardboot has no type for: addresses if every field is one, hex if the

@@ -38,6 +38,11 @@ impl Hosts6 {
         mac.and_then(|m| self.by_mac.get(&m)).map(|h| h.deny)
     }
 
+    /// `mac`'s entry.
+    pub(super) fn entry(&self, mac: Option<MacAddr>) -> Option<&Host> {
+        mac.and_then(|m| self.by_mac.get(&m))
+    }
+
     /// The host name of `mac`'s entry.
     pub(super) fn hostname(&self, mac: Option<MacAddr>) -> Option<&str> {
         mac.and_then(|m| self.by_mac.get(&m))?.hostname.as_deref()

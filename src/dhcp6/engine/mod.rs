@@ -18,6 +18,9 @@ mod decided;
 #[cfg(test)]
 mod host_tests;
 mod hosts;
+#[cfg(test)]
+mod option_tests;
+mod options;
 pub mod reply;
 #[cfg(test)]
 mod tests;
@@ -26,7 +29,7 @@ use std::net::Ipv6Addr;
 
 use dhcproto::v6::{DhcpOption, Message, MessageType, OptionCode, Status, IANA};
 
-use super::boot::{classify, select};
+use super::boot::classify;
 use super::relay::RelayHop;
 use crate::config::{BootSettings, Config, Subnet6};
 use crate::dhcp::engine::pool::Pool;
@@ -199,6 +202,8 @@ pub struct Engine6 {
     /// `[[host]]` entries (deny, host name, `ip6`), and `dhcp.known_only`.
     hosts: hosts::Hosts6,
     known_only: bool,
+    /// The `option6:` entries of `[dhcp] options`.
+    server_options: Vec<crate::dhcp::options::OptionRule6>,
     /// The shared lease store does not answer: a Renew or Rebind is answered only up
     /// to the end of the binding already held, and nothing is bound afresh
     /// (`set_shared_store_up`).
@@ -240,6 +245,7 @@ impl Engine6 {
             me,
             hosts: hosts::Hosts6::new(&config.hosts),
             known_only: config.dhcp.known_only,
+            server_options: config.dhcp.options6.clone(),
             degraded: false,
         };
         // A reserved address inside a range is never handed out dynamically.
@@ -349,10 +355,20 @@ impl Engine6 {
         }
     }
 
-    /// The subnet of the client's link: RFC 8415 §19.1.1, the innermost relay's
-    /// link-address names it; a client on the segment is on the interface's link.
+    /// The subnet of the client's link: the one whose `interface_id` the innermost
+    /// relay sent (option 18, RFC 8415 §21.18: the relay's name for the client's link),
+    /// else the one holding that relay's link-address (§19.1.1); a client on the
+    /// segment is on the interface's link.
     fn subnet_for(&self, hops: &[RelayHop], arrival: &Arrival<'_>) -> Option<usize> {
         if let Some(hop) = hops.last() {
+            let by_id = hop.interface_id.as_deref().and_then(|id| {
+                self.subnets
+                    .iter()
+                    .position(|s| s.cfg.interface_id.as_deref() == Some(id))
+            });
+            if by_id.is_some() {
+                return by_id;
+            }
             return self.subnets.iter().position(|s| {
                 !hop.link_addr.is_unspecified() && s.cfg.network.contains(&hop.link_addr)
             });
@@ -503,17 +519,6 @@ impl Engine6 {
                 }
             }
             _ => Decision6::ignore(Ignore6::Malformed),
-        }
-    }
-
-    fn configure(&self, reply: &mut Message, msg: &Message, si: usize, ctx: &Context6<'_>) {
-        let boot = self
-            .server_address(si, &ctx.arrival)
-            .and_then(|server| select(classify(msg.opts()), &self.boot, server, None));
-        reply::configuration(reply, &self.subnets[si].cfg, boot.as_ref());
-        // RFC 4704 §6: the name goes back only to a client that sent option 39.
-        if let (Some(flags), Some(name)) = (client_fqdn_flags(msg), self.hosts.hostname(ctx.mac)) {
-            reply.opts_mut().insert(reply::fqdn(flags, name));
         }
     }
 

@@ -106,9 +106,17 @@ pub async fn run(
 ) -> Result<(), Server6Error> {
     let host = host_addresses6()?;
     let interfaces = resolve_interfaces6(&config, &host)?;
-    let duid = match parts.duid.take() {
-        Some(d) => d,
-        None => {
+    let duid = match (config.dhcp6.server_duid.clone(), parts.duid.take()) {
+        // The operator's choice wins over the stored DUID (RFC 8415 §11: it should not
+        // change; when it does, clients reach this server again by Rebind, §18.2.5).
+        (Some(chosen), stored) => {
+            if let Some(old) = stored.filter(|s| *s != chosen) {
+                info!(old = %hex(&old), new = %hex(&chosen), "dhcp6.server_duid replaces the DUID kept in the store");
+            }
+            chosen
+        }
+        (None, Some(d)) => d,
+        (None, None) => {
             let mut random = [0u8; 16];
             let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut random);
             let mac = interfaces.iter().find_map(|i| interface_mac(&i.name));
