@@ -14,7 +14,7 @@ use shardboot::config::{
 };
 use shardboot::{app, cli};
 
-/// PXE/iPXE-aware DHCPv4, DHCPv6, ProxyDHCP, IPv6 RA responder, TFTP and HTTP boot server for multi-conductor Ironic.
+/// PXE/iPXE-aware DHCPv4/v6, ProxyDHCP, RA, TFTP and HTTP boot server for multi-conductor Ironic.
 #[derive(Parser)]
 #[command(version, about)]
 struct Cli {
