@@ -4,7 +4,7 @@
 # (tftp_bench), the HTTP boot route (http_bench) and QEMU time to the per-node config
 # (qemu_boot). Each bench runs as it does alone, one after another (never two at once:
 # the machine has 2 cores), and appends its rows through benches/rows.sh; the table
-# printed at the end is the README's performance section. Run as root; about 15 minutes.
+# printed at the end is docs/benchmarks.md's one-run table. Run as root; about 15 minutes.
 #
 #   benches/all.sh [seconds-per-DHCP-run]      (ONLY="dhcp_vs tftp_bench" for some)
 #

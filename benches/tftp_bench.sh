@@ -10,7 +10,7 @@
 #
 # The `tftpd` crate (1.0.0, the user's first choice) is built from crates.io into
 # target/tftpd-crate: it is measured here because shardboot does not use its server
-# (thread per transfer, outside tokio); see README "TFTP".
+# (thread per transfer, outside tokio); see docs/design.md "TFTP".
 #
 # usage (root): benches/tftp_bench.sh          env: N=200 P=50 FILE=/usr/lib/ipxe/ipxe.efi
 set -euo pipefail

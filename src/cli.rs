@@ -1,4 +1,7 @@
-//! Offline subcommands: `check-config` and `leases` (`leases6`: its `--v6` table).
+//! The subcommands other than `serve`. `check-config` and `owner` work from the config
+//! (`owner` asks Ironic as a booting machine would); `leases` reads the store, or the
+//! running server's operator API when the server holds the store (`leases6`: its `--v6`
+//! table); `members`, `hosts` and `trace` ask the running server (`Remote`).
 
 mod leases6;
 

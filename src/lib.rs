@@ -1,5 +1,5 @@
-//! shardboot: a PXE/iPXE-aware DHCPv4, TFTP and HTTP boot server that runs beside each
-//! OpenStack Ironic conductor. See ARCHITECTURE.md in the shared docs for the design.
+//! shardboot: a PXE/iPXE-aware DHCPv4, DHCPv6, TFTP and HTTP boot server that runs beside
+//! each OpenStack Ironic conductor. docs/design.md has the design, docs/code-map.md the modules.
 
 pub mod app;
 pub mod cli;

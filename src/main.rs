@@ -14,7 +14,7 @@ use shardboot::config::{
 };
 use shardboot::{app, cli};
 
-/// PXE/iPXE-aware DHCPv4, TFTP and HTTP boot server for multi-conductor Ironic.
+/// PXE/iPXE-aware DHCPv4/v6, ProxyDHCP, RA, TFTP and HTTP boot server for multi-conductor Ironic.
 #[derive(Parser)]
 #[command(version, about)]
 struct Cli {
@@ -22,7 +22,7 @@ struct Cli {
     #[arg(long, short, global = true, env = "SHARDBOOT_CONFIG")]
     config: Option<PathBuf>,
     /// Derive the whole config from another server's environment variables instead
-    /// of a file (`ironic-image`: its dnsmasq variables; README "Run beside Ironic").
+    /// of a file (`ironic-image`: its dnsmasq variables; docs/ironic-image-env.md).
     #[arg(long, global = true, value_enum, conflicts_with = "config")]
     env: Option<EnvSource>,
     /// Override a config key, e.g. --set dhcp.port=6767 (repeatable; after SHARDBOOT_* vars).

@@ -4,7 +4,7 @@
 use std::io::{self, ErrorKind};
 
 /// True for an error on a UDP listening socket that leaves the socket usable: the
-/// listener logs or counts it and keeps serving (STYLE §5: only an unrecoverable socket
+/// listener logs or counts it and keeps serving (docs/style.md §5: only an unrecoverable socket
 /// error ends a listener). Why each is transient:
 ///
 /// - `ECONNREFUSED`, `EHOSTUNREACH`, `ENETUNREACH`: on Linux an ICMP error for an earlier

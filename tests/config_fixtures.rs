@@ -131,14 +131,18 @@ fn the_built_in_default_passes() {
 }
 
 #[test]
-fn the_readme_example_config_is_valid() {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+fn the_documented_example_config_is_valid() {
+    // The configuration reference holds the complete example and the Ironic one.
+    let readme = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/configuration.md"
+    ))
+    .unwrap();
     let block: String = readme
         .split("```toml\n")
         .nth(1)
         .and_then(|rest| rest.split("```").next())
-        .expect("README has a toml block")
+        .expect("docs/configuration.md has a toml block")
         .to_string();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("readme.toml");
@@ -150,7 +154,7 @@ fn the_readme_example_config_is_valid() {
     );
     std::fs::write(&path, block).unwrap();
     let (ok, stdout, stderr) = check_config(&path, &[]);
-    assert!(ok, "README example rejected:\n{stderr}");
+    assert!(ok, "docs/configuration.md example rejected:\n{stderr}");
     assert!(stdout.contains("subnet[1] 172.23.4.0/24"), "{stdout}");
 
     // The Ironic example, with its secret and CA files put where it says.
@@ -158,7 +162,7 @@ fn the_readme_example_config_is_valid() {
         .split("```toml\n")
         .find(|b| b.starts_with("[owner.ironic]"))
         .and_then(|rest| rest.split("```").next())
-        .expect("README has an [owner.ironic] example")
+        .expect("docs/configuration.md has an [owner.ironic] example")
         .to_string();
     let (pw, ca) = (dir.path().join("password"), dir.path().join("ca.pem"));
     std::fs::write(&pw, "secret\n").unwrap();
@@ -169,5 +173,8 @@ fn the_readme_example_config_is_valid() {
     let path = dir.path().join("ironic.toml");
     std::fs::write(&path, ironic).unwrap();
     let (ok, _, stderr) = check_config(&path, &[]);
-    assert!(ok, "README Ironic example rejected:\n{stderr}");
+    assert!(
+        ok,
+        "docs/configuration.md Ironic example rejected:\n{stderr}"
+    );
 }

@@ -50,7 +50,7 @@ fn run_perfdhcp(target: Option<&str>) {
     let (lab, dir, mut server) = common::relay_lab();
     let mut cmd = lab.client.command("perfdhcp");
     // -R: distinct client MACs; -n: DISCOVERs to send; -p: hard time limit (seconds);
-    // -W: wait for late answers before counting them as drops (see LAB.md).
+    // -W: wait for late answers before counting them as drops (see docs/lab.md).
     cmd.current_dir(dir.path()).args([
         "-4",
         "-r",

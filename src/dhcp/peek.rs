@@ -1,4 +1,4 @@
-//! "Not mine" from the raw packet (ARCHITECTURE.md, "DHCP decisions" 2), pure: with
+//! "Not mine" from the raw packet (docs/design.md, "DHCP decisions" 2), pure: with
 //! several members on one segment every member receives every broadcast, and most of
 //! them are for machines another member answers. [`peek`] reads only what the silent
 //! decision needs, at fixed BOOTP offsets and from one walk of the options, without

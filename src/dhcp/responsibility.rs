@@ -1,4 +1,4 @@
-//! "Should I answer?" (ARCHITECTURE.md, "DHCP decisions" 2), pure: from the owner the
+//! "Should I answer?" (docs/design.md, "DHCP decisions" 2), pure: from the owner the
 //! resolver named, the live members and the client's `secs`, whether this member answers.
 //!
 //! Each MAC has one responsible member: the member beside the conductor that owns it,

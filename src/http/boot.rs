@@ -1,6 +1,6 @@
 //! The boot routes' decisions, pure: from a MAC and its owner resolution to the URL to
 //! chain, and from that URL's check (`http::chain_check`) to the iPXE script or status
-//! to send (ARCHITECTURE.md, "HTTP boot routing").
+//! to send (docs/design.md, "HTTP boot routing").
 //!
 //! A machine's first stage walks every NIC; for each it asks `/v1/boot/<mac>/<name>`.
 //! A NIC no resolver knows, or whose conductor answers 404 for it, is a *miss*: HTTP

@@ -243,7 +243,7 @@ async fn count_request(
         .get::<axum::extract::MatchedPath>()
         .cloned();
     let route = route.as_ref().map_or("unmatched", |m| m.as_str());
-    // One span per request (STYLE §8), named by the route pattern; the status is
+    // One span per request (docs/style.md §8), named by the route pattern; the status is
     // filled in when the answer is known. At debug level, like the DHCP packet span.
     let span =
         tracing::debug_span!("http", route, method = %req.method(), status = tracing::field::Empty);

@@ -1,4 +1,4 @@
-//! The membership-change rule (ARCHITECTURE.md "Members"; README "Changing the
+//! The membership-change rule (docs/design.md "Members"; docs/members.md "Changing the
 //! members"), pure: the store remembers the member list it served; when the configured
 //! list differs, fresh addresses are narrowed for one longest lease time. A member on an
 //! empty store adopts the latest transition its peers report, handing out nothing fresh

@@ -6,7 +6,7 @@
 //! or leaving shifts every boundary, so most addresses change hands; a name that sorts
 //! first moves all of them. With rendezvous blocks, a block changes hands only when the
 //! member that wins it changes: a joining member takes about 1/(n+1) of the blocks, a
-//! leaving one gives up only its own (the figures are in `tests` below and the README).
+//! leaving one gives up only its own (the figures are in `tests` below and docs/members.md).
 //!
 //! Every member must compute the same assignment from the same names, so everything here
 //! is a pure function of (names, range), and changing it is a protocol change: it is
@@ -250,7 +250,7 @@ mod tests {
         assert_ne!(one, Shares::assign(Split::CURRENT, 5000, 1024, &ns));
     }
 
-    /// The figures the README gives: addresses moved when a member joins or leaves,
+    /// The figures docs/members.md gives: addresses moved when a member joins or leaves,
     /// rendezvous blocks against contiguous slices, over a 1,024-address range.
     #[test]
     fn a_join_or_leave_moves_few_addresses_where_contiguous_slices_move_most() {

@@ -1,4 +1,4 @@
-//! One test battery for every [`Store`] implementation (STYLE.md §12). Each
+//! One test battery for every [`Store`] implementation (docs/style.md §12). Each
 //! implementation adds one line to the `store_battery!` invocations at the bottom. The
 //! DHCPv6 half of the battery is in `battery6.rs`.
 

@@ -18,7 +18,7 @@ use super::transfer::{FailReason, Handled, Status, Transfer};
 /// receive beyond this is truncated and then fails to decode.
 pub(crate) const RECV_BUF: usize = 2048;
 
-/// The span of one transfer from `peer` (STYLE §8), opened at admission. `file` (the
+/// The span of one transfer from `peer` (docs/style.md §8), opened at admission. `file` (the
 /// confined, aliased name below the root, never the raw request bytes), `blksize` and
 /// `windowsize` are filled in by [`started`] once the request is resolved; a refused
 /// request's span keeps only `peer`.

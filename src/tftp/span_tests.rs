@@ -1,5 +1,5 @@
 //! Both shells log a transfer's events in its span, which carries the peer, the resolved
-//! file name and the agreed options (STYLE §8).
+//! file name and the agreed options (docs/style.md §8).
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};

@@ -93,7 +93,7 @@ impl Churn {
     }
 
     /// Counts the addresses moved by a change from `before` to `after` (sorted names),
-    /// as `cargo test --lib shares` does for the README's figure.
+    /// as `cargo test --lib shares` does for the figure in docs/members.md.
     pub(super) fn list_change(
         &mut self,
         range: (Ipv4Addr, Ipv4Addr),

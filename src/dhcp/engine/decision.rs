@@ -19,7 +19,7 @@ pub struct Interface {
     pub boot_server: bool,
 }
 
-/// Whether this member is the one that should answer the client (ARCHITECTURE.md,
+/// Whether this member is the one that should answer the client (docs/design.md,
 /// "DHCP decisions" 2). Computed outside the engine from the owner resolver and the
 /// live member set; a single instance is always responsible.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

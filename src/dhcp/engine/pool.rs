@@ -3,7 +3,7 @@
 //! allocation is O(1) amortised and spreads addresses instead of reusing the newest free.
 //!
 //! With several members, the range is shared among them in blocks (`owner::shares`;
-//! ARCHITECTURE.md, "DHCP decisions" 3); a member hands out fresh addresses only from
+//! docs/design.md, "DHCP decisions" 3); a member hands out fresh addresses only from
 //! its own share, so two members never offer the same address.
 
 use std::net::{Ipv4Addr, Ipv6Addr};

@@ -628,7 +628,7 @@ impl LoopState<'_> {
         if !self.admit(msg.giaddr(), discover, listener, from) {
             return Action::Nothing;
         }
-        // One span per packet (STYLE §8). At debug level: a span per datagram at the
+        // One span per packet (docs/style.md §8). At debug level: a span per datagram at the
         // default level would cost more than a tenth of the whole decision.
         let span = tracing::debug_span!(
             "dhcp",
