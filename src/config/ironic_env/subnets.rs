@@ -49,7 +49,8 @@ fn this_host_in(entry: &str, this_host: Option<Ipv4Addr>) -> Result<String, Stri
 }
 
 /// The `[[subnet6]]` tables of DHCP_RANGE's IPv6 entries: one per prefix, with the
-/// entry's lease time. (DNS_IP, GATEWAY_IP and DHCP_OPTIONS are IPv4 settings.)
+/// entry's lease time and DHCP_OPTIONS' `option6:` entries. (DNS_IP and GATEWAY_IP are
+/// IPv4 settings.)
 pub(super) fn subnets6(
     vars: &BTreeMap<String, String>,
     issues: &mut Issues,
@@ -89,14 +90,39 @@ pub(super) fn subnets6(
         );
         origin(format!("subnet6[{i}]"), "DHCP_RANGE", Some(entry.into()));
     }
+    // Bad entries are named once, by `subnets`, which reads DHCP_OPTIONS whole.
+    let options6: Vec<&str> = entries(vars, "DHCP_OPTIONS")
+        .into_iter()
+        .filter(|e| options::dnsmasq::parse6(e).is_ok())
+        .collect();
+    if plans.is_empty() {
+        if let Some(e) = options6.first() {
+            issues.add(
+                "DHCP_OPTIONS",
+                format!("entry {e:?}: a DHCPv6 option, but no DHCP_RANGE entry is IPv6"),
+            );
+        }
+    }
     plans
         .into_iter()
-        .map(|(network, ranges, lease)| {
+        .enumerate()
+        .map(|(i, (network, ranges, lease))| {
             let mut t = Table::new();
             t.insert("network".into(), Value::String(network.to_string()));
             t.insert("ranges".into(), Value::Array(ranges));
             if let Some(secs) = lease {
                 t.insert("lease_time".into(), Value::Integer(secs.into()));
+            }
+            if !options6.is_empty() {
+                for (j, entry) in options6.iter().enumerate() {
+                    origin(
+                        format!("subnet6[{i}].options[{j}]"),
+                        "DHCP_OPTIONS",
+                        Some(entry.to_string()),
+                    );
+                }
+                let list = options6.iter().map(|e| Value::String(e.to_string()));
+                t.insert("options".into(), Value::Array(list.collect()));
             }
             Value::Table(t)
         })
@@ -227,8 +253,12 @@ pub(super) fn subnets(
     let mut option_entries: Vec<(String, &str)> = Vec::new();
     for entry in entries(vars, "DHCP_OPTIONS") {
         let parsed = this_host_in(entry, ironic_ip).and_then(|text| {
-            let rule = options::dnsmasq::parse(&text).map_err(|e| e.to_string())?;
-            let unset = rule.tags.iter().find(|t| {
+            // `option6:` entries go to the `[[subnet6]]` tables (`subnets6`).
+            let (tags, v6) = match options::dnsmasq::parse_any(&text).map_err(|e| e.to_string())? {
+                options::dnsmasq::AnyRule::V4(r) => (r.tags, false),
+                options::dnsmasq::AnyRule::V6(r) => (r.tags, true),
+            };
+            let unset = tags.iter().find(|t| {
                 !t.negated
                     && !set_tags.contains(&t.name)
                     && !options::BUILTIN_TAGS.contains(&t.name.as_str())
@@ -238,11 +268,12 @@ pub(super) fn subnets(
                     "no DHCP_RANGE or DHCP_HOSTS entry sets tag {:?}",
                     t.name
                 )),
-                None => Ok(text),
+                None => Ok((text, v6)),
             }
         });
         match parsed {
-            Ok(text) => option_entries.push((text, entry)),
+            Ok((_, true)) => {}
+            Ok((text, false)) => option_entries.push((text, entry)),
             Err(e) => issues.add("DHCP_OPTIONS", format!("entry {entry:?}: {e}")),
         }
     }

@@ -238,10 +238,43 @@ fn hosts_ignore_and_options() {
 }
 
 #[test]
+fn option6_entries_of_dhcp_options_go_to_the_ipv6_ranges() {
+    let cfg = load(&env(&[
+        (
+            "DHCP_RANGE",
+            "192.0.2.10,192.0.2.100,255.255.255.0;fd00:1::10,fd00:1::ff,64",
+        ),
+        (
+            "DHCP_OPTIONS",
+            "option:mtu,9000;option6:ntp-server,[fd00:1::5];tag:!ipxe,option6:sntp-server,[fd00:1::6]",
+        ),
+    ]))
+    .unwrap();
+    assert_eq!(
+        cfg.subnets[0].options.len(),
+        1,
+        "the v4 entry stays in [[subnet]]"
+    );
+    let v6: Vec<_> = cfg.subnets6[0]
+        .options
+        .iter()
+        .map(|o| (o.code, o.tags.len()))
+        .collect();
+    assert_eq!(v6, [(56, 0), (31, 1)]);
+    // Without an IPv6 range there is nothing to send them to: said, not dropped.
+    let p = problems(&env(&[
+        ("DHCP_RANGE", "192.0.2.10,192.0.2.100,255.255.255.0"),
+        ("DHCP_OPTIONS", "option6:ntp-server,[fd00:1::5]"),
+    ]));
+    assert!(p[0].contains("no DHCP_RANGE entry is IPv6"), "{p:?}");
+}
+
+#[test]
 fn every_refusal_names_its_variable() {
     let base = [("DHCP_RANGE", "192.0.2.10,192.0.2.100,255.255.255.0")];
     let cases: &[(&[(&str, &str)], &str)] = &[
         (&[("DHCP_OPTIONS", "option:routr,192.0.2.2")], "DHCP_OPTIONS: entry \"option:routr,192.0.2.2\": \"option:routr\": no option is called"),
+        (&[("DHCP_OPTIONS", "option6:dns-server,192.0.2.1")], "DHCP_OPTIONS: entry \"option6:dns-server,192.0.2.1\": \"192.0.2.1\" is not an IPv6 address"),
         (&[("DHCP_OPTIONS", "encap:175,176,1")], "DHCP_OPTIONS: entry \"encap:175,176,1\": \"encap:175\": encapsulated options are not supported"),
         (&[("DHCP_OPTIONS", "option:mtu,big")], "DHCP_OPTIONS: entry \"option:mtu,big\": \"big\" is not a number"),
         (&[("DHCP_OPTIONS", "tag:range_9,option:router,192.0.2.1")], "DHCP_OPTIONS: entry \"tag:range_9,option:router,192.0.2.1\": no DHCP_RANGE or DHCP_HOSTS entry sets tag \"range_9\""),
