@@ -363,3 +363,102 @@ fn a_relayed_client_is_told_to_boot_from_the_address_its_relay_reached() {
     }
     drop(server);
 }
+
+/// `VAR=value` lines of an env-dump file as a map.
+fn env_of(path: &std::path::Path) -> std::collections::BTreeMap<String, String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn dhclient6_reads_option6_entries_of_the_subnet_and_the_host_and_only_what_it_asked_for() {
+    require_root!();
+    let lab = common::lab6::lab(&["fd00:1::2/64"]);
+    // Subnet: SNTP, NTP, the refresh time and two options shardboot has no name for;
+    // the host's entry replaces the subnet's DNS server (`dns`).
+    let host = format!(
+        "[[host]]\nmac = \"{}\"\noptions = [\"option6:dns-server,[fd00:1::53]\"]\n",
+        lab.client_mac()
+    );
+    let (dir, server) = common::lab6::serve(
+        &lab,
+        concat!(
+            "options = [\"option6:sntp-server,[fd00:1::6],[fd00:1::7]\", ",
+            "\"option6:information-refresh-time,900\", \"option6:ntp-server,[fd00:1::5]\", ",
+            "\"option6:200,01:02:03\", \"option6:201,04:05\"]\n"
+        ),
+        &host,
+    );
+    let conf = dir.path().join("dhclient6.conf");
+    // Option 201 is known to the client but not requested: it must not come back.
+    std::fs::write(
+        &conf,
+        concat!(
+            "option dhcp6.sb-ntp code 56 = string;\n",
+            "option dhcp6.sb-200 code 200 = string;\n",
+            "option dhcp6.sb-201 code 201 = string;\n",
+            "request dhcp6.name-servers, dhcp6.sntp-servers, dhcp6.info-refresh-time, ",
+            "dhcp6.sb-ntp, dhcp6.sb-200;\n",
+        ),
+    )
+    .unwrap();
+    let events = dir.path().join("events6");
+    let hook = common::clients::dhclient_hook(dir.path(), "env-dump", &events);
+    let status = lab
+        .client
+        .command("dhclient")
+        .args(["-6", "-1", "-cf"])
+        .arg(&conf)
+        .arg("-sf")
+        .arg(&hook)
+        .arg("-lf")
+        .arg(dir.path().join("dhclient6.leases"))
+        .arg("-pf")
+        .arg(dir.path().join("dhclient6.pid"))
+        .arg(&lab.client_if)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "dhclient -6:\n{}", server.log_text());
+    let bound = dir.path().join("events6.BOUND6");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !bound.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "no BOUND6:\n{}",
+            server.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let env = env_of(&bound);
+    let get = |k: &str| env.get(k).cloned().unwrap_or_default();
+    assert_eq!(get("new_dhcp6_name_servers"), "fd00:1::53", "{env:?}");
+    assert_eq!(
+        get("new_dhcp6_sntp_servers"),
+        "fd00:1::6 fd00:1::7",
+        "{env:?}"
+    );
+    assert_eq!(get("new_dhcp6_info_refresh_time"), "900", "{env:?}");
+    // RFC 5908 §4: suboption 1, 16 octets, the address.
+    assert_eq!(
+        get("new_dhcp6_sb_ntp"),
+        "0:1:0:10:fd:0:0:1:0:0:0:0:0:0:0:0:0:0:0:5",
+        "{env:?}"
+    );
+    assert_eq!(get("new_dhcp6_sb_200"), "1:2:3", "{env:?}");
+    assert!(
+        !env.contains_key("new_dhcp6_sb_201"),
+        "not requested: {env:?}"
+    );
+    let _ = lab
+        .client
+        .command("dhclient")
+        .args(["-6", "-x", "-pf"])
+        .arg(dir.path().join("dhclient6.pid"))
+        .status();
+}

@@ -241,3 +241,53 @@ fn a_reserved_machine_gets_exactly_its_ip6_and_host_name_from_dhcpcd() {
     wait_lease_state(&lab, "fd00:1::42", "released");
     drop(server);
 }
+
+#[test]
+fn dhcpcd6_reads_option6_entries_it_asked_for_and_no_other() {
+    require_root!();
+    let lab = common::lab6::lab(&[]);
+    let (dir, server) = serve(
+        &lab,
+        concat!(
+            "options = [\"option6:sntp-server,[fd00:1::6]\", \"option6:ntp-server,[fd00:1::5],ntp.lab.example\", ",
+            "\"option6:domain-search,lab.example\", \"option6:information-refresh-time,900\"]\n"
+        ),
+        "",
+    );
+    let events = dir.path().join("events6");
+    // dhcpcd asks (Option Request option) for what its `option` lines name, and reads
+    // option 56's suboptions by its own definitions (RFC 5908).
+    let mut dhcpcd = Dhcpcd::start(
+        &lab,
+        dir.path(),
+        &dhcpcd_conf("ia_na 1\noption dhcp6_name_servers\noption dhcp6_sntp_servers\noption dhcp6_ntp_server\noption dhcp6_domain_search"),
+        &events,
+    );
+    wait_event(&events, "BOUND6", 1);
+    let env: std::collections::BTreeMap<String, String> =
+        std::fs::read_to_string(dir.path().join("events6.BOUND6"))
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+    let get = |k: &str| env.get(k).cloned().unwrap_or_default();
+    let log = || format!("{env:?}\n{}\n{}", dhcpcd.log_text(), server.log_text());
+    assert_eq!(get("new_dhcp6_name_servers"), "fd00:1::1", "{}", log());
+    assert_eq!(get("new_dhcp6_sntp_servers"), "fd00:1::6", "{}", log());
+    assert_eq!(get("new_dhcp6_ntp_server_addr"), "fd00:1::5", "{}", log());
+    assert_eq!(
+        get("new_dhcp6_ntp_server_fqdn"),
+        "ntp.lab.example",
+        "{}",
+        log()
+    );
+    assert_eq!(get("new_dhcp6_domain_search"), "lab.example", "{}", log());
+    // Not asked for: not sent (RFC 8415 §18.3).
+    assert!(
+        !env.contains_key("new_dhcp6_info_refresh_time"),
+        "{}",
+        log()
+    );
+    dhcpcd.control_and_wait_exit("--release");
+}

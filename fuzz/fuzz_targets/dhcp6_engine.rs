@@ -1,6 +1,7 @@
 //! A DHCPv6 datagram through the whole pure path: check and decode (`dhcp6::wire`),
 //! decide (`dhcp6::engine`, two links, rapid commit on one, a `[[host]] ip6`
-//! reservation), encode the reply. Nothing panics; every reply decodes again as the
+//! reservation, `option6:` entries at every level and one link chosen by the relay's
+//! Interface-Id), encode the reply. Nothing panics; every reply decodes again as the
 //! message type it claims; every lease the engine would store round-trips through the
 //! store's record format (what a packet puts on disk reads back exactly).
 #![no_main]
@@ -16,6 +17,8 @@ use shardboot::store::{decode_lease6, encode_lease6, Lease6Effect};
 
 const CONFIG: &str = r#"
 state_dir = "/nonexistent"
+[dhcp]
+options = ["option6:ntp-server,[fd00:1::5],ntp.example", "option6:200,01:02"]
 [[subnet6]]
 network = "fd00:1::/64"
 ranges = ["fd00:1::10 - fd00:1::40"]
@@ -26,10 +29,14 @@ domain_search = ["prov.example"]
 network = "fd00:2::/64"
 ranges = ["fd00:2::10 - fd00:2::12"]
 rapid_commit = true
+interface_id = "eth0"
+options = ["tag:ipxe,option6:dns-server", "option6:sntp-server,[fd00:2::1]"]
 [[host]]
 mac = "52:54:00:00:00:02"
 ip6 = "fd00:1::30"
 hostname = "node-02"
+tags = ["rack"]
+options = ["tag:rack,option6:information-refresh-time,600"]
 "#;
 
 fn config() -> &'static shardboot::config::Config {
