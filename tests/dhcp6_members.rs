@@ -6,7 +6,9 @@
 //! answered by exactly one live member, still without a duplicate. The members share a
 //! lease store (PostgreSQL, started by the test): the dead member's machines keep their
 //! addresses when they Rebind, and a member restarted on an empty store reads every
-//! binding before it hands out one.
+//! binding before it hands out one. Each member answers with the server DUID its
+//! configuration chose, and the relay names the clients' link only by its
+//! Interface-Id (link-address 0), which `[[subnet6]] interface_id` maps to the range.
 
 mod common;
 
@@ -26,12 +28,18 @@ use shardboot::owner::responsible_member;
 
 const NAMES: [&str; 3] = ["a", "b", "c"];
 const RELAY: &str = "fd00:1::2";
-const LINK: &str = "fd00:2::1";
+/// The relay's link-address: 0, so only its Interface-Id (`rack1`) names the link.
+const LINK: &str = "::";
 /// The relayed link's range, shared among the members.
 const RANGE: (&str, &str) = ("fd00:2::1000", "fd00:2::13ff");
 
 fn member_v4(i: usize) -> String {
     format!("198.18.0.{}", 11 + i)
+}
+
+/// Member `i`'s chosen server DUID (`dhcp6.server_duid`): a DUID-EN (RFC 8415 §11.3).
+fn member_duid(i: usize) -> Vec<u8> {
+    vec![0, 2, 0, 0, 0x01, 0x57, 0xd0, i as u8]
 }
 
 fn member_v6(i: usize) -> Ipv6Addr {
@@ -52,6 +60,7 @@ interfaces = ["{interface}"]
 takeover_secs = 3
 [dhcp6]
 interfaces = ["{interface}"]
+server_duid = "{duid}"
 {tables}
 [[subnet]]
 network = "198.18.0.0/16"
@@ -65,7 +74,13 @@ rebinding_time = 4
 [[subnet6]]
 network = "fd00:2::/64"
 ranges = ["{first} - {last}"]
+interface_id = "rack1"
 {store}"#,
+        duid = member_duid(i)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<Vec<_>>()
+            .join(":"),
         tables = common::members::segment_member_tables(member_v4(i), NAMES[i], &members),
         first = RANGE.0,
         last = RANGE.1,
@@ -231,6 +246,11 @@ fn boot(
         assert_eq!(h.len(), 1, "{m:02x?}: one Advertise, got {h:?}");
         let h = &h[0];
         assert_eq!(h.kind, MessageType::Advertise);
+        assert_eq!(
+            h.server_id,
+            member_duid(h.member),
+            "the member's chosen DUID"
+        );
         assert_eq!(
             h.member,
             responsible(m, live),
