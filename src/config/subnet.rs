@@ -41,6 +41,19 @@ pub(super) enum RawRange {
     Tagged { range: String, tag: String },
 }
 
+impl RawRange {
+    /// The range's text and its tag, checked (an issue under `key.tag`).
+    pub(super) fn text_and_tag(&self, key: &str, issues: &mut Issues) -> (&str, Option<String>) {
+        match self {
+            RawRange::Plain(t) => (t, None),
+            RawRange::Tagged { range, tag } => {
+                super::tag_list(&format!("{key}.tag"), std::slice::from_ref(tag), issues);
+                (range, Some(tag.clone()))
+            }
+        }
+    }
+}
+
 /// A served subnet.
 #[derive(Debug, Clone)]
 pub struct Subnet {
@@ -163,13 +176,7 @@ fn subnet(i: usize, raw: RawSubnet, issues: &mut Issues) -> Option<Subnet> {
         .enumerate()
         .filter_map(|(j, r)| {
             let key = format!("subnet[{i}].ranges[{j}]");
-            let (text, tag) = match r {
-                RawRange::Plain(t) => (t, None),
-                RawRange::Tagged { range, tag } => {
-                    super::tag_list(&format!("{key}.tag"), std::slice::from_ref(tag), issues);
-                    (range, Some(tag.clone()))
-                }
-            };
+            let (text, tag) = r.text_and_tag(&key, issues);
             let parsed = parse_range(&key, text, network, issues)?;
             range_tags.push(tag);
             Some(parsed)

@@ -19,7 +19,7 @@ pub(super) struct RawSubnet6 {
     network: Option<String>,
     interface: Option<String>,
     #[serde(default)]
-    ranges: Vec<String>,
+    ranges: Vec<super::subnet::RawRange>,
     #[serde(default)]
     exclude: Vec<String>,
     lease_time: Option<u32>,
@@ -46,6 +46,8 @@ pub struct Subnet6 {
     pub interface: Option<String>,
     /// Inclusive address ranges for dynamic allocation.
     pub ranges: Vec<(Ipv6Addr, Ipv6Addr)>,
+    /// The tag each range sets for the clients given an address in it, by index.
+    pub range_tags: Vec<Option<String>>,
     /// Addresses inside the ranges never handed out dynamically.
     pub exclude: Vec<Ipv6Addr>,
     /// Valid lifetime, seconds (RFC 8415 §21.6).
@@ -70,6 +72,15 @@ pub struct Subnet6 {
 }
 
 impl Subnet6 {
+    /// The tag of the range `ip` lies in, if that range sets one.
+    pub fn range_tag(&self, ip: Ipv6Addr) -> Option<&str> {
+        self.ranges
+            .iter()
+            .zip(&self.range_tags)
+            .find(|((a, b), _)| *a <= ip && ip <= *b)
+            .and_then(|(_, t)| t.as_deref())
+    }
+
     /// Whether `ip` is inside one of the dynamic ranges.
     pub fn in_ranges(&self, ip: Ipv6Addr) -> bool {
         self.ranges.iter().any(|(a, b)| *a <= ip && ip <= *b)
@@ -168,11 +179,18 @@ fn subnet6(i: usize, raw: RawSubnet6, issues: &mut Issues) -> Option<Subnet6> {
             None
         }
     };
+    let mut range_tags = Vec::new();
     let ranges: Vec<_> = raw
         .ranges
         .iter()
         .enumerate()
-        .filter_map(|(j, r)| parse_range6(&format!("subnet6[{i}].ranges[{j}]"), r, network, issues))
+        .filter_map(|(j, r)| {
+            let key = format!("subnet6[{i}].ranges[{j}]");
+            let (text, tag) = r.text_and_tag(&key, issues);
+            let parsed = parse_range6(&key, text, network, issues)?;
+            range_tags.push(tag);
+            Some(parsed)
+        })
         .collect();
     for (j, a) in ranges.iter().enumerate() {
         if ranges[..j].iter().any(|b| a.0 <= b.1 && b.0 <= a.1) {
@@ -223,6 +241,7 @@ fn subnet6(i: usize, raw: RawSubnet6, issues: &mut Issues) -> Option<Subnet6> {
         network: network?,
         interface: raw.interface,
         ranges,
+        range_tags,
         exclude,
         lease_time,
         preferred_time,

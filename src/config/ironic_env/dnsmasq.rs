@@ -25,6 +25,8 @@ pub(super) struct RangeEntry {
 /// (dnsmasq: the prefix length takes the place of the netmask, 64 when absent).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Range6Entry {
+    /// The tag `set:` gives clients of this range.
+    pub tag: Option<String>,
     pub begin: Ipv6Addr,
     pub end: Ipv6Addr,
     pub prefix: u8,
@@ -45,8 +47,18 @@ pub(super) fn is_v6_range(entry: &str) -> bool {
 /// shardboot's DHCPv6 is stateful.
 pub(super) fn range6(entry: &str) -> Result<Range6Entry, String> {
     let mut fields: Vec<&str> = entry.split(',').map(str::trim).collect();
-    if fields.first().is_some_and(|f| f.starts_with("set:")) {
-        return Err("set:<tag> on an IPv6 range is not supported yet".into());
+    let mut tag = None;
+    if let Some(t) = fields.first().and_then(|f| f.strip_prefix("set:")) {
+        tag = Some(t.to_string());
+        fields.remove(0);
+    }
+    if let Some(f) = fields
+        .iter()
+        .find(|f| f.starts_with("tag:") || f.starts_with("set:"))
+    {
+        return Err(format!(
+            "{f:?}: only one leading set:<tag> is supported (ranges chosen by tag are not)"
+        ));
     }
     if let Some(f) = fields.iter().find(|f| {
         f.starts_with("constructor:") || f.starts_with("ra-") || **f == "slaac" || **f == "static"
@@ -81,6 +93,7 @@ pub(super) fn range6(entry: &str) -> Result<Range6Entry, String> {
         ));
     }
     Ok(Range6Entry {
+        tag,
         begin,
         end,
         prefix,
@@ -292,6 +305,7 @@ mod tests {
         assert_eq!(
             range6("fd2e:6f44:5dd8:c956::14,fd2e:6f44:5dd8:c956::c8,64,12h").unwrap(),
             Range6Entry {
+                tag: None,
                 begin: "fd2e:6f44:5dd8:c956::14".parse().unwrap(),
                 end: "fd2e:6f44:5dd8:c956::c8".parse().unwrap(),
                 prefix: 64,
@@ -299,6 +313,14 @@ mod tests {
             }
         );
         assert_eq!(range6("fd00::10,fd00::ff").unwrap().prefix, 64);
+        assert_eq!(
+            range6("set:range_6,fd00::10,fd00::ff")
+                .unwrap()
+                .tag
+                .as_deref(),
+            Some("range_6")
+        );
+        assert!(range6("set:a,fd00::10,set:b,fd00::ff").is_err());
         assert!(range6("fd00::,ra-only").unwrap_err().contains("ra-only"));
         assert!(range6("::,constructor:eth0,ra-names")
             .unwrap_err()

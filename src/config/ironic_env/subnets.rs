@@ -79,9 +79,16 @@ pub(super) fn subnets6(
             }
         };
         let j = plans[i].1.len();
-        plans[i]
-            .1
-            .push(Value::String(format!("{} - {}", r.begin, r.end)));
+        let text = Value::String(format!("{} - {}", r.begin, r.end));
+        plans[i].1.push(match r.tag {
+            None => text,
+            Some(tag) => {
+                let mut t = Table::new();
+                t.insert("range".into(), text);
+                t.insert("tag".into(), Value::String(tag));
+                Value::Table(t)
+            }
+        });
         plans[i].2 = plans[i].2.or(r.lease_time);
         origin(
             format!("subnet6[{i}].ranges[{j}]"),
@@ -243,6 +250,12 @@ pub(super) fn subnets(
     let set_tags: Vec<String> = subnets
         .iter()
         .flat_map(|s| s.tags.iter().cloned())
+        .chain(
+            entries(vars, "DHCP_RANGE")
+                .into_iter()
+                .filter(|e| dnsmasq::is_v6_range(e))
+                .filter_map(|e| dnsmasq::range6(e).ok()?.tag),
+        )
         .chain(
             entries(vars, "DHCP_HOSTS")
                 .into_iter()

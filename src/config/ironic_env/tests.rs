@@ -54,6 +54,10 @@ fn problems(vars: &BTreeMap<String, String>) -> Vec<String> {
         .collect()
 }
 
+fn ip6(s: &str) -> std::net::Ipv6Addr {
+    s.parse().unwrap()
+}
+
 fn ip(s: &str) -> Ipv4Addr {
     s.parse().unwrap()
 }
@@ -242,7 +246,7 @@ fn option6_entries_of_dhcp_options_go_to_the_ipv6_ranges() {
     let cfg = load(&env(&[
         (
             "DHCP_RANGE",
-            "192.0.2.10,192.0.2.100,255.255.255.0;fd00:1::10,fd00:1::ff,64",
+            "192.0.2.10,192.0.2.100,255.255.255.0;fd00:1::10,fd00:1::ff,64;set:range_6,fd00:1::100,fd00:1::1ff,64",
         ),
         (
             "DHCP_OPTIONS",
@@ -250,6 +254,10 @@ fn option6_entries_of_dhcp_options_go_to_the_ipv6_ranges() {
         ),
     ]))
     .unwrap();
+    // dnsmasq's `set:` on an IPv6 range: the range's tag.
+    let s6 = &cfg.subnets6[0];
+    assert_eq!(s6.range_tag(ip6("fd00:1::180")), Some("range_6"));
+    assert_eq!(s6.range_tag(ip6("fd00:1::80")), None);
     assert_eq!(
         cfg.subnets[0].options.len(),
         1,

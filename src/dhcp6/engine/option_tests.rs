@@ -167,3 +167,28 @@ fn a_relayed_clients_subnet_is_picked_by_the_relays_interface_id_first() {
         .unwrap();
     assert_eq!(super::tests::ia_of(&r, 1).0[0].0, ip("fd00:1::10"));
 }
+
+#[test]
+fn a_ranges_tag_holds_for_the_clients_given_an_address_in_it() {
+    let text = concat!(
+        "state_dir = \"/tmp/unused\"\n[store]\nshared = \"postgres://db.test/shardboot\"\n",
+        "[[subnet6]]\nnetwork = \"fd00:1::/64\"\n",
+        "ranges = [{ range = \"fd00:1::10 - fd00:1::10\", tag = \"first\" }, \"fd00:1::20 - fd00:1::2f\"]\n",
+        "options = [\"tag:first,option6:sntp-server,[fd00:1::6]\"]\n",
+    );
+    let cfg = crate::config::Config::from_toml_with_overrides(text, &[]).expect("config");
+    let mut e = Engine6::new(&cfg, SERVER_DUID.to_vec(), Vec::new(), 1_000);
+    // The first client gets the tagged range's only address, and its option.
+    let r = advertise(&mut e, &solicit(1, None));
+    assert_eq!(super::tests::ia_of(&r, 1).0[0].0, ip("fd00:1::10"));
+    assert_eq!(configuration(&r), [(31, ip("fd00:1::6").octets().to_vec())]);
+    // The next is given one of the untagged range: no option.
+    let mut other = ctx(1_000);
+    other.mac = Some(MacAddr([0x52, 0x54, 0, 0, 0, 9]));
+    let r = e
+        .handle_message(&solicit(9, None), &[], &other)
+        .reply
+        .unwrap();
+    assert_eq!(super::tests::ia_of(&r, 1).0[0].0, ip("fd00:1::20"));
+    assert_eq!(configuration(&r), []);
+}

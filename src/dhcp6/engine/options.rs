@@ -1,7 +1,9 @@
 //! What a DHCPv6 reply carries beside its IAs: the subnet's DNS options, the boot file
 //! URL, the host name, and the configured `option6:` entries (`dhcp::options`, the
 //! same precedence as v4: `[dhcp] options`, then `[[subnet6]] options`, then the
-//! `[[host]]`'s, tags deciding within a level), trimmed to what the client asked for.
+//! `[[host]]`'s, tags deciding within a level: client classes, the host's tags and
+//! `known`, the tag of the range the address comes from), trimmed to what the client
+//! asked for.
 
 use dhcproto::v6::{DhcpOption, Message, OptionCode, UnknownOption};
 
@@ -37,6 +39,17 @@ impl Engine6 {
         let host = self.hosts.entry(ctx.mac);
         let mut tags: Vec<&str> = Vec::with_capacity(8);
         options::class_tags(&class, &mut tags);
+        // The tag of the range the reply's address comes from (`{ range, tag }`).
+        let given = reply::ia_nas(out)
+            .into_iter()
+            .flat_map(|ia| {
+                ia.opts.iter().filter_map(|o| match o {
+                    DhcpOption::IAAddr(a) if a.valid_life > 0 => Some(a.addr),
+                    _ => None,
+                })
+            })
+            .find_map(|a| subnet.range_tag(a));
+        tags.extend(given);
         if let Some(h) = host {
             tags.push("known");
             tags.extend(h.tags.iter().map(String::as_str));
