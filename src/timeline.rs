@@ -311,6 +311,28 @@ fn clean(text: &str) -> Box<str> {
     out.into_boxed_str()
 }
 
+/// The exchange as one log line, as dnsmasq's `log-dhcp` gives one per message (what
+/// ironic-image's operators read with `kubectl logs`): on target `exchange`, at info
+/// for what was answered or served, at debug for a silence (on several members, two
+/// of three stay silent for every machine, and a flood of strangers is all silences).
+/// `SHARDBOOT_LOG=info,exchange=warn` turns them off. Every field is shardboot's own
+/// or escaped (`clean`).
+fn log_exchange(mac: MacAddr, e: &Event) {
+    let source = match e.source {
+        Source::Dhcp => "dhcp",
+        Source::Dhcp6 => "dhcp6",
+        Source::Tftp => "tftp",
+        Source::Http => "http",
+    };
+    let ip = e.ip.map(tracing::field::display);
+    let detail = e.detail.as_deref();
+    if e.outcome == "silent" {
+        tracing::debug!(target: "exchange", source, %mac, what = e.what, outcome = e.outcome, why = e.why, ip, detail, "{} {mac}: {}", e.what, e.outcome);
+    } else {
+        tracing::info!(target: "exchange", source, %mac, what = e.what, outcome = e.outcome, why = e.why, ip, detail, "{} {mac}: {}", e.what, e.outcome);
+    }
+}
+
 impl Timeline {
     /// Records `report` for `mac` at the current time.
     pub fn record(&self, mac: MacAddr, report: Report) {
@@ -338,6 +360,7 @@ impl Timeline {
             ip: report.ip,
             detail,
         };
+        log_exchange(mac, &event);
         // An HTTP boot request names its MAC in the URL, which anyone can write: it
         // moves nobody to the known ring. A TFTP transfer needs an address given first.
         let answered = given || report.source == Source::Tftp;

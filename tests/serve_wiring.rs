@@ -61,6 +61,32 @@ fn one_process_serves_dhcp_and_the_boot_file_over_tftp() {
     let got = common::clients::tftp_get(&lab.client, "192.0.2.1", "undionly.kpxe", &out);
     assert!(got.status.success());
     assert_eq!(std::fs::read(&out).unwrap(), payload);
+
+    // Each exchange is one line at info, as dnsmasq's log-dhcp gives (ironic-image's
+    // operators read them with `kubectl logs`): the message, the MAC, the answer.
+    let events = dir.path().join("udhcpc-events");
+    assert!(common::clients::udhcpc_once(&lab.client, &lab.client_if, &events, &[]).success());
+    let mac = lab.client_mac();
+    common::members::wait_until(
+        "the exchange lines",
+        std::time::Duration::from_secs(5),
+        || {
+            let log = server.log_text();
+            log.contains(&format!("DISCOVER {mac}: offer"))
+                && log.contains(&format!("REQUEST {mac}: ack"))
+        },
+    );
+    let log = server.log_text();
+    let ack = log
+        .lines()
+        .find(|l| l.contains(&format!("REQUEST {mac}: ack")))
+        .unwrap();
+    assert!(
+        ack.contains(" INFO ") && ack.contains("exchange") && ack.contains("ip=192.0.2."),
+        "{ack}"
+    );
+    // Rust's Debug text (`Some(Discover)`) is no longer what a reader gets.
+    assert!(!log.contains("Some(Discover)"), "{log}");
 }
 
 #[test]

@@ -791,7 +791,6 @@ impl LoopState<'_> {
             self.timeline.record(mac, timeline_report(msg, &decision));
         }
         self.metrics.outcome(&decision.outcome);
-        debug!(kind = ?msg.opts().msg_type(), outcome = ?decision.outcome, "decided");
         let keep = |mac| {
             Box::new(probe::Kept {
                 msg: msg.clone(),

@@ -353,7 +353,6 @@ fn handle(
             .timeline
             .record(mac, report::report(msg, &decision, via));
     }
-    debug!(from = %from.ip(), kind = ?msg.msg_type(), mac = ?mac, outcome = ?decision.outcome, "DHCPv6");
     let Decision6 { reply, effects, .. } = decision;
     let Some(reply) = reply else { return };
     let Some((bytes, to)) = encode(&reply, &request.hops, from) else {
