@@ -2,6 +2,7 @@
 //! each OpenStack Ironic conductor. docs/design.md has the design, docs/code-map.md the modules.
 
 pub mod app;
+pub mod build_info;
 pub mod cli;
 pub mod config;
 pub mod confine;

@@ -16,7 +16,7 @@ use shardboot::{app, cli};
 
 /// PXE/iPXE-aware DHCPv4/v6, ProxyDHCP, RA, TFTP and HTTP boot server for multi-conductor Ironic.
 #[derive(Parser)]
-#[command(version, about)]
+#[command(version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("SHARDBOOT_COMMIT"), ")"), about)]
 struct Cli {
     /// TOML config file; without it the built-in default is used.
     #[arg(long, short, global = true, env = "SHARDBOOT_CONFIG")]
@@ -169,6 +169,7 @@ fn init_tracing(format: LogFormat) {
 }
 
 fn main() -> ExitCode {
+    shardboot::build_info::set_commit(env!("SHARDBOOT_COMMIT"));
     let cli = Cli::parse();
     let config = match load(&cli) {
         Ok(c) => c,
@@ -247,6 +248,7 @@ fn serve(config: Config, source: &str) -> anyhow::Result<()> {
     // says as much; an operator reading `kubectl logs` starts here).
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
+        commit = env!("SHARDBOOT_COMMIT"),
         config = %source,
         state_dir = %config.state_dir.display(),
         "shardboot starting"
