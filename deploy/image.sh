@@ -20,7 +20,9 @@ version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 TAG=${TAG:-localhost/shardboot:$version}
 SUITE=${SUITE:-bookworm}
 if [ -z "${BIN:-}" ]; then
-  cargo build --release --locked
+  # The commit goes into --version, the start-up line and shardboot_build_info.
+  SHARDBOOT_COMMIT=${SHARDBOOT_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)} \
+    cargo build --release --locked
   BIN=${CARGO_TARGET_DIR:-target}/release/shardboot
 fi
 

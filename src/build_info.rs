@@ -1,5 +1,6 @@
 //! What binary is running: the crate's version and the commit it was built from (set
-//! once by `main`, from `build.rs`), for the `shardboot_build_info` metric.
+//! once by `main`, from `SHARDBOOT_COMMIT` at build time), for the `shardboot_build_info`
+//! metric.
 
 use std::sync::OnceLock;
 

@@ -14,9 +14,22 @@ use shardboot::config::{
 };
 use shardboot::{app, cli};
 
-/// PXE/iPXE-aware DHCPv4/v6, ProxyDHCP, RA, TFTP and HTTP boot server for multi-conductor Ironic.
+/// The commit the binary is built from: `SHARDBOOT_COMMIT` at build time
+/// (`deploy/image.sh` sets it from git), else "unknown". Read from the environment, not
+/// from git by a build script, so a commit does not rebuild the library and every test.
+const COMMIT: &str = match option_env!("SHARDBOOT_COMMIT") {
+    Some(c) => c,
+    None => "unknown",
+};
+
+/// `--version`: the crate's version and the commit.
+fn version() -> &'static str {
+    static V: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    V.get_or_init(|| format!("{} (commit {COMMIT})", env!("CARGO_PKG_VERSION")))
+}
+
 #[derive(Parser)]
-#[command(version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("SHARDBOOT_COMMIT"), ")"), about)]
+#[command(version = version(), about)]
 struct Cli {
     /// TOML config file; without it the built-in default is used.
     #[arg(long, short, global = true, env = "SHARDBOOT_CONFIG")]
@@ -169,7 +182,7 @@ fn init_tracing(format: LogFormat) {
 }
 
 fn main() -> ExitCode {
-    shardboot::build_info::set_commit(env!("SHARDBOOT_COMMIT"));
+    shardboot::build_info::set_commit(COMMIT);
     let cli = Cli::parse();
     let config = match load(&cli) {
         Ok(c) => c,
@@ -248,7 +261,7 @@ fn serve(config: Config, source: &str) -> anyhow::Result<()> {
     // says as much; an operator reading `kubectl logs` starts here).
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
-        commit = env!("SHARDBOOT_COMMIT"),
+        commit = COMMIT,
         config = %source,
         state_dir = %config.state_dir.display(),
         "shardboot starting"
