@@ -151,6 +151,7 @@ fn load(cli: &Cli) -> Result<Config, ConfigError> {
             let host = HostFacts {
                 // Without the list, ranges written without a netmask are refused.
                 addresses: shardboot::dhcp::shell::socket::host_addresses().unwrap_or_default(),
+                macs: shardboot::dhcp6::shell::socket::host_macs(),
                 custom_firmware_readable: custom_firmware_dir(&vars).read_dir().is_ok(),
                 database_ca_readable: std::fs::File::open(DATABASE_CA_FILE).is_ok(),
             };

@@ -41,11 +41,33 @@ pub const BUILTIN_FIRMWARE_DIR: &str = "/tftpboot";
 pub struct HostFacts {
     /// Every (interface, IPv4 address/prefix) of this host.
     pub addresses: Vec<(String, Ipv4Net)>,
+    /// Every (interface, MAC) of this host, for `PROVISIONING_MACS`.
+    pub macs: Vec<(String, crate::mac::MacAddr)>,
     /// Whether [`custom_firmware_dir`] is readable (then it is the TFTP root).
     pub custom_firmware_readable: bool,
     /// Whether [`DATABASE_CA_FILE`] is readable (then the shared store requires TLS
     /// verified with it).
     pub database_ca_readable: bool,
+}
+
+/// The interface holding the first of `macs` (comma- or space-separated) that this
+/// host has, else why not.
+fn interface_of_macs(macs: &str, host: &[(String, crate::mac::MacAddr)]) -> Result<String, String> {
+    let mut wanted = Vec::new();
+    for m in macs
+        .split([',', ' '])
+        .map(str::trim)
+        .filter(|m| !m.is_empty())
+    {
+        wanted.push(
+            m.parse::<crate::mac::MacAddr>()
+                .map_err(|_| format!("{m:?} is not a MAC address"))?,
+        );
+    }
+    wanted
+        .iter()
+        .find_map(|w| host.iter().find(|(_, m)| m == w).map(|(i, _)| i.clone()))
+        .ok_or_else(|| "no interface of this host has any of these MACs".to_string())
 }
 
 /// The custom firmware directory the variables name (ironic-image's default if unset).
@@ -125,7 +147,22 @@ pub(super) fn derive(
     let mut http = Table::new();
 
     // Which address is "this host": ironic-image's wait_for_interface_or_ip order.
-    let iface_var = get(vars, "PROVISIONING_INTERFACE");
+    // PROVISIONING_INTERFACE, else the interface holding one of PROVISIONING_MACS (what
+    // IrSO sets for `macAddresses`), as ironic-image's get_provisioning_interface.
+    let iface_var: Option<(String, &'static str)> = match (
+        get(vars, "PROVISIONING_INTERFACE"),
+        get(vars, "PROVISIONING_MACS"),
+    ) {
+        (Some(i), _) => Some((i.to_string(), "PROVISIONING_INTERFACE")),
+        (None, Some(macs)) => match interface_of_macs(macs, &host.macs) {
+            Ok(i) => Some((i, "PROVISIONING_MACS")),
+            Err(e) => {
+                issues.add("PROVISIONING_MACS", e);
+                None
+            }
+        },
+        (None, None) => None,
+    };
     let mut provisioning_net = None;
     let mut ip_interface = None;
     // An IPv6 IRONIC_IP or PROVISIONING_IP (an IPv6-only provisioning network): the
@@ -157,7 +194,7 @@ pub(super) fn derive(
                 None
             }
         }
-    } else if let Some(i) = iface_var {
+    } else if let Some((i, var)) = &iface_var {
         let first = host
             .addresses
             .iter()
@@ -165,26 +202,24 @@ pub(super) fn derive(
             .map(|(_, a)| a.addr());
         if first.is_none() && get(vars, "IRONIC_HTTP_URL").is_none() {
             issues.add(
-                "PROVISIONING_INTERFACE",
+                *var,
                 format!("{i} has no IPv4 address on this host; set IRONIC_IP or PROVISIONING_IP"),
             );
         }
         first
     } else {
-        let reason = if get(vars, "PROVISIONING_MACS").is_some() {
-            "finding the interface by PROVISIONING_MACS is not supported; set PROVISIONING_INTERFACE or PROVISIONING_IP"
-        } else {
-            "one of IRONIC_IP, PROVISIONING_IP or PROVISIONING_INTERFACE is required"
-        };
-        issues.add("PROVISIONING_IP", reason);
+        if get(vars, "PROVISIONING_MACS").is_none() {
+            issues.add(
+                "PROVISIONING_IP",
+                "one of IRONIC_IP, PROVISIONING_IP, PROVISIONING_INTERFACE or PROVISIONING_MACS is required",
+            );
+        }
         None
     };
 
     // dnsmasq `interface=` is PROVISIONING_INTERFACE, replaced by the interface of
     // PROVISIONING_IP when that is how the address was found.
-    let interface = ip_interface
-        .map(|i| (i, "PROVISIONING_IP"))
-        .or(iface_var.map(|i| (i.to_string(), "PROVISIONING_INTERFACE")));
+    let interface = ip_interface.map(|i| (i, "PROVISIONING_IP")).or(iface_var);
     if let Some((i, var)) = &interface {
         dhcp.insert(
             "interfaces".into(),

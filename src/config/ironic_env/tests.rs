@@ -32,6 +32,10 @@ fn host() -> HostFacts {
             ("eth0".into(), "198.51.100.7/24".parse().unwrap()),
             ("prov0".into(), "192.0.2.2/24".parse().unwrap()),
         ],
+        macs: vec![
+            ("eth0".into(), "52:54:00:00:00:e0".parse().unwrap()),
+            ("prov0".into(), "52:54:00:00:00:b0".parse().unwrap()),
+        ],
         custom_firmware_readable: false,
         database_ca_readable: false,
     }
@@ -348,6 +352,40 @@ fn ironic_ip_and_bound_listeners_and_overrides() {
     assert_eq!(
         cfg.dhcp.port, 6767,
         "SHARDBOOT_* and --set still apply on top"
+    );
+}
+
+#[test]
+fn provisioning_macs_alone_find_the_interface_as_irso_sets_them() {
+    // IrSO's `macAddresses`: no address variable, only PROVISIONING_MACS; the second
+    // MAC is this host's.
+    let without_ip = |pairs: &[(&str, &str)]| {
+        let mut vars = env(pairs);
+        vars.remove("PROVISIONING_IP");
+        vars
+    };
+    let vars = without_ip(&[
+        ("PROVISIONING_MACS", "52:54:00:99:99:99,52:54:00:00:00:b0"),
+        ("DHCP_RANGE", "192.0.2.10,192.0.2.100,255.255.255.0"),
+    ]);
+    let cfg = load(&vars).unwrap();
+    assert_eq!(cfg.dhcp.interfaces, ["prov0"]);
+    assert_eq!(cfg.boot.tftp_server, Some(ip("192.0.2.2")));
+    // PROVISIONING_INTERFACE wins over them; none of them here, or a bad one: said.
+    let both = without_ip(&[
+        ("PROVISIONING_INTERFACE", "eth0"),
+        ("PROVISIONING_MACS", "52:54:00:00:00:b0"),
+    ]);
+    assert_eq!(load(&both).unwrap().dhcp.interfaces, ["eth0"]);
+    let p = problems(&without_ip(&[("PROVISIONING_MACS", "52:54:00:99:99:99")]));
+    assert!(
+        p[0].starts_with("PROVISIONING_MACS: no interface of this host"),
+        "{p:?}"
+    );
+    let p = problems(&without_ip(&[("PROVISIONING_MACS", "not-a-mac")]));
+    assert!(
+        p[0].starts_with("PROVISIONING_MACS: \"not-a-mac\" is not a MAC"),
+        "{p:?}"
     );
 }
 

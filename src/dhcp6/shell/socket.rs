@@ -136,6 +136,20 @@ pub fn bind6(
     Ok(s.into())
 }
 
+/// Every interface of this host with its MAC, from sysfs (`PROVISIONING_MACS`).
+pub fn host_macs() -> Vec<(String, crate::mac::MacAddr)> {
+    let Ok(dir) = std::fs::read_dir("/sys/class/net") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let mac = interface_mac(&name)?;
+            Some((name, crate::mac::MacAddr(mac)))
+        })
+        .collect()
+}
+
 /// The interface's MAC from sysfs, for the server DUID.
 pub fn interface_mac(name: &str) -> Option<[u8; 6]> {
     let text = std::fs::read_to_string(format!("/sys/class/net/{name}/address")).ok()?;
