@@ -1,6 +1,10 @@
-//! Offline subcommands: `check-config` and `leases` (`leases6`: its `--v6` table).
+//! Offline subcommands: `check-config` and `leases` (`leases6`: its `--v6` table;
+//! `migrate`: `leases import` and `leases export`).
 
 mod leases6;
+mod migrate;
+
+pub use migrate::{export_dnsmasq, export_json, import_dnsmasq, import_json};
 
 use std::io::Write;
 
