@@ -159,6 +159,58 @@ fn a_squatter_on_an_address_the_store_never_saw_is_never_offered() {
 }
 
 #[test]
+fn without_cap_net_raw_the_probe_uses_the_unprivileged_icmp_socket() {
+    require_root!();
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        common::skip_or_fail("tools", "needs setpriv (util-linux) to drop CAP_NET_RAW");
+        return;
+    }
+    let seg = Segment::new(&["198.18.0.11/16"]);
+    // The servers' namespace lets group 0 open ICMP datagram sockets (the sysctl is
+    // per namespace); the server runs without CAP_NET_RAW, so no raw socket.
+    seg.servers
+        .command("sysctl")
+        .args(["-qw", "net.ipv4.ping_group_range=0 0"])
+        .status()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_wrapped(
+        &seg.servers,
+        dir.path(),
+        &config(&seg.member_ifs[0], ""),
+        &["setpriv", "--bounding-set=-net_raw", "--inh-caps=-net_raw"],
+    );
+    let squatted = range_ip(1);
+    let _squatter = seg.host(&format!("{squatted}/16"));
+    let mut client = seg.client();
+    let macs: Vec<[u8; 6]> = (1..=4).map(mac).collect();
+    let seen = client.discover(&macs, 0, Duration::from_secs(3));
+    let given: Vec<Ipv4Addr> = seen
+        .iter()
+        .filter_map(|s| Some(offers(s).first()?.yiaddr))
+        .collect();
+    assert!(
+        !given.contains(&squatted),
+        "{given:?}\n{}",
+        server.log_text()
+    );
+    assert_eq!(given.len(), macs.len(), "{seen:?}\n{}", server.log_text());
+    assert_eq!(
+        seg.metric(SERVER, "shardboot_dhcp_probe_conflicts_total"),
+        Some(1),
+        "{}",
+        server.log_text()
+    );
+    assert!(
+        server
+            .log_text()
+            .contains("conflict probes on an unprivileged ICMP datagram socket"),
+        "{}",
+        server.log_text()
+    );
+}
+
+#[test]
 fn conflict_probes_off_offer_at_once() {
     require_root!();
     let seg = Segment::new(&["198.18.0.11/16"]);

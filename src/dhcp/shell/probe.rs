@@ -306,9 +306,10 @@ fn open_dgram() -> Result<State, ProbeError> {
     // SAFETY: as in `open`.
     let fd = unsafe { AsyncFd::register_with_interest(socket, tokio::io::Interest::READABLE) }
         .map_err(|e| ProbeError::Socket(e.into()))?;
-    debug!(
+    // Once per process: the operator learns why no raw socket is held.
+    tracing::info!(
         ident,
-        "conflict probes on an unprivileged ICMP datagram socket"
+        "conflict probes on an unprivileged ICMP datagram socket (no CAP_NET_RAW)"
     );
     Ok(State::Open {
         fd,
