@@ -59,7 +59,7 @@ enum Command {
     },
     /// List the leases: from the store, or through the running server's operator API
     /// when the server holds the store (or with --server). `import` and `export` move
-    /// them from and to dnsmasq (docs/dnsmasq-migration.md).
+    /// them from and to dnsmasq, or the whole store as JSON (docs/dnsmasq-migration.md).
     #[command(args_conflicts_with_subcommands = true)]
     Leases {
         #[command(subcommand)]

@@ -437,3 +437,65 @@ fn a_bad_lease_line_is_named_and_nothing_is_imported() {
         );
     }
 }
+
+#[test]
+fn with_a_shared_store_imported_leases_reach_the_database_at_the_next_start() {
+    require_root!();
+    let seg = Segment::new(&["198.18.0.11/16"]);
+    let mut db = common::db::DbServer::start(common::db::Kind::Postgres, Some(&seg.servers));
+    let cfg_text = config(&seg.member_ifs[0], "") + &db.store_table();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("import.toml");
+    std::fs::write(&cfg, &cfg_text).unwrap();
+    let state = dir.path().join("state");
+    let end = unix_now() + 3000;
+    let imported: Vec<([u8; 6], Ipv4Addr)> =
+        (0..4).map(|i| (mac(200 + i), range_ip(5 + i))).collect();
+    let file: String = imported
+        .iter()
+        .map(|(m, ip)| format!("{end} {} {ip} * *\n", mac_text(m)))
+        .collect();
+    let leases = dir.path().join("dnsmasq.leases");
+    std::fs::write(&leases, file).unwrap();
+    let out = shardboot(
+        &cfg,
+        &state,
+        &["leases", "import", "--dnsmasq", leases.to_str().unwrap()],
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("imported 4 leases"), "{stdout}");
+    assert!(
+        stdout.contains("the database takes these bindings"),
+        "{stdout}"
+    );
+
+    // The member starts and, before it serves, writes them to the database (the bound
+    // v4 rows, addresses as numbers); then ACKs them by INIT-REBOOT.
+    let server = Server::start_with_state(&seg.servers, dir.path(), &cfg_text, &state);
+    let rows = db.admin_in(
+        Some("sb1"),
+        "SELECT addr FROM shardboot_lease4 WHERE state = 1 ORDER BY addr",
+    );
+    assert!(rows.status.success(), "{}", text(&rows.stderr));
+    let in_db: Vec<Ipv4Addr> = text(&rows.stdout)
+        .lines()
+        .filter_map(|l| Some(Ipv4Addr::from(l.trim().parse::<u32>().ok()?)))
+        .collect();
+    assert_eq!(
+        in_db,
+        imported.iter().map(|(_, ip)| *ip).collect::<Vec<_>>(),
+        "{}",
+        server.log_text()
+    );
+    let mut client = seg.client();
+    let seen = client.init_reboot(&imported, Duration::from_secs(3));
+    for ((m, ip), s) in imported.iter().zip(&seen) {
+        assert_eq!(
+            s.iter().map(|x| (x.kind, x.yiaddr)).collect::<Vec<_>>(),
+            vec![(MessageType::Ack, *ip)],
+            "{m:02x?}\n{}",
+            server.log_text()
+        );
+    }
+}

@@ -41,15 +41,16 @@ fn open_offline(
     }
 }
 
-/// With a shared store, imports are refused.
-fn refuse_shared(config: &Config) -> anyhow::Result<()> {
+/// With a shared store, what an import wrote reaches the database at the next start:
+/// the member writes the live bindings the database has no row for
+/// (`shared::SharedStore::seed`), and one the database holds for another client wins.
+fn note_shared(config: &Config, out: &mut impl Write) -> std::io::Result<()> {
     if config.store.shared.is_some() {
-        // The shared database decides every binding and each member's sled is its
-        // cache: rows written only here would be overwritten, or worse, disagree.
-        bail!(
-            "store.shared is set: leases are imported into a single instance \
-             (import before adding the shared store; docs/dnsmasq-migration.md)"
-        );
+        writeln!(
+            out,
+            "  store.shared is set: the database takes these bindings when this member next \
+             starts (one it holds for another client wins)"
+        )?;
     }
     Ok(())
 }
@@ -68,7 +69,6 @@ fn read_limited(file: &Path) -> anyhow::Result<String> {
 /// Imports `file` (dnsmasq's lease file) into the store: every line is checked first,
 /// and one bad line imports nothing. Prints what was imported and skipped.
 pub fn import_dnsmasq(config: &Config, file: &Path) -> anyhow::Result<()> {
-    refuse_shared(config)?;
     let text = read_limited(file)?;
     let parsed = dnsmasq_leases::parse(&text)
         .map_err(|e| anyhow::anyhow!("{}: {e}; nothing imported", file.display()))?;
@@ -117,6 +117,7 @@ pub fn import_dnsmasq(config: &Config, file: &Path) -> anyhow::Result<()> {
             writeln!(out, "  {n} {what}")?;
         }
     }
+    note_shared(config, &mut out)?;
     Ok(())
 }
 
@@ -174,7 +175,6 @@ pub fn export_json(config: &Config, output: Option<&Path>) -> anyhow::Result<()>
 /// Restores a document of [`export_json`] into an empty store: every record is checked
 /// first and all are written in one commit, or none.
 pub fn import_json(config: &Config, file: &Path) -> anyhow::Result<()> {
-    refuse_shared(config)?;
     let text = read_limited(file)?;
     let snap = dump::Dump::parse(&text)
         .and_then(|d| d.to_snapshot())
@@ -233,6 +233,7 @@ pub fn import_json(config: &Config, file: &Path) -> anyhow::Result<()> {
         snap.host_policies.len(),
         file.display()
     );
+    note_shared(config, &mut std::io::stdout().lock())?;
     Ok(())
 }
 
