@@ -27,6 +27,11 @@ fn range_ip(i: u32) -> Ipv4Addr {
 }
 
 fn config(interface: &str, extra: &str) -> String {
+    config_http(interface, extra, "")
+}
+
+/// [`config`] with `http` lines added to its `[http]` table.
+fn config_http(interface: &str, extra: &str, http: &str) -> String {
     let last = range_ip(RANGE_LEN - 1);
     format!(
         r#"
@@ -37,6 +42,7 @@ interfaces = ["{interface}"]
 enabled = false
 [http]
 listen = "{SERVER}:8080"
+{http}
 [[subnet]]
 network = "198.18.0.0/16"
 ranges = ["{RANGE_START} - {last}"]
@@ -67,9 +73,24 @@ fn unix_now() -> u64 {
 /// `shardboot ARGS --config CONFIG --state-dir STATE` (offline commands need no
 /// namespace: they only read and write files).
 fn shardboot(config: &Path, state: &Path, args: &[&str]) -> Output {
-    Command::new(common::shardboot_bin())
-        .args(args)
-        .arg("--config")
+    shardboot_in(None, config, state, args)
+}
+
+/// [`shardboot`] inside `ns` when given (to reach a server's operator API there).
+fn shardboot_in(ns: Option<&common::Netns>, config: &Path, state: &Path, args: &[&str]) -> Output {
+    let mut cmd = match ns {
+        Some(ns) => {
+            let mut c = ns.command(common::shardboot_bin().to_str().unwrap());
+            c.args(args);
+            c
+        }
+        None => {
+            let mut c = Command::new(common::shardboot_bin());
+            c.args(args);
+            c
+        }
+    };
+    cmd.arg("--config")
         .arg(config)
         .arg("--state-dir")
         .arg(state)
@@ -233,7 +254,18 @@ fn dnsmasq_leases_imported_are_acked_back_by_init_reboot() {
     require_root!();
     let seg = Segment::new(&["198.18.0.11/16"]);
     let dir = tempfile::tempdir().unwrap();
-    let cfg_text = config(&seg.member_ifs[0], "");
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "migrate-test-token-0123456789abcdef\n").unwrap();
+    std::fs::set_permissions(&tokens, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    // The operator API behind a token, for the export while the server runs.
+    let cfg_text = config_http(
+        &seg.member_ifs[0],
+        "",
+        &format!(
+            "insecure_operator_api = true\ntoken_file = \"{}\"",
+            tokens.display()
+        ),
+    );
     let cfg = dir.path().join("import.toml");
     std::fs::write(&cfg, &cfg_text).unwrap();
     let state = dir.path().join("state");
@@ -345,6 +377,23 @@ fn dnsmasq_leases_imported_are_acked_back_by_init_reboot() {
     assert_eq!(o.len(), 1, "{fresh:?}");
     assert!(imported.iter().all(|(_, ip)| *ip != o[0].yiaddr), "{o:?}");
     assert_eq!(seg.metric(SERVER, "shardboot_dhcp_probes_total"), Some(1));
+    // While it runs, the export asks its operator API (client identifiers unknown
+    // there: `*`).
+    let live = shardboot_in(
+        Some(&seg.servers),
+        &cfg,
+        &state,
+        &["leases", "export", "--dnsmasq"],
+    );
+    assert!(live.status.success(), "{}", text(&live.stderr));
+    let live = text(&live.stdout);
+    assert_eq!(live.lines().count(), imported.len(), "{live}");
+    for (m, ip) in &imported {
+        assert!(
+            live.contains(&format!(" {} {ip} * *\n", mac_text(m))),
+            "{live}"
+        );
+    }
     server.stop();
 
     // The whole store as JSON (the leases as ACKed since): restored
