@@ -1,9 +1,13 @@
 //! The subcommands other than `serve`. `check-config` and `owner` work from the config
 //! (`owner` asks Ironic as a booting machine would); `leases` reads the store, or the
 //! running server's operator API when the server holds the store (`leases6`: its `--v6`
-//! table); `members`, `hosts` and `trace` ask the running server (`Remote`).
+//! table; `migrate`: `leases import` and `leases export`); `members`, `hosts` and
+//! `trace` ask the running server (`Remote`).
 
 mod leases6;
+mod migrate;
+
+pub use migrate::{export_dnsmasq, export_json, import_dnsmasq, import_json};
 
 use std::io::Write;
 

@@ -71,8 +71,12 @@ enum Command {
         mac: String,
     },
     /// List the leases: from the store, or through the running server's operator API
-    /// when the server holds the store (or with --server).
+    /// when the server holds the store (or with --server). `import` and `export` move
+    /// them from and to dnsmasq, or the whole store as JSON (docs/dnsmasq-migration.md).
+    #[command(args_conflicts_with_subcommands = true)]
     Leases {
+        #[command(subcommand)]
+        action: Option<LeasesAction>,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -124,6 +128,43 @@ enum Command {
         policy: String,
         /// The MAC address.
         mac: String,
+        /// Operator API base URL (default: this config's http.listen on this host).
+        #[arg(long, env = "SHARDBOOT_SERVER")]
+        server: Option<String>,
+        /// File with the bearer token (default: the config's http.token_file).
+        #[arg(long, env = "SHARDBOOT_TOKEN_FILE")]
+        token_file: Option<PathBuf>,
+    },
+}
+
+/// `shardboot leases import|export`.
+#[derive(Subcommand)]
+enum LeasesAction {
+    /// Write leases into the store (offline: stop the server first). Every record is
+    /// checked first; one bad line or record imports nothing.
+    #[command(group(clap::ArgGroup::new("from").required(true).args(["dnsmasq", "json"])))]
+    Import {
+        /// A dnsmasq lease file (ironic-image: /var/lib/dnsmasq/dnsmasq.leases).
+        #[arg(long, value_name = "FILE")]
+        dnsmasq: Option<PathBuf>,
+        /// A document of `leases export --json`, restored into an empty store.
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
+    },
+    /// Write the leases out: the bound ones in dnsmasq's lease-file format (from the
+    /// store, or through the running server's operator API), or the whole store as
+    /// JSON (offline) for a backup or a move across versions.
+    #[command(group(clap::ArgGroup::new("to").required(true).args(["dnsmasq", "json"])))]
+    Export {
+        /// dnsmasq's lease-file format.
+        #[arg(long)]
+        dnsmasq: bool,
+        /// The whole store as one JSON document.
+        #[arg(long)]
+        json: bool,
+        /// Write this file (replaced atomically) instead of stdout.
+        #[arg(long, short, value_name = "FILE")]
+        output: Option<PathBuf>,
         /// Operator API base URL (default: this config's http.listen on this host).
         #[arg(long, env = "SHARDBOOT_SERVER")]
         server: Option<String>,
@@ -195,6 +236,36 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::CheckConfig => cli::check_config(&config),
         Command::Leases {
+            action: Some(LeasesAction::Import { dnsmasq, json }),
+            ..
+        } => match (dnsmasq, json) {
+            (Some(file), _) => cli::import_dnsmasq(&config, &file),
+            (None, Some(file)) => cli::import_json(&config, &file),
+            (None, None) => unreachable!("clap requires one of --dnsmasq, --json"),
+        },
+        Command::Leases {
+            action:
+                Some(LeasesAction::Export {
+                    json,
+                    output,
+                    server,
+                    token_file,
+                    ..
+                }),
+            ..
+        } => {
+            if json {
+                cli::export_json(&config, output.as_deref())
+            } else {
+                cli::export_dnsmasq(
+                    &config,
+                    output.as_deref(),
+                    &cli::Remote::new(&config, server, token_file),
+                )
+            }
+        }
+        Command::Leases {
+            action: None,
             json,
             mac,
             v6,

@@ -102,9 +102,10 @@ pub struct DhcpSettings {
     pub max_declined: u32,
     /// DECLINEs one MAC, known or not, may make per `decline_hold_secs`.
     pub declines_per_mac: u32,
-    /// How long an ICMP echo probe of an address inherited from a departed member waits
-    /// for an answer before the address is offered (`conflict_probe_ms`); `None`: no
-    /// probes.
+    /// How long an ICMP echo probe waits for an answer before the address is offered
+    /// (`conflict_probe_ms`); `None`: no probes. A single instance probes every address
+    /// its store never saw; several members probe what they inherit from a departed
+    /// member (`dhcp::engine::probe`).
     pub conflict_probe: Option<Duration>,
 }
 
@@ -199,7 +200,9 @@ pub(super) fn validate(raw: RawDhcp, issues: &mut Issues) -> DhcpSettings {
         60_000,
     );
     // Short by default: firmware retransmits its DISCOVER after about 4 s (RFC 2131
-    // §4.1), and a probe longer than that would only make it ask again.
+    // §4.1), and a probe longer than that would only make it ask again. A host on the
+    // segment answers an echo within milliseconds (ARP included), and each address
+    // waits for it once, before its first offer; behind slow relays, raise it.
     let conflict_probe_ms = issues.in_range(
         "dhcp.conflict_probe_ms",
         raw.conflict_probe_ms.unwrap_or(200),

@@ -58,7 +58,7 @@ pub fn render(leases: &[Lease], now: u64) -> String {
 }
 
 /// Replaces `path` with `text` atomically and durably.
-fn replace(path: &Path, text: &str) -> std::io::Result<()> {
+pub(crate) fn replace(path: &Path, text: &str) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("/"));
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
     let (tmp, mut f) = create_temp(dir, &name.unwrap_or_default())?;

@@ -50,13 +50,14 @@ pub struct DhcpMetrics {
     pub store_refused: Counter,
     /// Relayed packets (giaddr set) from a source no `dhcp.relays` entry trusts.
     pub untrusted_relay: Counter,
-    /// ICMP echo probes sent before offering an inherited address.
+    /// ICMP echo probes sent before offering an address the store never saw, or one
+    /// inherited from a departed member.
     pub probes: Counter,
     /// Probed addresses that answered: quarantined, another offered.
     pub probe_conflicts: Counter,
     /// ICMP echo replies that matched no probe (identifier, sequence and source).
     pub probe_unmatched: Counter,
-    /// Inherited addresses offered without a probe because a cap was reached (the
+    /// Addresses offered without the probe they needed because a cap was reached (the
     /// engine's count, published with the pool use).
     pub probes_skipped: Gauge,
     /// Lease records held in memory.
@@ -229,7 +230,7 @@ impl DhcpMetrics {
             ),
             (
                 "shardboot_dhcp_probes_total",
-                "ICMP echo probes sent before offering an address inherited from a departed member",
+                "ICMP echo probes sent before offering an address the store never saw or one inherited from a departed member",
                 &self.probes,
             ),
             (
@@ -250,7 +251,7 @@ impl DhcpMetrics {
             out,
             "shardboot_dhcp_probes_skipped_total",
             "counter",
-            "Inherited addresses offered without a probe because the probe caps were reached",
+            "Addresses offered without the probe they needed because the probe caps were reached",
         );
         out.push_str(&format!(
             "shardboot_dhcp_probes_skipped_total {}\n",

@@ -7,6 +7,7 @@
 mod codec;
 mod codec6;
 mod committer;
+pub mod dump;
 mod index;
 mod lease;
 mod lease6;

@@ -253,6 +253,8 @@ pub(crate) struct Server {
     /// The log line that says it is ready (once per start).
     ready: &'static str,
     ns: String,
+    /// A command that execs the server (e.g. `setpriv` with fewer capabilities).
+    wrapper: Vec<String>,
 }
 
 impl Server {
@@ -286,6 +288,26 @@ impl Server {
             vars: Vec::new(),
             ready,
             ns: ns.name.clone(),
+            wrapper: Vec::new(),
+        };
+        s.spawn();
+        s
+    }
+
+    /// Like [`Server::start`], run through `wrapper`: a command and its arguments that
+    /// exec the rest (`setpriv --bounding-set=-net_raw`: a server without CAP_NET_RAW).
+    pub(crate) fn start_wrapped(ns: &Netns, dir: &Path, config: &str, wrapper: &[&str]) -> Self {
+        let path = dir.join("shardboot.toml");
+        std::fs::write(&path, config).unwrap();
+        let mut s = Self {
+            child: None,
+            log: dir.join("shardboot.log"),
+            state_dir: dir.join("state"),
+            source: vec!["--config".into(), path.display().to_string()],
+            vars: Vec::new(),
+            ready: "DHCP listening",
+            ns: ns.name.clone(),
+            wrapper: wrapper.iter().map(|w| w.to_string()).collect(),
         };
         s.spawn();
         s
@@ -311,6 +333,7 @@ impl Server {
                 .collect(),
             ready,
             ns: ns.name.clone(),
+            wrapper: Vec::new(),
         };
         s.spawn();
         s
@@ -324,6 +347,7 @@ impl Server {
             .unwrap();
         let child = Command::new("ip")
             .args(["netns", "exec", &self.ns])
+            .args(&self.wrapper)
             .arg(shardboot_bin())
             .arg("serve")
             .args(&self.source)

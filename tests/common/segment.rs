@@ -73,6 +73,25 @@ impl Segment {
         self.servers.ip(&["link", "set", &p, "up"]);
         ns.ip(&["addr", "add", addr, "dev", &h]);
         ns.ip(&["link", "set", &h, "up"]);
+        // Answering from the first packet on: the link's carrier (the kernel applies
+        // it up to a second later) and the bridge port forwarding (state 3).
+        let read = |ns: &Netns, path: String| {
+            ns.command("cat")
+                .arg(path)
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+                .unwrap_or_default()
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while read(&ns, format!("/sys/class/net/{h}/operstate")) != "up"
+            || read(&self.servers, format!("/sys/class/net/{p}/brport/state")) != "3"
+        {
+            assert!(
+                Instant::now() < deadline,
+                "host {addr}: its link never came up"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
         ns
     }
 }

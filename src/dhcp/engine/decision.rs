@@ -161,8 +161,9 @@ pub enum Outcome {
     ProxyOffer,
     /// ProxyDHCP: boot information acknowledged on the boot-server port.
     ProxyAck,
-    /// No reply yet: probe this address (inherited from a departed member) first, then
-    /// report the result and decide the DISCOVER again (`Engine::handle_probe_result`).
+    /// No reply yet: probe this address (never seen by the store, or inherited from a
+    /// departed member) first, then report the result and decide the DISCOVER again
+    /// (`Engine::handle_probe_result`).
     Probe(Ipv4Addr),
     /// No reply.
     Ignored(IgnoreReason),

@@ -174,7 +174,8 @@ impl Engine {
                     .is_some_and(|t| t.client_ca.is_some()),
             unknown_offers: Default::default(),
             degraded: false,
-            probes: probe::Probes::new(config.dhcp.conflict_probe.is_some()),
+            // Off until the shell says it can send them (`set_probing`).
+            probes: probe::Probes::new(false),
         };
         let blocked: Vec<Ipv4Addr> = config
             .subnets
@@ -184,6 +185,24 @@ impl Engine {
             .collect();
         for ip in blocked {
             engine.pools_for(ip).for_each(|p| p.block(ip));
+        }
+        // RFC 2131 §2.2, §3.1 step 2: a single instance probes every address its store
+        // has never named before its first offer, as dnsmasq pings every address it has
+        // no lease for (a host configured by hand, a lease dnsmasq gave and nobody
+        // imported). With several members the shared store has every member's
+        // bindings, and only what a member gains at a membership change is probed
+        // (`probe`): a first deployment would otherwise probe every address of every
+        // member.
+        if config.dhcp.conflict_probe.is_some()
+            && config.store.shared.is_none()
+            && engine.members.len() <= 1
+        {
+            for pool in engine.subnets.iter_mut().flat_map(|s| s.pools.iter_mut()) {
+                pool.track_fresh();
+            }
+            for lease in &stored {
+                engine.pools_for(lease.ip).for_each(|p| p.seen(lease.ip));
+            }
         }
         let mut stored = stored;
         // Oldest first, so a MAC's newest lease wins its by-MAC slot.
@@ -542,6 +561,8 @@ impl Engine {
         }
         self.table.insert(lease.clone());
         self.set_used(ip, true);
+        // Bound: a client now uses the address, so the store has seen it.
+        self.pools_for(ip).for_each(|p| p.seen(ip));
         let reply = self.positive_reply(msg, MessageType::Ack, ip, si, mac, ctx);
         Decision {
             reply: Some(reply),

@@ -59,6 +59,10 @@ pub struct Pool<A: PoolAddr = Ipv4Addr> {
     /// by a probe (bitmap over offsets; `engine::probe`), probed until `probe_until`.
     probe: Vec<u64>,
     probe_until: u64,
+    /// Addresses no stored lease has named and no probe has found clear (bitmap over
+    /// offsets; empty: none are tracked): probed before their first offer, with no
+    /// window, as dnsmasq pings every address it holds no lease for.
+    fresh: Vec<u64>,
 }
 
 fn bit(words: &[u64], i: u32) -> bool {
@@ -114,6 +118,7 @@ impl<A: PoolAddr> Pool<A> {
             in_use_allowed: 0,
             probe: Vec::new(),
             probe_until: 0,
+            fresh: Vec::new(),
         }
     }
 
@@ -176,20 +181,42 @@ impl<A: PoolAddr> Pool<A> {
         self.probe_until = self.probe_until.max(until);
     }
 
-    /// Whether `ip` was gained at a membership change, its window still runs at `now`,
-    /// and no probe has found it clear yet. Excluded and reserved addresses never are.
-    pub fn needs_probe(&self, ip: A, now: u64) -> bool {
-        now < self.probe_until
-            && self.index(ip).is_some_and(|i| {
-                !self.probe.is_empty() && bit(&self.probe, i) && !bit(&self.blocked, i)
+    /// Tracks every address of the range as never seen; [`Self::seen`] then takes out
+    /// those a stored lease names.
+    pub fn track_fresh(&mut self) {
+        self.fresh = (0..self.len.div_ceil(64))
+            .map(|w| match self.len - w * 64 {
+                n if n >= 64 => u64::MAX,
+                n => (1u64 << n) - 1,
             })
+            .collect();
     }
 
-    /// A probe found `ip` clear: not probed again in this window.
+    /// A lease names `ip` (stored, or bound now): it is no longer fresh.
+    pub fn seen(&mut self, ip: A) {
+        if let Some(i) = self.index(ip).filter(|_| !self.fresh.is_empty()) {
+            set(&mut self.fresh, i, false);
+        }
+    }
+
+    /// Whether `ip` must be probed before it is offered at `now`: never seen by the
+    /// store ([`Self::track_fresh`]), or gained at a membership change while its window
+    /// still runs; and no probe has found it clear yet. Excluded and reserved addresses
+    /// never are.
+    pub fn needs_probe(&self, ip: A, now: u64) -> bool {
+        self.index(ip).is_some_and(|i| {
+            let gained = now < self.probe_until && !self.probe.is_empty() && bit(&self.probe, i);
+            let fresh = !self.fresh.is_empty() && bit(&self.fresh, i);
+            (gained || fresh) && !bit(&self.blocked, i)
+        })
+    }
+
+    /// A probe found `ip` clear: not probed again in this window, nor as fresh.
     pub fn probed_clear(&mut self, ip: A) {
         if let Some(i) = self.index(ip).filter(|_| !self.probe.is_empty()) {
             set(&mut self.probe, i, false);
         }
+        self.seen(ip);
     }
 
     /// Forgets the probe window once it has ended at `now`.

@@ -75,9 +75,9 @@ impl Probes {
 }
 
 impl Engine {
-    /// Whether the shell can send probes (it cannot open its ICMP socket without
-    /// CAP_NET_RAW): off, every address is offered unprobed. Never turns probes on
-    /// when `dhcp.conflict_probe_ms` is 0.
+    /// Whether the shell can send probes: off (as a new engine is, until its shell
+    /// says so; and when the shell cannot open an ICMP socket), every address is
+    /// offered unprobed. Never turns probes on when `dhcp.conflict_probe_ms` is 0.
     pub fn set_probing(&mut self, on: bool) {
         self.probes.enabled = on && self.settings.conflict_probe.is_some();
     }

@@ -25,6 +25,7 @@ fn inheritor(edit: impl FnOnce(&mut Config)) -> Engine {
     let mut cfg = two_members();
     edit(&mut cfg);
     let mut e = Engine::new(&cfg, Vec::new(), T0);
+    e.set_probing(true);
     e.adopt_members(MemberList::new(["a", "b"]));
     e.set_shared_store_up(true);
     e.change_members(MemberList::new(["a"]), T0).unwrap();
@@ -40,6 +41,7 @@ fn inheritor(edit: impl FnOnce(&mut Config)) -> Engine {
 /// address of its share was gained at T0.
 fn all_inherited(cfg: &Config) -> Engine {
     let mut e = Engine::new(cfg, Vec::new(), T0);
+    e.set_probing(true);
     e.adopt_members(MemberList::new(["b"]));
     e.set_shared_store_up(true);
     e.change_members(MemberList::new(["a", "b"]), T0).unwrap();
@@ -183,8 +185,10 @@ fn after_the_window_inherited_addresses_are_offered_without_a_probe() {
 fn a_member_whose_share_did_not_grow_never_probes() {
     // A single instance; a member that keeps its list; one whose share shrinks when a
     // member joins; and probes configured off or unavailable.
-    let single = Engine::new(&config(""), Vec::new(), T0);
+    let mut single = Engine::new(&config(""), Vec::new(), T0);
+    single.set_probing(true);
     let mut same = Engine::new(&two_members(), Vec::new(), T0);
+    same.set_probing(true);
     same.adopt_members(MemberList::new(["a", "b"]));
     assert!(same
         .change_members(MemberList::new(["a", "b"]), T0)
@@ -196,6 +200,7 @@ fn a_member_whose_share_did_not_grow_never_probes() {
         Vec::new(),
         T0,
     );
+    join.set_probing(true);
     join.adopt_members(MemberList::new(["a", "b"]));
     join.set_shared_store_up(true);
     join.change_members(MemberList::new(["a", "b", "c"]), T0)
@@ -287,15 +292,124 @@ fn beyond_the_probes_in_flight_cap_addresses_are_offered_unprobed() {
 fn at_start_up_the_stored_change_decides_what_is_probed_for_the_rest_of_its_window() {
     // The store says a, b became a 100 s ago (or while this member was down).
     let mut e = Engine::new(&two_members(), Vec::new(), T0);
+    e.set_probing(true);
     e.adopt_members(MemberList::new(["a"]));
     e.inherit_from(&["a".into(), "b".into()], Split::CURRENT, T0 - 100, T0);
     let (_, ip) = first_probe(&mut e, T0);
     assert!(b_had(ip));
     // A change longer ago than the window: nothing.
     let mut old = Engine::new(&two_members(), Vec::new(), T0);
+    old.set_probing(true);
     old.adopt_members(MemberList::new(["a"]));
     old.inherit_from(&["a".into(), "b".into()], Split::CURRENT, T0 - 3660, T0);
     for n in 0..100u8 {
         offered(&discover(&mut old, mac(n), T0));
     }
+}
+
+/// A single instance (no shared store, no members) serving 192.0.2.100–.102 on the
+/// test interface's subnet, with `extra` `[dhcp]` keys.
+fn single(extra: &str) -> Config {
+    let text = format!(
+        "[dhcp]\n{extra}\n[[subnet]]\nnetwork = \"192.0.2.0/24\"\nranges = [\"192.0.2.100 - 192.0.2.102\"]\n"
+    );
+    Config::from_toml_with_overrides(&text, &[]).unwrap()
+}
+
+fn ip(last: u8) -> Ipv4Addr {
+    Ipv4Addr::new(192, 0, 2, 90 + last)
+}
+
+#[test]
+fn a_single_instance_probes_each_address_its_store_never_saw_before_its_first_offer() {
+    // .11 has a stored (expired) lease: the store has seen it.
+    let stored = Lease {
+        ip: ip(11),
+        mac: mac(90),
+        state: LeaseState::Bound,
+        starts: T0 - 7200,
+        expires: T0 - 3600,
+        hostname: None,
+        client_id: None,
+        machine_id: None,
+        arch: None,
+    };
+    let mut e = Engine::new(&single(""), vec![stored], T0);
+    e.set_probing(true);
+    let d = discover(&mut e, mac(1), T0);
+    assert_eq!(d.outcome, Outcome::Probe(ip(10)), "{d:?}");
+    assert_eq!(
+        e.handle_probe_result(&mac(1), ip(10), ProbeResult::Clear, T0),
+        None
+    );
+    assert_eq!(offered(&discover(&mut e, mac(1), T0)), ip(10));
+    // Seen by the store: offered at once.
+    assert_eq!(offered(&discover(&mut e, mac(2), T0)), ip(11));
+    // .12 answers: held like a DECLINE, and nothing is left to offer.
+    assert_eq!(discover(&mut e, mac(3), T0).outcome, Outcome::Probe(ip(12)));
+    let Some(LeaseEffect::Put(q)) =
+        e.handle_probe_result(&mac(3), ip(12), ProbeResult::Answered, T0)
+    else {
+        panic!("the hold is persisted");
+    };
+    assert_eq!((q.state, q.expires), (LeaseState::Declined, T0 + 600));
+    assert_eq!(
+        discover(&mut e, mac(3), T0).outcome,
+        Outcome::Ignored(IgnoreReason::PoolExhausted)
+    );
+    // When the hold ends it is probed again: the host may still be there.
+    let later = T0 + 601;
+    assert_eq!(
+        discover_for(&mut e, mac(4), ip(12), later).outcome,
+        Outcome::Probe(ip(12))
+    );
+    // .10 and .11, their offers ended, come back without a probe: found clear, seen.
+    e.handle_probe_result(&mac(4), ip(12), ProbeResult::Clear, later);
+    let again: std::collections::BTreeSet<Ipv4Addr> = [5, 6]
+        .into_iter()
+        .map(|n| offered(&discover(&mut e, mac(n), later + 1)))
+        .collect();
+    assert_eq!(again, [ip(10), ip(11)].into());
+}
+
+#[test]
+fn an_address_bound_by_a_client_is_seen_and_not_probed_again() {
+    let mut e = Engine::new(&single(""), Vec::new(), T0);
+    // Probes off (a new engine's shell has not turned them on): offered unprobed,
+    // then bound.
+    assert_eq!(offered(&discover(&mut e, mac(1), T0)), ip(10));
+    let req = request_selecting(mac(1), ip(10));
+    assert_eq!(
+        e.handle_message(&req, &ctx(&iface(), T0)).outcome,
+        Outcome::Ack(ip(10))
+    );
+    e.set_probing(true);
+    // Once that lease has long ended, another client asking for .10 gets it without a
+    // probe; a never-seen address still waits for one.
+    let later = T0 + 30 * 86_400;
+    assert_eq!(
+        offered(&discover_for(&mut e, mac(2), ip(10), later)),
+        ip(10)
+    );
+    assert!(matches!(
+        discover(&mut e, mac(3), later).outcome,
+        Outcome::Probe(_)
+    ));
+}
+
+#[test]
+fn several_members_or_probes_off_never_probe_a_fresh_address() {
+    // The shared store (every other test's config): only inherited addresses probe.
+    let mut e = Engine::new(&config(""), Vec::new(), T0);
+    e.set_probing(true);
+    assert!(matches!(
+        discover(&mut e, mac(1), T0).outcome,
+        Outcome::Offer(_)
+    ));
+    let mut e = Engine::new(&single("conflict_probe_ms = 0"), Vec::new(), T0);
+    e.set_probing(true);
+    assert!(matches!(
+        discover(&mut e, mac(1), T0).outcome,
+        Outcome::Offer(_)
+    ));
 }

@@ -87,7 +87,7 @@ pub struct Server {
     pub control: Option<ControlReceiver>,
     /// Whether a shared lease store decides the bindings (`store.shared`).
     pub shared: bool,
-    /// How long a conflict probe of an inherited address waits (`dhcp.conflict_probe_ms`);
+    /// How long a conflict probe waits (`dhcp.conflict_probe_ms`);
     /// `None`: no probes.
     pub conflict_probe: Option<Duration>,
 }
@@ -571,7 +571,7 @@ impl Outputs<'_> {
             if e.result == super::engine::ProbeResult::Answered {
                 self.metrics.probe_conflicts.inc();
                 // The address is this server's own, not the packet's: nothing to escape.
-                warn!(ip = %e.ip, %mac, "an address inherited from a departed member answered a probe: in use by a host with no lease here; quarantined, another offered");
+                warn!(ip = %e.ip, %mac, "an address answered a probe before its offer: in use by a host with no lease here; quarantined, another offered");
             }
             if let Some(effect) = engine.handle_probe_result(&mac, e.ip, e.result, now) {
                 // Durable and handed to the peers like a DECLINE; the offer of another
@@ -940,7 +940,7 @@ fn timeline_report(
         O::Decline(ip) => ("declined", None, Some(ip)),
         O::ProxyOffer => ("proxy offer", None, None),
         O::ProxyAck => ("proxy ack", None, None),
-        O::Probe(ip) => ("probe", Some("inherited address"), Some(ip)),
+        O::Probe(ip) => ("probe", Some("conflict check"), Some(ip)),
         O::Ignored(r) => ("silent", Some(r.as_str()), None),
     };
     // The boot file told, if any: this server's own choice, shown as sent.

@@ -3,6 +3,9 @@
 //! reaches relayed subnets, where ARP would not), the DISCOVER kept until an Echo Reply
 //! arrives or the timeout passes. Nothing here blocks the DHCP loop: replies and
 //! timeouts are collected when the loop looks, and the kept DISCOVER is decided again.
+//! Without CAP_NET_RAW, Linux's unprivileged ICMP datagram socket (`SOCK_DGRAM`,
+//! `IPPROTO_ICMP`, allowed by `net.ipv4.ping_group_range`) does the same: the kernel
+//! then chooses the identifier and hands over only the replies that carry it.
 //!
 //! The network may be hostile. A reply counts only when its identifier (random per
 //! process), sequence number, payload and source address all match a probe in flight;
@@ -33,8 +36,9 @@ const ICMP_FILTER: libc::c_int = 1;
 /// Why probing is unavailable.
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
-    /// The raw ICMP socket could not be opened (it takes root or CAP_NET_RAW).
-    #[error("opening a raw ICMP socket for conflict probes (needs root or CAP_NET_RAW): {0}")]
+    /// Neither a raw ICMP socket (root or CAP_NET_RAW) nor an ICMP datagram socket (a
+    /// group in `net.ipv4.ping_group_range`) could be opened.
+    #[error("opening an ICMP socket for conflict probes (needs CAP_NET_RAW, or this group in net.ipv4.ping_group_range): {0}")]
     Socket(std::io::Error),
 }
 
@@ -74,6 +78,8 @@ enum State {
     Open {
         fd: AsyncFd<Socket>,
         ident: u16,
+        /// An ICMP datagram socket: replies come without the IPv4 header.
+        dgram: bool,
     },
     /// Could not be opened; logged once, every later probe ends "clear" at once.
     Failed,
@@ -119,12 +125,12 @@ impl Prober {
             self.state = match open() {
                 Ok(state) => state,
                 Err(e) => {
-                    warn!(error = %e, "conflict probes disabled: addresses inherited from departed members are offered unprobed");
+                    warn!(error = %e, "conflict probes disabled: addresses are offered unprobed");
                     State::Failed
                 }
             };
         }
-        let State::Open { fd, ident } = &self.state else {
+        let State::Open { fd, ident, .. } = &self.state else {
             return Err(Ended::clear(ip, kept));
         };
         self.next_seq = self.next_seq.wrapping_add(1);
@@ -175,16 +181,11 @@ impl Prober {
         if self.in_flight.is_empty() {
             return ended;
         }
-        if let State::Open { fd, ident } = &self.state {
+        if let State::Open { fd, ident, dgram } = &self.state {
             loop {
-                match fd.get_ref().read(&mut self.buf) {
-                    Ok(n) => {
-                        ended.extend(take_reply(
-                            &mut self.in_flight,
-                            *ident,
-                            &self.buf[..n],
-                            metrics,
-                        ));
+                match read_reply(fd.get_ref(), *dgram, &mut self.buf) {
+                    Ok(parsed) => {
+                        ended.extend(take_parsed(&mut self.in_flight, *ident, parsed, metrics));
                     }
                     Err(e) if e.kind() == ErrorKind::Interrupted => {}
                     Err(_) => break,
@@ -214,7 +215,7 @@ impl Prober {
             buf,
             ..
         } = self;
-        let State::Open { fd, ident } = state else {
+        let State::Open { fd, ident, dgram } = state else {
             return std::future::pending().await;
         };
         let mut ended = Vec::new();
@@ -222,8 +223,8 @@ impl Prober {
             return std::future::pending().await;
         };
         loop {
-            match guard.try_io(|s| s.get_ref().read(buf)) {
-                Ok(Ok(n)) => ended.extend(take_reply(in_flight, *ident, &buf[..n], metrics)),
+            match guard.try_io(|s| read_reply(s.get_ref(), *dgram, buf)) {
+                Ok(Ok(parsed)) => ended.extend(take_parsed(in_flight, *ident, parsed, metrics)),
                 Ok(Err(e)) if e.kind() == ErrorKind::Interrupted => {}
                 // WouldBlock clears the readiness; any other error ends this round.
                 Ok(Err(_)) | Err(_) => break,
@@ -244,8 +245,12 @@ impl Ended {
 }
 
 fn open() -> Result<State, ProbeError> {
-    let socket =
-        Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::ICMPV4)).map_err(ProbeError::Socket)?;
+    let socket = match Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::ICMPV4)) {
+        Ok(s) => s,
+        // No CAP_NET_RAW (a container without it, a non-root user).
+        Err(e) if e.kind() == ErrorKind::PermissionDenied => return open_dgram(),
+        Err(e) => return Err(ProbeError::Socket(e)),
+    };
     socket.set_nonblocking(true).map_err(ProbeError::Socket)?;
     // Only Echo Replies wake the loop; without the filter (not Linux?) every ICMP
     // packet is read and ignored.
@@ -279,7 +284,62 @@ fn open() -> Result<State, ProbeError> {
     Ok(State::Open {
         fd,
         ident: u16::from_be_bytes(ident),
+        dgram: false,
     })
+}
+
+/// The unprivileged ICMP datagram socket. Bound to port 0, the kernel picks the
+/// identifier (the "port") and delivers only the Echo Replies carrying it; it sets the
+/// identifier and checksum of what is sent.
+fn open_dgram() -> Result<State, ProbeError> {
+    let socket = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::ICMPV4))
+        .map_err(ProbeError::Socket)?;
+    socket.set_nonblocking(true).map_err(ProbeError::Socket)?;
+    socket
+        .bind(&SockAddr::from(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)))
+        .map_err(ProbeError::Socket)?;
+    let ident = socket
+        .local_addr()
+        .map_err(ProbeError::Socket)?
+        .as_socket_ipv4()
+        .map_or(0, |a| a.port());
+    // SAFETY: as in `open`.
+    let fd = unsafe { AsyncFd::register_with_interest(socket, tokio::io::Interest::READABLE) }
+        .map_err(|e| ProbeError::Socket(e.into()))?;
+    // Once per process: the operator learns why no raw socket is held.
+    tracing::info!(
+        ident,
+        "conflict probes on an unprivileged ICMP datagram socket (no CAP_NET_RAW)"
+    );
+    Ok(State::Open {
+        fd,
+        ident,
+        dgram: true,
+    })
+}
+
+/// Reads one datagram: `(source, identifier, sequence)` when it is an Echo Reply
+/// carrying the probe's payload, `None` for anything else. A raw socket delivers the
+/// IPv4 header with it; a datagram socket only the ICMP message, the source beside it.
+fn read_reply(
+    socket: &Socket,
+    dgram: bool,
+    buf: &mut [u8],
+) -> std::io::Result<Option<(Ipv4Addr, u16, u16)>> {
+    if !dgram {
+        let mut s = socket;
+        let n = s.read(buf)?;
+        return Ok(parse_reply(&buf[..n]));
+    }
+    let (n, from) = nix::sys::socket::recvfrom::<nix::sys::socket::SockaddrIn>(
+        std::os::fd::AsRawFd::as_raw_fd(socket),
+        buf,
+    )
+    .map_err(std::io::Error::from)?;
+    Ok(from.and_then(|a| {
+        let (ident, seq) = parse_echo_reply(&buf[..n])?;
+        Some((a.ip(), ident, seq))
+    }))
 }
 
 /// An ICMP Echo Request (RFC 792) with `ident`, `seq` and [`PAYLOAD`].
@@ -314,28 +374,45 @@ fn parse_reply(datagram: &[u8]) -> Option<(Ipv4Addr, u16, u16)> {
         return None;
     }
     let src = Ipv4Addr::new(*datagram.get(12)?, datagram[13], datagram[14], datagram[15]);
-    let icmp = datagram.get(ihl..)?;
+    let (ident, seq) = parse_echo_reply(datagram.get(ihl..)?)?;
+    Some((src, ident, seq))
+}
+
+/// An ICMP Echo Reply carrying [`PAYLOAD`]: its identifier and sequence number.
+fn parse_echo_reply(icmp: &[u8]) -> Option<(u16, u16)> {
     if icmp.len() < 8 || icmp[0] != ECHO_REPLY || icmp[1] != 0 || checksum(icmp) != 0 {
         return None;
     }
     if icmp.get(8..8 + PAYLOAD.len()) != Some(&PAYLOAD[..]) {
         return None;
     }
-    let ident = u16::from_be_bytes([icmp[4], icmp[5]]);
-    let seq = u16::from_be_bytes([icmp[6], icmp[7]]);
-    Some((src, ident, seq))
+    Some((
+        u16::from_be_bytes([icmp[4], icmp[5]]),
+        u16::from_be_bytes([icmp[6], icmp[7]]),
+    ))
 }
 
-/// The probe `datagram` answers, if it is an Echo Reply matching one in flight: the
-/// identifier, sequence number and the probed address as its source. Other Echo
-/// Replies are counted.
+/// The probe a raw socket's `datagram` answers ([`take_parsed`]).
+#[cfg(test)]
 fn take_reply(
     in_flight: &mut HashMap<u16, InFlight>,
     ident: u16,
     datagram: &[u8],
     metrics: &DhcpMetrics,
 ) -> Option<Ended> {
-    let matched = parse_reply(datagram)
+    take_parsed(in_flight, ident, parse_reply(datagram), metrics)
+}
+
+/// The probe an Echo Reply (`read_reply`'s) answers, if it matches one in flight: the
+/// identifier, sequence number and the probed address as its source. Other Echo
+/// Replies are counted.
+fn take_parsed(
+    in_flight: &mut HashMap<u16, InFlight>,
+    ident: u16,
+    parsed: Option<(Ipv4Addr, u16, u16)>,
+    metrics: &DhcpMetrics,
+) -> Option<Ended> {
+    let matched = parsed
         .filter(|(src, id, seq)| *id == ident && in_flight.get(seq).is_some_and(|f| f.ip == *src));
     let Some((_, _, seq)) = matched else {
         // Any Echo Reply on the host reaches a raw socket (another process's ping too).

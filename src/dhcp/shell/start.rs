@@ -221,6 +221,9 @@ pub async fn prepare(config: &Config, parts: Parts) -> Result<Server, StartError
         });
     }
     let mut engine = Engine::new(config, leases, now);
+    // The DHCP loop sends the probes (`shell::probe`); it turns them off again if it
+    // cannot open an ICMP socket.
+    engine.set_probing(true);
     engine.adopt_members(view.list.clone());
     // What this member's share gained at the last change of the list (while running
     // before this start, or while it was down) is probed before its first offer, for
