@@ -32,10 +32,12 @@ ip -n "$srv" addr add 198.18.0.1/16 dev "$sif"; ip -n "$cli" addr add 198.18.0.2
 for ns in "$srv" "$cli"; do ip -n "$ns" link set lo up; done
 ip -n "$srv" link set "$sif" up; ip -n "$cli" link set "$cif" up
 
+# conflict_probe_ms = 0: dnsmasq runs with --no-ping and Kea does not probe.
 cat > "$work/shardboot.toml" <<TOML
 [dhcp]
 interfaces = ["$sif"]
 relays = ["198.18.0.0/16"]
+conflict_probe_ms = 0
 [tftp]
 enabled = false
 [[subnet]]
