@@ -8,7 +8,9 @@ resources, so this renderer cannot drift from kustomize unnoticed.
 
 Understood: resources (files and directories), namespace, configMapGenerator (envs,
 literals, behavior create/merge/replace, options.labels) with
-generatorOptions.disableNameSuffixHash, and replacements (one source field, optionally
+generatorOptions.disableNameSuffixHash, images (name, newName, newTag, digest; in every
+containers and initContainers list, as kustomize does, the Ironic's overrides
+included), and replacements (one source field, optionally
 one part of it by delimiter and index, into target field paths). Anything else is
 refused by name rather than rendered differently from kustomize.
 
@@ -23,7 +25,7 @@ import yaml
 
 KNOWN = {
     "apiVersion", "kind", "resources", "namespace", "configMapGenerator",
-    "generatorOptions", "replacements",
+    "generatorOptions", "replacements", "images",
 }
 # Kinds that live in no namespace (the ones these manifests could contain).
 CLUSTER_SCOPED = {
@@ -156,6 +158,34 @@ def replace(path, r, docs):
                 p[k] = value
 
 
+def set_images(path, images, node):
+    """kustomize's images: every container whose image is `name`, `name:tag` or
+    `name@digest`, wherever a containers or initContainers list is."""
+    if isinstance(node, list):
+        for x in node:
+            set_images(path, images, x)
+        return
+    if not isinstance(node, dict):
+        return
+    for k, v in node.items():
+        if k in ("containers", "initContainers") and isinstance(v, list):
+            for c in v:
+                for img in images:
+                    if set(img) - {"name", "newName", "newTag", "digest"}:
+                        raise RenderError(f"{path}: images entry not understood here: {sorted(img)}")
+                    ref = c.get("image", "")
+                    name = img["name"]
+                    if ref == name or ref.startswith(name + ":") or ref.startswith(name + "@"):
+                        rest = ref[len(name):]
+                        new = img.get("newName", name)
+                        if "digest" in img:
+                            rest = "@" + img["digest"]
+                        elif "newTag" in img:
+                            rest = ":" + str(img["newTag"])
+                        c["image"] = new + rest
+        set_images(path, images, v)
+
+
 def render(root):
     root = os.path.normpath(root)
     path, k = load_kustomization(root)
@@ -175,6 +205,8 @@ def render(root):
         for d in docs:
             if d.get("kind") not in CLUSTER_SCOPED:
                 d.setdefault("metadata", {})["namespace"] = ns
+    if k.get("images"):
+        set_images(path, k["images"], docs)
     for r in k.get("replacements", []):
         replace(path, r, docs)
     seen = set()
