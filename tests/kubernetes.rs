@@ -69,6 +69,10 @@ fn overlays_render_validate_and_embedded_environments_pass_check_config() {
         for alert in ALERTS {
             assert!(section.contains(alert), "{overlay}: no {alert}:\n{log}");
         }
+        assert!(
+            section.contains("Pod Security enforce privileged"),
+            "{overlay}: no Pod Security label:\n{log}"
+        );
     }
     assert!(
         log.contains("checked 3 embedded shardboot environments"),
@@ -294,6 +298,21 @@ fn a_broken_overlay_is_refused() {
         "irso",
         "a range that drifted",
         "spec.networking.dhcp.rangeEnd is 'set-by-kustomize' but DHCP_RANGE gives '172.22.0.100'",
+    );
+
+    // A namespace whose Pod Security level would refuse the pods.
+    let t = tree();
+    edit(
+        t.path(),
+        "overlays/daemonset/namespace.yaml",
+        "pod-security.kubernetes.io/enforce: privileged",
+        "pod-security.kubernetes.io/enforce: baseline",
+    );
+    refused(
+        t.path(),
+        "daemonset",
+        "a baseline namespace",
+        "namespace shardboot: pod-security.kubernetes.io/enforce is 'baseline'",
     );
 
     // An alert on a metric the server does not render.

@@ -8,6 +8,7 @@
 #
 #   deploy/kubernetes/check.sh [OVERLAY-DIR|FILE...]   default: every overlays/*
 #   SHARDBOOT=path/to/shardboot                 default: target/{release,debug}/shardboot
+#   SB_KUSTOMIZE=none                           render.py alone, as where neither is installed
 #
 # PodMonitor and PrometheusRule have no schema here: kubernetes-validate warns; their
 # metric names are checked instead.
@@ -43,7 +44,9 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 PY=$VENV/bin/python
 KUSTOMIZE=()
-if command -v kustomize >/dev/null; then
+if [ "${SB_KUSTOMIZE:-}" = none ]; then
+  :
+elif command -v kustomize >/dev/null; then
   KUSTOMIZE=(kustomize build)
 elif command -v kubectl >/dev/null; then
   KUSTOMIZE=(kubectl kustomize)

@@ -126,8 +126,30 @@ def pods(out, files):
         yaml.safe_dump_all(wrapped, fh)
 
 
+def pod_security(docs):
+    """Pods on the host's network with NET_ADMIN need the privileged Pod Security
+    level: the namespace they run in, when these files hold it, must say so."""
+    labels = {
+        d["metadata"]["name"]: d["metadata"].get("labels") or {}
+        for _, d in docs
+        if d.get("kind") == "Namespace"
+    }
+    for f, doc in docs:
+        if doc.get("kind") not in ("DaemonSet", "Deployment", "Ironic"):
+            continue
+        ns = doc["metadata"].get("namespace")
+        if ns not in labels:
+            continue
+        level = labels[ns].get("pod-security.kubernetes.io/enforce")
+        if level != "privileged":
+            sys.exit(f"{f}: namespace {ns}: pod-security.kubernetes.io/enforce is {level!r}; "
+                     "host network and NET_ADMIN need 'privileged'")
+        print(f"{f}: namespace {ns}: Pod Security enforce privileged")
+
+
 def check(binary, files):
     docs = list(documents(files))
+    pod_security(docs)
     config_maps = {
         d["metadata"]["name"]: d.get("data", {})
         for _, d in docs
