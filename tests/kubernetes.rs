@@ -14,12 +14,18 @@ fn repo(path: &str) -> PathBuf {
 
 /// `deploy/kubernetes/check.sh ARG…`, its venv inside this build's target directory.
 fn check(args: &[PathBuf]) -> Output {
+    check_with(args, &[])
+}
+
+/// [`check`] with more environment variables.
+fn check_with(args: &[PathBuf], vars: &[(&str, &str)]) -> Output {
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_shardboot"));
     let target = bin.parent().and_then(Path::parent).expect("target dir");
     Command::new(repo("deploy/kubernetes/check.sh"))
         .args(args)
         .env("SHARDBOOT", &bin)
         .env("CARGO_TARGET_DIR", target)
+        .envs(vars.iter().copied())
         .output()
         .expect("run check.sh")
 }
@@ -120,6 +126,25 @@ fn overlays_render_validate_and_embedded_environments_pass_check_config() {
     );
     assert!(
         irso.contains("spec.networking agrees with DHCP_RANGE 172.22.0.10-172.22.0.100"),
+        "{log}"
+    );
+}
+
+/// Where neither kustomize nor kubectl is installed, render.py alone renders the
+/// overlays, and they pass the same checks.
+#[test]
+fn overlays_pass_with_the_offline_renderer_alone() {
+    let out = check_with(&[], &[("SB_KUSTOMIZE", "none")]);
+    let log = text(&out);
+    assert!(out.status.success(), "{log}");
+    for overlay in ["daemonset", "irso", "irso-ha"] {
+        assert!(
+            log.contains(&format!("overlays/{overlay}: rendered by render.py alone")),
+            "{log}"
+        );
+    }
+    assert!(
+        log.contains("checked 3 embedded shardboot environments"),
         "{log}"
     );
 }

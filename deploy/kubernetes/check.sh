@@ -63,7 +63,7 @@ for arg in "$@"; do
       "$PY" "$HERE/render.py" same "$out" "$work/kustomize.yaml"
       echo "overlays/$(basename "$arg"): rendered by ${KUSTOMIZE[*]} and render.py alike"
     else
-      echo "overlays/$(basename "$arg"): rendered by render.py (no kustomize or kubectl here)"
+      echo "overlays/$(basename "$arg"): rendered by render.py alone"
     fi
     files+=("$out")
   else
