@@ -67,9 +67,8 @@ fn overlays_render_validate_and_embedded_environments_pass_check_config() {
         );
         let section = section(&log, overlay);
         assert!(
-            section.contains(
-                "operator token from Secret 'shardboot-operator-token', copied by "
-            ) && section.contains("to /run/shardboot/operator-token (uid 997, 0600, memory)"),
+            section.contains("operator token from Secret 'shardboot-operator-token', copied by ")
+                && section.contains("to /run/shardboot/operator-token (uid 997, 0600, memory)"),
             "{overlay}: no operator token:\n{log}"
         );
         for alert in ALERTS {
@@ -165,7 +164,10 @@ fn tree() -> tempfile::TempDir {
     }
     let dir = tempfile::tempdir().unwrap();
     for sub in ["base", "overlays", "crds"] {
-        copy(&repo(&format!("deploy/kubernetes/{sub}")), &dir.path().join(sub));
+        copy(
+            &repo(&format!("deploy/kubernetes/{sub}")),
+            &dir.path().join(sub),
+        );
     }
     dir
 }
@@ -314,10 +316,16 @@ fn a_broken_overlay_is_refused() {
     let t = tree();
     let k = "overlays/irso/kustomization.yaml";
     let text = std::fs::read_to_string(t.path().join(k)).unwrap();
-    let end = text.find("          - spec.networking.dhcp.rangeEnd\n").unwrap()
+    let end = text
+        .find("          - spec.networking.dhcp.rangeEnd\n")
+        .unwrap()
         + "          - spec.networking.dhcp.rangeEnd\n".len();
     let start = text[..end].rfind("  - source:").unwrap();
-    std::fs::write(t.path().join(k), format!("{}{}", &text[..start], &text[end..])).unwrap();
+    std::fs::write(
+        t.path().join(k),
+        format!("{}{}", &text[..start], &text[end..]),
+    )
+    .unwrap();
     refused(
         t.path(),
         "irso",
