@@ -1,4 +1,4 @@
-"""What the manifests in deploy/kubernetes embed, for deploy/kubernetes/check.sh.
+"""What the rendered overlays of deploy/kubernetes embed, for deploy/kubernetes/check.sh.
 
   embedded.py pods OUT FILE...   every container inside an IrSO Ironic resource
                                  (spec.overrides), wrapped in a Pod so the Kubernetes
@@ -9,7 +9,15 @@
                                  and CA, the database CA) are stood in for by
                                  temporary files; the shared store's credentials
                                  directory must be a mounted Secret with username and
-                                 password
+                                 password; the operator token must be a 0600 copy
+                                 of a Secret, made for the server's user by an init
+                                 container; an IrSO Ironic's spec.networking must
+                                 state the network its shardboot is given
+  embedded.py crd CRD... -- FILE...
+                                 custom resources against their CRD's schema, unknown
+                                 fields refused
+  embedded.py rules METRICS FILE...
+                                 every metric a PrometheusRule names is in METRICS
 
 Runs with the kubernetes-validate venv's Python (PyYAML comes with it).
 """
@@ -61,6 +69,7 @@ STAND_INS = {
     "SHARDBOOT_OWNER__IRONIC__PASSWORD_FILE": (lambda: "stand-in-password\n", 0o600),
     "SHARDBOOT_OWNER__IRONIC__CA_FILE": (lambda: "stand-in CA, not read until serve\n", 0o644),
     "SHARDBOOT_STORE__CA_FILE": (lambda: "stand-in CA, not read until serve\n", 0o644),
+    "SHARDBOOT_HTTP__TOKEN_FILE": (lambda: secrets.token_hex(32) + "\n", 0o600),
 }
 
 # check-config's summary of the shared store names the directory the database user and
@@ -117,8 +126,30 @@ def pods(out, files):
         yaml.safe_dump_all(wrapped, fh)
 
 
+def pod_security(docs):
+    """Pods on the host's network with NET_ADMIN need the privileged Pod Security
+    level: the namespace they run in, when these files hold it, must say so."""
+    labels = {
+        d["metadata"]["name"]: d["metadata"].get("labels") or {}
+        for _, d in docs
+        if d.get("kind") == "Namespace"
+    }
+    for f, doc in docs:
+        if doc.get("kind") not in ("DaemonSet", "Deployment", "Ironic"):
+            continue
+        ns = doc["metadata"].get("namespace")
+        if ns not in labels:
+            continue
+        level = labels[ns].get("pod-security.kubernetes.io/enforce")
+        if level != "privileged":
+            sys.exit(f"{f}: namespace {ns}: pod-security.kubernetes.io/enforce is {level!r}; "
+                     "host network and NET_ADMIN need 'privileged'")
+        print(f"{f}: namespace {ns}: Pod Security enforce privileged")
+
+
 def check(binary, files):
     docs = list(documents(files))
+    pod_security(docs)
     config_maps = {
         d["metadata"]["name"]: d.get("data", {})
         for _, d in docs
@@ -149,6 +180,9 @@ def check(binary, files):
                         env[e["name"]] = "stand-in-" + source["secretKeyRef"]["key"]
                     else:
                         sys.exit(f"{f}: {name}: cannot stand in for env {e['name']}")
+                token_source(f, name, spec, c, env)
+                if doc.get("kind") == "Ironic":
+                    network_agrees(f, name, doc, c, env)
                 # Files from Secrets: the path must be in a volume the container mounts.
                 stand_ins = tempfile.mkdtemp(prefix="shardboot-secrets-")
                 stood_in = []
@@ -197,10 +231,166 @@ def check(binary, files):
     print(f"checked {checked} embedded shardboot environments")
 
 
+def run_as_user(spec, container):
+    """The uid a container runs as (its own securityContext, then the pod's)."""
+    for sc in (container.get("securityContext") or {}, spec.get("securityContext") or {}):
+        if "runAsUser" in sc:
+            return sc["runAsUser"]
+    return None
+
+
+def token_source(f, name, spec, c, env):
+    """The operator token: a file the server reads as its own 0600 file.
+
+    A Secret volume's files belong to root (0440 at best, with fsGroup), so the token
+    must be a copy: an emptyDir on memory that an init container, running as the
+    server's user, fills from a Secret no other user can read, with umask 077.
+    """
+    where = f"{f}: {name}/{c['name']}"
+    path = env.get("SHARDBOOT_HTTP__TOKEN_FILE")
+    if not path:
+        sys.exit(f"{where}: no operator token (SHARDBOOT_HTTP__TOKEN_FILE): "
+                 "`shardboot leases`, `members` and /v1 would refuse everything")
+    v, err = mounted_file(spec, c, path)
+    if err:
+        sys.exit(f"{where}: operator token: {err}")
+    if "secret" in v:
+        sys.exit(f"{where}: operator token {path} is a Secret's file, owned by root; the "
+                 "server wants its own 0600 file: copy it in an init container")
+    if (v.get("emptyDir") or {}).get("medium") != "Memory":
+        sys.exit(f"{where}: operator token: volume {v['name']!r} is not an emptyDir on memory")
+    uid = run_as_user(spec, c)
+    volumes = {x["name"]: x for x in spec.get("volumes", [])}
+    for init in spec.get("initContainers", []):
+        mounts = {m["name"]: m for m in init.get("volumeMounts", [])}
+        if v["name"] not in mounts or mounts[v["name"]].get("readOnly"):
+            continue
+        cmd = " ".join(init.get("command", []) + init.get("args", []))
+        secret = [volumes[n]["secret"] for n in mounts if "secret" in volumes.get(n, {})]
+        if not secret or path not in cmd:
+            continue
+        if run_as_user(spec, init) != uid:
+            sys.exit(f"{where}: operator token: init container {init['name']!r} runs as "
+                     f"{run_as_user(spec, init)}, the server as {uid}: the copy is not the server's")
+        if "umask 077" not in cmd:
+            sys.exit(f"{where}: operator token: init container {init['name']!r} writes it "
+                     "without umask 077 (the server wants 0600)")
+        for sv in secret:
+            modes = [sv.get("defaultMode", 0o644)] + [i["mode"] for i in sv.get("items", []) if "mode" in i]
+            if any(m & 0o007 for m in modes):
+                sys.exit(f"{where}: operator token: Secret {sv['secretName']!r} is readable by "
+                         "every user of the pod (defaultMode)")
+        print(f"{where}: operator token from Secret {secret[0]['secretName']!r}, copied by "
+              f"{init['name']!r} to {path} (uid {uid}, 0600, memory)")
+        return
+    sys.exit(f"{where}: operator token {path}: no init container copies a Secret there")
+
+
+def network_agrees(f, name, doc, c, env):
+    """An IrSO Ironic's spec.networking and its shardboot's variables agree."""
+    net = doc.get("spec", {}).get("networking") or {}
+    dhcp = net.get("dhcp")
+    if not dhcp:
+        return
+    first = env.get("DHCP_RANGE", "").split(";")[0].split(",")
+    pairs = [
+        ("spec.networking.dhcp.rangeBegin", dhcp.get("rangeBegin"), "DHCP_RANGE", first[0]),
+        ("spec.networking.dhcp.rangeEnd", dhcp.get("rangeEnd"),
+         "DHCP_RANGE", first[1] if len(first) > 1 else None),
+        ("spec.networking.interface", net.get("interface"),
+         "PROVISIONING_INTERFACE", env.get("PROVISIONING_INTERFACE")),
+        ("spec.networking.ipAddress", net.get("ipAddress"),
+         "PROVISIONING_IP", env.get("PROVISIONING_IP")),
+    ]
+    for field, ours, var, theirs in pairs:
+        if ours is not None and ours != theirs:
+            sys.exit(f"{f}: {name}/{c['name']}: {field} is {ours!r} but {var} gives {theirs!r}")
+    print(f"{f}: {name}/{c['name']}: spec.networking agrees with DHCP_RANGE "
+          f"{dhcp.get('rangeBegin')}-{dhcp.get('rangeEnd')}")
+
+
+def strict(schema):
+    """A CRD schema that refuses unknown fields, as kubectl's field validation does
+    (the API server would otherwise prune them without a word)."""
+    if isinstance(schema, dict):
+        schema = {k: strict(v) for k, v in schema.items()}
+        if ("properties" in schema and "additionalProperties" not in schema
+                and not schema.get("x-kubernetes-preserve-unknown-fields")):
+            schema["additionalProperties"] = False
+        if schema.get("x-kubernetes-int-or-string"):
+            schema.pop("type", None)
+            schema["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    elif isinstance(schema, list):
+        schema = [strict(x) for x in schema]
+    return schema
+
+
+def crd(crds, files):
+    import jsonschema
+
+    schemas = {}
+    for _, c in documents(crds):
+        group, kind = c["spec"]["group"], c["spec"]["names"]["kind"]
+        for v in c["spec"]["versions"]:
+            schema = strict(v["schema"]["openAPIV3Schema"])
+            # metadata is the API server's, checked by kubernetes-validate's ObjectMeta.
+            schema["properties"]["metadata"] = {"type": "object"}
+            schemas[(f"{group}/{v['name']}", kind)] = schema
+    checked = 0
+    for f, doc in documents(files):
+        schema = schemas.get((doc.get("apiVersion"), doc.get("kind")))
+        if schema is None:
+            continue
+        errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(doc), key=str)
+        for e in errors:
+            where = ".".join(str(p) for p in e.absolute_path) or "(top)"
+            print(f"{f}: {doc['kind']}/{doc['metadata']['name']}: {where}: {e.message}",
+                  file=sys.stderr)
+        if errors:
+            sys.exit(1)
+        checked += 1
+    print(f"checked {checked} custom resources against their CRD")
+
+
+def rules(metrics_file, files):
+    with open(metrics_file) as fh:
+        known = {l.strip() for l in fh if l.strip()}
+    # Names the source builds from a prefix (shardboot_tftp_ + name) are known by it.
+    prefixes = [k for k in known if k.endswith("_")]
+
+    def exists(m):
+        for suffix in ("_bucket", "_sum", "_count", ""):
+            if suffix and not m.endswith(suffix):
+                continue
+            base = m[: len(m) - len(suffix)] if suffix else m
+            if base in known:
+                return True
+        return any(m.startswith(p) for p in prefixes)
+
+    alerts = 0
+    for f, doc in documents(files):
+        if doc.get("kind") != "PrometheusRule":
+            continue
+        for g in doc["spec"]["groups"]:
+            for r in g["rules"]:
+                for m in re.findall(r"shardboot_[a-z_0-9]+", r["expr"]):
+                    if not exists(m):
+                        sys.exit(f"{f}: {r.get('alert') or r.get('record')}: no metric {m} in the source")
+                alerts += "alert" in r
+        print(f"{f}: alerts on existing metrics: "
+              + ", ".join(r["alert"] for g in doc["spec"]["groups"] for r in g["rules"] if "alert" in r))
+    print(f"checked {alerts} alerts")
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "pods":
         pods(sys.argv[2], sys.argv[3:])
     elif sys.argv[1] == "check":
         check(sys.argv[2], sys.argv[3:])
+    elif sys.argv[1] == "crd":
+        sep = sys.argv.index("--")
+        crd(sys.argv[2:sep], sys.argv[sep + 1:])
+    elif sys.argv[1] == "rules":
+        rules(sys.argv[2], sys.argv[3:])
     else:
         sys.exit(__doc__)
