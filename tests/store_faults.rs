@@ -42,7 +42,12 @@ fn a_poisoned_store_starts_and_serves_everything_it_can_read() {
         .as_secs();
     {
         // The store as an older shardboot left it, written behind the server's back.
-        let db = sled::open(dir.path().join("state/leases.sled")).unwrap();
+        // No background flusher: it would hold the lock a moment after `db` is dropped.
+        let db = sled::Config::new()
+            .path(dir.path().join("state/leases.sled"))
+            .flush_every_ms(None)
+            .open()
+            .unwrap();
         db.open_tree("meta")
             .unwrap()
             .insert("format_version", &[1])

@@ -308,7 +308,7 @@ fn a_record_that_does_not_decode_is_set_aside_and_the_rest_loads() {
     }
     {
         // Damage one record behind the store's back, as a bug or a bad disk would.
-        let db = ::sled::open(dir.path()).unwrap();
+        let db = raw_sled(dir.path());
         let leases = db.open_tree("leases").unwrap();
         leases.insert([192, 0, 2, 2], vec![2, 9, 9]).unwrap();
         leases.insert([1, 2, 3], vec![2]).unwrap();
@@ -334,7 +334,7 @@ fn a_record_that_does_not_decode_is_set_aside_and_the_rest_loads() {
 fn a_first_format_store_opens_and_is_marked_for_this_format() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let db = ::sled::open(dir.path()).unwrap();
+        let db = raw_sled(dir.path());
         db.open_tree("meta")
             .unwrap()
             .insert("format_version", &[1])
@@ -344,7 +344,7 @@ fn a_first_format_store_opens_and_is_marked_for_this_format() {
     let store = super::SledStore::open(dir.path()).unwrap();
     store.commit(&[put(&lease(5, 5))]).unwrap();
     drop(store);
-    let db = ::sled::open(dir.path()).unwrap();
+    let db = raw_sled(dir.path());
     let v = db.open_tree("meta").unwrap().get("format_version").unwrap();
     assert_eq!(v.as_deref(), Some(&[super::LEASE_FORMAT_VERSION][..]));
 }
@@ -446,4 +446,16 @@ fn a_full_commit_queue_drops_and_counts_instead_of_growing() {
     assert!(refused > 0 && refused < 40_000, "{refused}");
     assert_eq!(metrics.queue_full.get(), refused);
     committer.commit_blocking(Vec::new()).unwrap();
+}
+
+/// The store's sled database opened behind its back, to damage it as a bug or a bad
+/// disk would. Without the background flusher, as the store opens it: that thread
+/// keeps the database (and its file lock) a moment after the handle is dropped, so the
+/// store reopened right after would find it in use.
+pub(super) fn raw_sled(dir: &std::path::Path) -> ::sled::Db {
+    ::sled::Config::new()
+        .path(dir)
+        .flush_every_ms(None)
+        .open()
+        .expect("open the store's sled database")
 }

@@ -310,7 +310,7 @@ fn a_v6_record_that_does_not_decode_is_set_aside_and_the_rest_loads() {
     {
         // Damage records behind the store's back, as a bug or a bad disk would: a cut
         // record, a record of an unknown format and a key that is no address.
-        let db = ::sled::open(dir.path()).unwrap();
+        let db = super::battery::raw_sled(dir.path());
         let leases6 = db.open_tree("leases6").unwrap();
         let cut = super::encode_lease6(&lease6(2, 2));
         leases6
@@ -348,7 +348,7 @@ fn a_store_with_newer_v6_records_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     drop(SledStore::open(dir.path()).unwrap());
     {
-        let db = ::sled::open(dir.path()).unwrap();
+        let db = super::battery::raw_sled(dir.path());
         let meta = db.open_tree("meta").unwrap();
         assert_eq!(
             meta.get("lease6_format_version").unwrap().as_deref(),

@@ -462,7 +462,7 @@ fn ipv6_ranges_become_subnet6_and_an_ipv6_ironic_ip_the_boot_url() {
     assert_eq!(cfg.boot.tftp_server, None);
 }
 
-/// The DaemonSet's member settings (deploy/kubernetes/daemonset.yaml), as overrides.
+/// The DaemonSet's member settings (deploy/kubernetes/overlays/daemonset/daemonset.yaml), as overrides.
 fn member_overrides() -> Vec<(String, String)> {
     [
         ("owner.members", "ironic"),
