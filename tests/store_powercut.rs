@@ -31,8 +31,10 @@ fn every_lease_acked_before_a_power_cut_is_there_after_it() {
     for cut in 0..CUTS {
         let stop = Arc::new(AtomicBool::new(false));
         cmd_tx.send(Cmd::Storm(stop.clone())).unwrap();
-        // A different moment each cycle, inside the storm.
-        std::thread::sleep(Duration::from_millis(150 + 120 * cut));
+        // A different moment each cycle, inside the storm. The first cycle's first
+        // offers wait up to `dhcp.conflict_probe_ms` (200 ms) for their ICMP probe (an
+        // address the store never saw), so its ACKs start after that.
+        std::thread::sleep(Duration::from_millis(350 + 120 * cut));
         let note = disk.cut();
         server.kill9();
         // The storm goes on against the dark server for a moment.
