@@ -86,6 +86,14 @@ pub fn check_config(config: &Config) -> anyhow::Result<()> {
             if s.rapid_commit { "on" } else { "off" }
         )?;
     }
+    let host = crate::dhcp::shell::socket::host_addresses().unwrap_or_default();
+    for i in config.subnets_out_of_reach(&host) {
+        writeln!(
+            out,
+            "warning: subnet[{i}] {}: no interface of this host is on it and dhcp.relays is empty, so its relayed clients are dropped; name the relays in dhcp.relays",
+            config.subnets[i].network
+        )?;
+    }
     let members = MemberList::of(&config.members);
     let me = config.owner.self_name.as_deref();
     if let crate::config::MembersSource::File(f) = &config.owner.members {

@@ -173,6 +173,22 @@ pub struct Config {
 }
 
 impl Config {
+    /// The `[[subnet]]`s, by index, that no interface of this host (`host`: interface
+    /// and address) is on while `dhcp.relays` is empty: their clients could come only
+    /// through a relay, and an untrusted relay's packets are dropped, so nobody is
+    /// served from them (ironic-image's dnsmasq answers relays without being told).
+    pub fn subnets_out_of_reach(&self, host: &[(String, ipnet::Ipv4Net)]) -> Vec<usize> {
+        if !self.dhcp.enabled || self.dhcp.proxy || !self.dhcp.relays.is_empty() {
+            return Vec::new();
+        }
+        (0..self.subnets.len())
+            .filter(|&i| {
+                let net = &self.subnets[i].network;
+                !host.iter().any(|(_, a)| net.contains(&a.addr()))
+            })
+            .collect()
+    }
+
     /// The TFTP file names DHCP may hand out (the per-architecture choices and host
     /// overrides, URLs left out), for `check-config` to look for in the TFTP root.
     pub fn boot_file_names(&self) -> Vec<&str> {
@@ -421,6 +437,28 @@ mod tests {
         assert_eq!(cfg.subnets.len(), 1);
         assert_eq!(cfg.dhcp.port, 67);
         assert_eq!(cfg.boot.bios, "undionly.kpxe");
+    }
+
+    #[test]
+    fn a_subnet_behind_an_untrusted_relay_is_named_as_out_of_reach() {
+        let text = concat!(
+            "state_dir = \"/tmp/x\"\n",
+            "[[subnet]]\nnetwork = \"192.0.2.0/24\"\nranges = [\"192.0.2.10 - 192.0.2.20\"]\n",
+            "[[subnet]]\nnetwork = \"198.51.100.0/24\"\nranges = [\"198.51.100.10 - 198.51.100.20\"]\n",
+        );
+        let host = [("prov0".to_string(), "192.0.2.1/24".parse().unwrap())];
+        let cfg = Config::from_toml_with_overrides(text, &[]).unwrap();
+        assert_eq!(cfg.subnets_out_of_reach(&host), [1]);
+        // Trusting a relay (or serving neither) leaves nothing to say.
+        let relays = [(
+            "dhcp.relays".to_string(),
+            "[\"192.0.2.254/32\"]".to_string(),
+        )];
+        let cfg = Config::from_toml_with_overrides(text, &relays).unwrap();
+        assert!(cfg.subnets_out_of_reach(&host).is_empty());
+        let off = [("dhcp.enabled".to_string(), "false".to_string())];
+        let cfg = Config::from_toml_with_overrides(text, &off).unwrap();
+        assert!(cfg.subnets_out_of_reach(&host).is_empty());
     }
 
     #[test]

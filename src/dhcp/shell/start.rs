@@ -272,6 +272,9 @@ pub async fn prepare(config: &Config, parts: Parts) -> Result<Server, StartError
         );
     }
     let host = socket::host_addresses()?;
+    for i in config.subnets_out_of_reach(&host) {
+        warn!(subnet = %config.subnets[i].network, "no interface of this host is on this subnet and dhcp.relays is empty: its relayed clients are dropped; name the relays in dhcp.relays");
+    }
     let interfaces = socket::resolve_interfaces(config, &host)?;
     let mut listeners = Vec::with_capacity(interfaces.len());
     for interface in interfaces {
