@@ -46,20 +46,7 @@ pub(super) fn is_v6_range(entry: &str) -> bool {
 /// addresses itself (`ra-only`, `slaac`, `ra-stateless`, `constructor:`) are refused:
 /// shardboot's DHCPv6 is stateful.
 pub(super) fn range6(entry: &str) -> Result<Range6Entry, String> {
-    let mut fields: Vec<&str> = entry.split(',').map(str::trim).collect();
-    let mut tag = None;
-    if let Some(t) = fields.first().and_then(|f| f.strip_prefix("set:")) {
-        tag = Some(t.to_string());
-        fields.remove(0);
-    }
-    if let Some(f) = fields
-        .iter()
-        .find(|f| f.starts_with("tag:") || f.starts_with("set:"))
-    {
-        return Err(format!(
-            "{f:?}: only one leading set:<tag> is supported (ranges chosen by tag are not)"
-        ));
-    }
+    let (tag, mut fields) = range_fields(entry)?;
     if let Some(f) = fields.iter().find(|f| {
         f.starts_with("constructor:") || f.starts_with("ra-") || **f == "slaac" || **f == "static"
     }) {
@@ -152,8 +139,9 @@ fn prefix_of(mask: Ipv4Addr) -> Option<u8> {
     (bits.checked_shl(ones).unwrap_or(0) == 0).then_some(ones as u8)
 }
 
-/// Parses one `dhcp-range` value.
-pub(super) fn range(entry: &str) -> Result<RangeEntry, String> {
+/// A `dhcp-range` value's fields after its leading `set:<tag>`, and that tag. Ranges
+/// chosen by a tag (`tag:`) and a second `set:` are refused.
+fn range_fields(entry: &str) -> Result<(Option<String>, Vec<&str>), String> {
     let mut fields: Vec<&str> = entry.split(',').map(str::trim).collect();
     let mut tag = None;
     if let Some(t) = fields.first().and_then(|f| f.strip_prefix("set:")) {
@@ -168,6 +156,12 @@ pub(super) fn range(entry: &str) -> Result<RangeEntry, String> {
             "{f:?}: only one leading set:<tag> is supported (ranges chosen by tag are not)"
         ));
     }
+    Ok((tag, fields))
+}
+
+/// Parses one `dhcp-range` value.
+pub(super) fn range(entry: &str) -> Result<RangeEntry, String> {
+    let (tag, fields) = range_fields(entry)?;
     let addr = |f: Option<&&str>, what: &str| -> Result<Ipv4Addr, String> {
         let f = f.ok_or_else(|| format!("the {what} address is missing"))?;
         if f.contains(':') {
