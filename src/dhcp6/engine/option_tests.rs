@@ -43,6 +43,15 @@ fn advertise(e: &mut Engine6, m: &Message) -> Message {
         .expect("a reply")
 }
 
+/// The reply to a Solicit from a machine with no `[[host]]` entry (client 9).
+fn another_machine(e: &mut Engine6, oro: Option<&[u16]>) -> Message {
+    let mut other = ctx(1_000);
+    other.mac = Some(MacAddr([0x52, 0x54, 0, 0, 0, 9]));
+    e.handle_message(&solicit(9, oro), &[], &other)
+        .reply
+        .expect("a reply")
+}
+
 const HOST: &str = "[[host]]\nmac = \"52:54:00:00:00:01\"\ntags = [\"rack1\"]\n";
 
 #[test]
@@ -77,12 +86,7 @@ fn entries_of_every_level_reach_the_reply_the_most_specific_winning() {
         ]
     );
     // Another machine (no host entry, so no rack1 tag): the server's sntp-server.
-    let mut other = ctx(1_000);
-    other.mac = Some(MacAddr([0x52, 0x54, 0, 0, 0, 9]));
-    let r = e
-        .handle_message(&solicit(9, None), &[], &other)
-        .reply
-        .unwrap();
+    let r = another_machine(&mut e, None);
     let got = configuration(&r);
     assert!(
         got.contains(&(31, ip("fd00:1::6").octets().to_vec())),
@@ -127,12 +131,7 @@ fn a_valueless_entry_removes_the_subnets_dns_for_tagged_clients_only() {
     ));
     let r = advertise(&mut e, &solicit(1, Some(&[23])));
     assert_eq!(configuration(&r), []);
-    let mut other = ctx(1_000);
-    other.mac = Some(MacAddr([0x52, 0x54, 0, 0, 0, 9]));
-    let r = e
-        .handle_message(&solicit(9, Some(&[23])), &[], &other)
-        .reply
-        .unwrap();
+    let r = another_machine(&mut e, Some(&[23]));
     assert_eq!(configuration(&r), [(23, ip("fd00:1::1").octets().to_vec())]);
 }
 
@@ -183,12 +182,7 @@ fn a_ranges_tag_holds_for_the_clients_given_an_address_in_it() {
     assert_eq!(super::tests::ia_of(&r, 1).0[0].0, ip("fd00:1::10"));
     assert_eq!(configuration(&r), [(31, ip("fd00:1::6").octets().to_vec())]);
     // The next is given one of the untagged range: no option.
-    let mut other = ctx(1_000);
-    other.mac = Some(MacAddr([0x52, 0x54, 0, 0, 0, 9]));
-    let r = e
-        .handle_message(&solicit(9, None), &[], &other)
-        .reply
-        .unwrap();
+    let r = another_machine(&mut e, None);
     assert_eq!(super::tests::ia_of(&r, 1).0[0].0, ip("fd00:1::20"));
     assert_eq!(configuration(&r), []);
 }
