@@ -199,11 +199,7 @@ pub fn print_leases(
         return leases6::print(config, json, mac, &remote);
     }
     // The store is locked while the server runs: then ask the server.
-    let local = if remote.forced {
-        None
-    } else {
-        crate::store::open(&config.state_dir).ok()
-    };
+    let local = remote.local_store(&config.state_dir);
     let rows: Vec<serde_json::Value> = match local {
         Some(store) => {
             let mut leases = store.load()?.leases;
@@ -424,6 +420,19 @@ pub struct Remote {
 }
 
 impl Remote {
+    /// The store in `state_dir`, read directly: unless `--server` was given, or the
+    /// running server holds it (its lock is taken), when the API must be asked.
+    pub(crate) fn local_store(
+        &self,
+        state_dir: &std::path::Path,
+    ) -> Option<std::sync::Arc<dyn crate::store::Store>> {
+        if self.forced {
+            None
+        } else {
+            crate::store::open(state_dir).ok()
+        }
+    }
+
     /// `--server`/`--token-file`, defaulting to this config's listener and token file.
     pub fn new(
         config: &Config,

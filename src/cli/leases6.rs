@@ -16,11 +16,7 @@ pub(super) fn print(
     remote: &Remote,
 ) -> anyhow::Result<()> {
     // The store is locked while the server runs: then ask the server.
-    let local = if remote.forced {
-        None
-    } else {
-        crate::store::open(&config.state_dir).ok()
-    };
+    let local = remote.local_store(&config.state_dir);
     let rows: Vec<serde_json::Value> = match local {
         Some(store) => store
             .load()?

@@ -129,11 +129,7 @@ pub fn export_dnsmasq(
     output: Option<&Path>,
     remote: &Remote,
 ) -> anyhow::Result<()> {
-    let local = if remote.forced {
-        None
-    } else {
-        crate::store::open(&config.state_dir).ok()
-    };
+    let local = remote.local_store(&config.state_dir);
     let leases: Vec<Lease> = match local {
         Some(store) => store.load()?.leases,
         None => remote
