@@ -127,7 +127,7 @@ pub async fn run(
             &shutdown,
         )
         .await?;
-        let loaded = s.load(dhcp::unix_now()).await?;
+        let loaded = s.load(crate::clock::unix_now()).await?;
         info!(
             leases = loaded.leases.len(),
             leases6 = loaded.leases6.len(),
@@ -143,7 +143,7 @@ pub async fn run(
             &loaded,
             &mut snapshot.leases,
             &mut snapshot.leases6,
-            dhcp::unix_now(),
+            crate::clock::unix_now(),
         )
         .await;
         followed_since = loaded.newest_ms;

@@ -4,6 +4,8 @@
 pub mod app;
 pub mod build_info;
 pub mod cli;
+pub mod client_class;
+pub mod clock;
 pub mod config;
 pub mod confine;
 pub mod dhcp;
@@ -15,6 +17,7 @@ pub mod limits;
 pub mod mac;
 pub mod metrics;
 pub mod net_error;
+pub mod options;
 pub mod owner;
 pub mod ra;
 pub mod secret_file;

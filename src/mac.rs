@@ -2,6 +2,7 @@
 //! canonical forms shardboot prints.
 
 use std::fmt;
+use std::net::Ipv6Addr;
 use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -107,6 +108,21 @@ impl<'de> Deserialize<'de> for MacAddr {
         let s = String::deserialize(d)?;
         s.parse().map_err(serde::de::Error::custom)
     }
+}
+
+/// The MAC in a link-local (fe80::/64) address whose interface identifier is a modified
+/// EUI-64; `None` for any other address.
+pub fn from_link_local(ip: Ipv6Addr) -> Option<MacAddr> {
+    let o = ip.octets();
+    // fe80::/10, with the rest of the first 64 bits zero (RFC 4291 §2.5.6).
+    if o[0] != 0xfe || o[1] & 0xc0 != 0x80 || o[1] & 0x3f != 0 || o[2..8] != [0; 6] {
+        return None;
+    }
+    let id = &o[8..];
+    if id[3] != 0xff || id[4] != 0xfe {
+        return None;
+    }
+    Some(MacAddr([id[0] ^ 0x02, id[1], id[2], id[5], id[6], id[7]]))
 }
 
 #[cfg(test)]

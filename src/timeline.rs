@@ -21,7 +21,6 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
@@ -287,9 +286,7 @@ impl Default for Timeline {
 }
 
 fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+    crate::clock::unix_now_ms()
 }
 
 /// `text` with every control or non-ASCII character escaped, at most [`MAX_DETAIL`]
@@ -388,7 +385,7 @@ impl Timeline {
             g.known.by_ip.get(&ip).copied()
         };
         let mac = mac.or_else(|| match ip {
-            IpAddr::V6(v6) => crate::dhcp6::client_mac::link_local_mac(v6),
+            IpAddr::V6(v6) => crate::mac::from_link_local(v6),
             IpAddr::V4(_) => None,
         });
         match mac {

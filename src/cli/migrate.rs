@@ -11,18 +11,13 @@ use std::path::Path;
 use anyhow::{bail, Context};
 
 use super::Remote;
+use crate::clock::unix_now;
 use crate::config::Config;
 use crate::dhcp::dnsmasq_leases;
 use crate::store::{dump, Change, Lease, LeaseEffect, LeaseState, StoreError};
 
 /// A lease file larger than this is not one (a /16 of dnsmasq lines is about 5 MB).
 const MAX_FILE: u64 = 64 << 20;
-
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
 
 /// Opens the store, saying plainly why not when a server holds it (`why`: what the
 /// command does offline).

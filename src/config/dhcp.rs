@@ -48,9 +48,9 @@ pub struct DhcpSettings {
     /// The PXE boot-server port a ProxyDHCP also answers on (4011, PXE spec §2.2.6).
     pub proxy_port: u16,
     /// Options for every subnet (`options`, dnsmasq `dhcp-option` syntax).
-    pub options: Vec<crate::dhcp::options::OptionRule>,
+    pub options: Vec<crate::options::OptionRule>,
     /// The `option6:` entries of `options`: for every `[[subnet6]]`.
-    pub options6: Vec<crate::dhcp::options::OptionRule6>,
+    pub options6: Vec<crate::options::OptionRule6>,
     /// Whether the DHCP listener runs at all.
     pub enabled: bool,
     /// Interfaces to bind; empty means every interface with an address in a subnet.

@@ -63,7 +63,7 @@ pub(super) fn validate(raw: RawDhcp6, issues: &mut Issues) -> Dhcp6Settings {
 /// A DUID written as hex octets (`00:02:00:00:ab:11:01`): RFC 8415 §11.1, a 2-octet
 /// type that is not 0, then at most 128 octets of identifier.
 fn duid(key: &str, text: &str, issues: &mut Issues) -> Option<Vec<u8>> {
-    let Ok(octets) = crate::dhcp::options::value::hex(text.trim()) else {
+    let Ok(octets) = crate::options::value::hex(text.trim()) else {
         issues.add(key, "must be hex octets such as 00:02:00:00:ab:11:01:02");
         return None;
     };

@@ -54,9 +54,9 @@ pub struct Host {
     /// Lease time replacing the subnet's.
     pub lease_time: Option<u32>,
     /// Options for this host (dnsmasq `dhcp-option` syntax), over the subnet's.
-    pub options: Vec<crate::dhcp::options::OptionRule>,
+    pub options: Vec<crate::options::OptionRule>,
     /// The `option6:` entries of `options`, over the `[[subnet6]]`'s.
-    pub options6: Vec<crate::dhcp::options::OptionRule6>,
+    pub options6: Vec<crate::options::OptionRule6>,
     /// Tags this host sets for option entries (`tag:<name>`).
     pub tags: Vec<String>,
 }

@@ -353,8 +353,8 @@ fn options_list(
     key: &str,
     entries: &[String],
     issues: &mut issues::Issues,
-) -> Vec<crate::dhcp::options::OptionRule> {
-    parse_each(key, entries, issues, crate::dhcp::options::dnsmasq::parse)
+) -> Vec<crate::options::OptionRule> {
+    parse_each(key, entries, issues, crate::options::dnsmasq::parse)
 }
 
 /// Parses an `options` list of DHCPv6 entries (`option6:`), as [`options_list`].
@@ -362,8 +362,8 @@ fn options6_list(
     key: &str,
     entries: &[String],
     issues: &mut issues::Issues,
-) -> Vec<crate::dhcp::options::OptionRule6> {
-    parse_each(key, entries, issues, crate::dhcp::options::dnsmasq::parse6)
+) -> Vec<crate::options::OptionRule6> {
+    parse_each(key, entries, issues, crate::options::dnsmasq::parse6)
 }
 
 /// Parses an `options` list that takes both families, as dnsmasq's `dhcp-option` does
@@ -373,17 +373,12 @@ fn options_both(
     entries: &[String],
     issues: &mut issues::Issues,
 ) -> (
-    Vec<crate::dhcp::options::OptionRule>,
-    Vec<crate::dhcp::options::OptionRule6>,
+    Vec<crate::options::OptionRule>,
+    Vec<crate::options::OptionRule6>,
 ) {
-    use crate::dhcp::options::dnsmasq::AnyRule;
+    use crate::options::dnsmasq::AnyRule;
     let (mut v4, mut v6) = (Vec::new(), Vec::new());
-    for rule in parse_each(
-        key,
-        entries,
-        issues,
-        crate::dhcp::options::dnsmasq::parse_any,
-    ) {
+    for rule in parse_each(key, entries, issues, crate::options::dnsmasq::parse_any) {
         match rule {
             AnyRule::V4(r) => v4.push(r),
             AnyRule::V6(r) => v6.push(r),
@@ -396,7 +391,7 @@ fn parse_each<T>(
     key: &str,
     entries: &[String],
     issues: &mut issues::Issues,
-    parse: fn(&str) -> Result<T, crate::dhcp::options::value::ValueError>,
+    parse: fn(&str) -> Result<T, crate::options::value::ValueError>,
 ) -> Vec<T> {
     entries
         .iter()

@@ -84,7 +84,7 @@ pub struct Subnet {
     /// The tag each range sets (same order as `ranges`), if any.
     pub range_tags: Vec<Option<String>>,
     /// Options of this subnet (dnsmasq `dhcp-option` syntax), over `[dhcp] options`.
-    pub options: Vec<crate::dhcp::options::OptionRule>,
+    pub options: Vec<crate::options::OptionRule>,
     /// Addresses of this member's share of the ranges that only known machines may take
     /// fresh: a flood of unknown MACs cannot starve the machines the operator knows.
     /// `None` (not set): the engine's default, a quarter of the share wherever a

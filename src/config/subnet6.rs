@@ -68,7 +68,7 @@ pub struct Subnet6 {
     /// Interface-Id (option 18, RFC 8415 §21.18), whatever its link-address says.
     pub interface_id: Option<Vec<u8>>,
     /// Options of this subnet (`option6:` entries), over `[dhcp] options`' ones.
-    pub options: Vec<crate::dhcp::options::OptionRule6>,
+    pub options: Vec<crate::options::OptionRule6>,
 }
 
 impl Subnet6 {

@@ -6,32 +6,11 @@ use std::net::Ipv4Addr;
 
 use dhcproto::v4::{DhcpOption, DhcpOptions, OptionCode};
 
+use crate::client_class::{ClientClass, Firmware};
 use crate::config::BootSettings;
 
 /// iPXE's encapsulated option space (iPXE sends it in every request).
 pub(crate) const IPXE_ENCAP_OPTION: u8 = 175;
-
-/// Which firmware is asking.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Firmware {
-    /// Not a network-boot client (an OS DHCP client).
-    None,
-    /// PXE ROM (vendor class `PXEClient…`, RFC 4578).
-    Pxe,
-    /// UEFI HTTP Boot (vendor class `HTTPClient…`, UEFI spec §24.7).
-    Http,
-}
-
-/// What the DHCP options say about the client.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClientClass {
-    /// Firmware family.
-    pub firmware: Firmware,
-    /// The client is iPXE (user class `iPXE` or option 175 present).
-    pub ipxe: bool,
-    /// Client system architecture (option 93, RFC 4578 §2.1).
-    pub arch: Option<u16>,
-}
 
 /// What to tell the client to load.
 #[derive(Debug, Clone, PartialEq, Eq)]

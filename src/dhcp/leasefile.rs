@@ -129,9 +129,7 @@ pub async fn follow(path: PathBuf, store: Arc<dyn Store>, shutdown: Cancellation
     let mut written: Option<String> = None;
     let mut last_error: Option<String> = None;
     loop {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let now = crate::clock::unix_now();
         let store2 = store.clone();
         let path2 = path.clone();
         let before = written.clone();

@@ -7,7 +7,7 @@ pub mod engine;
 pub mod host_policy;
 pub mod leasefile;
 pub mod metrics;
-pub mod options;
+pub mod option_fit;
 pub mod peek;
 pub mod responsibility;
 pub mod shell;

@@ -278,15 +278,15 @@ pub fn encode_reply(msg: &Message, buf: &mut Vec<u8>) -> Result<(), dhcproto::er
 }
 
 /// Encodes a reply for the client that asked (`fit`: the options it asked for first,
-/// no more than it takes; `dhcp::options::fit`), padded to [`MIN_REPLY_LEN`].
+/// no more than it takes; `dhcp::option_fit`), padded to [`MIN_REPLY_LEN`].
 pub fn encode_reply_for(
     msg: &Message,
-    fit: &crate::dhcp::options::fit::Fit,
+    fit: &crate::dhcp::option_fit::Fit,
     buf: &mut Vec<u8>,
-) -> Result<crate::dhcp::options::fit::Laid, dhcproto::error::EncodeError> {
+) -> Result<crate::dhcp::option_fit::Laid, dhcproto::error::EncodeError> {
     buf.clear();
     msg.encode(&mut Encoder::new(buf))?;
-    let laid = crate::dhcp::options::fit::lay_out(buf, fit);
+    let laid = crate::dhcp::option_fit::lay_out(buf, fit);
     pad(buf);
     Ok(laid)
 }

@@ -16,8 +16,9 @@ use std::net::Ipv6Addr;
 
 use dhcproto::v6::{DhcpOption, DhcpOptions, OptionCode};
 
+use crate::client_class::{ClientClass, Firmware};
 use crate::config::BootSettings;
-use crate::dhcp::boot::{http_file, pxe_file, ClientClass, Firmware};
+use crate::dhcp::boot::{http_file, pxe_file};
 
 /// The enterprise number PXE and UEFI put in option 16.
 pub const PXE_ENTERPRISE: u32 = 343;

@@ -70,7 +70,7 @@ pub fn client_mac(clues: &Clues<'_>) -> Option<(MacAddr, MacSource)> {
         .or_else(|| {
             clues
                 .source
-                .and_then(link_local_mac)
+                .and_then(crate::mac::from_link_local)
                 .map(|m| (m, MacSource::LinkLocal))
         })
         .or_else(|| clues.duid.and_then(from_duid).map(|m| (m, MacSource::Duid)))
@@ -88,21 +88,6 @@ fn ethernet(htype: &[u8], addr: &[u8]) -> Option<MacAddr> {
     }
     let mac: [u8; 6] = addr.try_into().ok()?;
     Some(MacAddr(mac))
-}
-
-/// The MAC in a link-local (fe80::/64) address whose interface identifier is a modified
-/// EUI-64; `None` for any other address.
-pub fn link_local_mac(ip: Ipv6Addr) -> Option<MacAddr> {
-    let o = ip.octets();
-    // fe80::/10, with the rest of the first 64 bits zero (RFC 4291 §2.5.6).
-    if o[0] != 0xfe || o[1] & 0xc0 != 0x80 || o[1] & 0x3f != 0 || o[2..8] != [0; 6] {
-        return None;
-    }
-    let id = &o[8..];
-    if id[3] != 0xff || id[4] != 0xfe {
-        return None;
-    }
-    Some(MacAddr([id[0] ^ 0x02, id[1], id[2], id[5], id[6], id[7]]))
 }
 
 /// DUID-LLT (type 1: hardware type, time, address) or DUID-LL (type 3: hardware type,
@@ -222,7 +207,7 @@ mod tests {
         let global = Ipv6Addr::from([
             0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0x50, 0x54, 0, 0xff, 0xfe, 0x12, 0x34, 0x56,
         ]);
-        assert_eq!(link_local_mac(global), None);
+        assert_eq!(crate::mac::from_link_local(global), None);
         // Option 79 and DUIDs of another hardware type (6, IEEE 802), or cut short.
         assert_eq!(from_option_79(&[0, 6, 1, 2, 3, 4, 5, 6]), None);
         assert_eq!(from_option_79(&[0, 1, 1, 2, 3]), None);

@@ -69,11 +69,7 @@ pub async fn follow_file(
     me: Option<String>,
     shutdown: CancellationToken,
 ) {
-    let unix_now = || {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs())
-    };
+    use crate::clock::unix_now;
     let mut watch = FileWatch::default();
     let mut failing = roster.status_now().stale_since.is_some();
     loop {

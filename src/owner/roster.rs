@@ -285,12 +285,8 @@ pub async fn follow_ironic(
     settings: IronicMembers,
     shutdown: tokio_util::sync::CancellationToken,
 ) {
+    use crate::clock::unix_now;
     use tracing::{info, warn};
-    let unix_now = || {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs())
-    };
     let mut failing = false;
     loop {
         let wait = match ironic.conductors().await {

@@ -134,7 +134,7 @@ pub async fn follow(
                 return;
             }
             _ = poll_tick.tick() => {
-                match shared.changed_since(since - overlap_ms, &shared.me, crate::dhcp::shell::unix_now()).await {
+                match shared.changed_since(since - overlap_ms, &shared.me, crate::clock::unix_now()).await {
                     Ok(rows) => {
                         failing = false;
                         let mut v4 = Vec::new();

@@ -106,8 +106,7 @@ impl SharedStore {
     /// Commits `changes` in one transaction and gives each its verdict; while the
     /// database cannot be reached, the verdicts of [`SharedStore::unreachable`].
     pub async fn commit(&self, changes: &[SharedChange]) -> Vec<Verdict> {
-        self.commit_at(changes, crate::dhcp::shell::unix_now())
-            .await
+        self.commit_at(changes, crate::clock::unix_now()).await
     }
 
     /// [`SharedStore::commit`] by a member whose clock reads `now` (the leases' ends

@@ -1,6 +1,6 @@
 //! The dnsmasq value syntax ironic-image's variables carry: one `dhcp-range` or
 //! `dhcp-host` value per entry (`dhcp-option` values are the option engine's,
-//! `dhcp::options::dnsmasq`), and lease times. Parsing only; what
+//! `options::dnsmasq`), and lease times. Parsing only; what
 //! an entry means for shardboot is decided in the parent module. Each error is a reason
 //! the caller puts after the variable's name and the entry.
 

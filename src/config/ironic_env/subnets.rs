@@ -1,6 +1,6 @@
 //! DHCP_RANGE, GATEWAY_IP, DNS_IP and DHCP_OPTIONS as `[[subnet]]` tables: one subnet
 //! per network, its `set:` ranges tagged, and DHCP_OPTIONS as the option engine's
-//! entries (`dhcp::options`), whose `tag:` conditions those range tags satisfy.
+//! entries (`crate::options`), whose `tag:` conditions those range tags satisfy.
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -10,7 +10,7 @@ use toml::{Table, Value};
 
 use super::{dnsmasq, entries, get, HostFacts};
 use crate::config::issues::Issues;
-use crate::dhcp::options;
+use crate::options;
 
 /// One `[[subnet]]` being assembled from DHCP_RANGE, GATEWAY_IP, DNS_IP, DHCP_OPTIONS.
 #[derive(Debug)]

@@ -69,7 +69,7 @@ fn ip(s: &str) -> Ipv4Addr {
 /// What a client given `addr` in `cfg`'s subnet `i` gets for option `code`: the winning
 /// option entry's octets, `None` when it sends nothing, else what the subnet keys say.
 fn sent(cfg: &Config, i: usize, addr: &str, code: u8) -> Option<Vec<u8>> {
-    use crate::dhcp::options::{select, Levels};
+    use crate::options::{select, Levels};
     let s = &cfg.subnets[i];
     let tags: Vec<&str> = s.range_tag(ip(addr)).into_iter().collect();
     let levels = Levels {

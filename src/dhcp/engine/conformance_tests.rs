@@ -351,7 +351,7 @@ fn one_octet_flags_and_octets_written_out_reach_the_ack() {
     // dnsmasq and Kea configs write RFC 2132's flags as `29,00`; any code takes octets.
     let entries = ["29,00", "30,01", "39,1", "26,05:dc", "200,00"].map(String::from);
     let mut cfg = config("");
-    cfg.dhcp.options = crate::dhcp::options::parse_all(&entries).unwrap();
+    cfg.dhcp.options = crate::options::parse_all(&entries).unwrap();
     let (i, mut e) = (iface(), Engine::new(&cfg, vec![], T0));
     let ack = ack_for(&mut e, &i, msg(MessageType::Discover, mac(1)), T0);
     assert_eq!(ack.message.opts().msg_type(), Some(MessageType::Ack));

@@ -62,7 +62,7 @@ pub struct DnsmasqDirs<'a> {
     /// The client's `set:` tags.
     pub tags: &'a [String],
     /// Every options-directory entry.
-    pub options: &'a [crate::dhcp::options::OptionRule],
+    pub options: &'a [crate::options::OptionRule],
 }
 
 /// A reply and where it goes.
@@ -73,7 +73,7 @@ pub struct Reply {
     /// Its destination.
     pub destination: Destination,
     /// What the request says about the reply it takes (options 55, 57).
-    pub fit: crate::dhcp::options::fit::Fit,
+    pub fit: crate::dhcp::option_fit::Fit,
 }
 
 impl Reply {
@@ -81,7 +81,7 @@ impl Reply {
     pub fn encode(
         &self,
         buf: &mut Vec<u8>,
-    ) -> Result<crate::dhcp::options::fit::Laid, dhcproto::error::EncodeError> {
+    ) -> Result<crate::dhcp::option_fit::Laid, dhcproto::error::EncodeError> {
         crate::dhcp::wire::encode_reply_for(&self.message, &self.fit, buf)
     }
 }

@@ -24,7 +24,7 @@ mod tests;
 
 use super::boot::{self, BootDirective};
 use super::host_policy::HostPolicy;
-use super::options::fit::Fit;
+use super::option_fit::Fit;
 use super::peek::{Peek, PeekKind};
 use crate::config::{BootSettings, Config, DhcpSettings, Host, Subnet};
 use crate::mac::MacAddr;

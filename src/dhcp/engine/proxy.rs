@@ -14,8 +14,9 @@ use dhcproto::v4::{DhcpOption, Message, MessageType, OptionCode};
 use super::decision::{Decision, IgnoreReason, Outcome, PacketContext, Reply, Responsibility};
 use super::reply::{self, Destination, ReplyParts};
 use super::Engine;
-use crate::dhcp::boot::{self, BootDirective, Firmware};
-use crate::dhcp::options::fit::Fit;
+use crate::client_class::Firmware;
+use crate::dhcp::boot::{self, BootDirective};
+use crate::dhcp::option_fit::Fit;
 use crate::mac::MacAddr;
 
 impl Engine {

@@ -6,7 +6,7 @@ use dhcproto::v4::{DhcpOption, Message, MessageType, Opcode, OptionCode, Unknown
 
 use crate::config::{Host, Subnet};
 use crate::dhcp::boot::{self, BootDirective, IPXE_ENCAP_OPTION};
-use crate::dhcp::options::{self, Levels, OptionRule};
+use crate::options::{self, Levels, OptionRule};
 
 /// iPXE's "no-pxedhcp" setting in its option space 175: ignore ProxyDHCP.
 const IPXE_NO_PXEDHCP: u8 = 176;
@@ -203,7 +203,7 @@ fn compose(req: &Message, parts: &ReplyParts<'_>) -> Message {
     m
 }
 
-/// The configured options (`dhcp::options`), over what `build` put in: each winning
+/// The configured options (`crate::options`), over what `build` put in: each winning
 /// entry replaces its code's option, or removes it when it has no value.
 fn apply_options(m: &mut Message, req: &Message, subnet: &Subnet, parts: &ReplyParts<'_>) {
     let host_options = parts.host.map_or(&[][..], |h| &h.options[..]);

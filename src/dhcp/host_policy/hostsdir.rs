@@ -68,7 +68,7 @@ fn parse_line(line: &str) -> Result<Option<Entry>, LineError> {
     let tags = rest
         .iter()
         .filter_map(|f| f.strip_prefix("set:"))
-        .filter(|t| crate::dhcp::options::dnsmasq::is_tag(t))
+        .filter(|t| crate::options::dnsmasq::is_tag(t))
         .map(str::to_string)
         .collect();
     let policy = if rest.contains(&"ignore") {

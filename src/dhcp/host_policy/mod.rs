@@ -12,8 +12,8 @@ pub mod watch;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use crate::dhcp::options::OptionRule;
 use crate::mac::MacAddr;
+use crate::options::OptionRule;
 pub use crate::store::HostPolicy;
 use crate::store::{Change, CommitFailed, Committer};
 use hostsdir::HostsDirPolicy;

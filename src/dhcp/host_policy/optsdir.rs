@@ -3,9 +3,9 @@
 //! with the node's tag (`tag:<tag>,tag:!ipxe,67,snponly.efi`, `tag:<tag>,66,<ip>`, …).
 //! The hosts directory tags the node's NICs with it (`<mac>,set:<tag>,set:ironic`), so
 //! an entry holds only for that node's machines. Pure: file contents in, option entries
-//! out (`dhcp::options`).
+//! out (`crate::options`).
 
-use crate::dhcp::options::{dnsmasq, value::ValueError, OptionRule};
+use crate::options::{dnsmasq, value::ValueError, OptionRule};
 
 /// Every file's entries, files in name order (the result does not depend on directory
 /// order), lines in file order. Lines that do not parse are returned as `(file, line

@@ -19,7 +19,9 @@ use std::io::ErrorKind;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::Arc;
 use std::task::Poll;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
+
+use crate::clock::unix_now;
 
 use tokio::net::UdpSocket;
 use tokio_util::sync::CancellationToken;
@@ -115,13 +117,6 @@ pub enum ServerError {
     /// A thread could not be started.
     #[error("starting the DHCP threads: {0}")]
     Thread(std::io::Error),
-}
-
-/// Current Unix time in seconds; the only clock the DHCP path reads.
-pub fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// A reply that waits for its lease change to be durable.

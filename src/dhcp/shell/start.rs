@@ -8,7 +8,8 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use super::socket::{self, SocketError};
-use super::{unix_now, ControlReceiver, Listener, Server};
+use super::{ControlReceiver, Listener, Server};
+use crate::clock::unix_now;
 use crate::config::Config;
 use crate::dhcp::engine::{Engine, Interface};
 use crate::dhcp::host_policy::HostPolicies;

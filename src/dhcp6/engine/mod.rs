@@ -203,7 +203,7 @@ pub struct Engine6 {
     hosts: hosts::Hosts6,
     known_only: bool,
     /// The `option6:` entries of `[dhcp] options`.
-    server_options: Vec<crate::dhcp::options::OptionRule6>,
+    server_options: Vec<crate::options::OptionRule6>,
     /// The shared lease store does not answer: a Renew or Rebind is answered only up
     /// to the end of the binding already held, and nothing is bound afresh
     /// (`set_shared_store_up`).

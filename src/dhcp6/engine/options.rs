@@ -1,5 +1,5 @@
 //! What a DHCPv6 reply carries beside its IAs: the subnet's DNS options, the boot file
-//! URL, the host name, and the configured `option6:` entries (`dhcp::options`, the
+//! URL, the host name, and the configured `option6:` entries (`crate::options`, the
 //! same precedence as v4: `[dhcp] options`, then `[[subnet6]] options`, then the
 //! `[[host]]`'s, tags deciding within a level: client classes, the host's tags and
 //! `known`, the tag of the range the address comes from), trimmed to what the client
@@ -9,8 +9,8 @@ use dhcproto::v6::{DhcpOption, Message, OptionCode, UnknownOption};
 
 use super::reply;
 use super::{client_fqdn_flags, Context6, Engine6};
-use crate::dhcp::options::{self, Levels};
 use crate::dhcp6::boot::{classify, select};
+use crate::options::{self, Levels};
 
 /// Options a reply carries whatever the Option Request option says: the boot file URL
 /// and the vendor class that goes with it (UEFI HTTP Boot checks the echo, UEFI

@@ -120,7 +120,7 @@ pub async fn run(
             let mut random = [0u8; 16];
             let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut random);
             let mac = interfaces.iter().find_map(|i| interface_mac(&i.name));
-            let d = super::duid::make(mac, crate::dhcp::shell::unix_now(), random);
+            let d = super::duid::make(mac, crate::clock::unix_now(), random);
             parts
                 .committer
                 .commit(vec![Change::ServerDuid(d.clone())])
@@ -145,7 +145,7 @@ pub async fn run(
             sender,
         });
     }
-    let now = crate::dhcp::shell::unix_now();
+    let now = crate::clock::unix_now();
     let mut engine = Engine6::new(&config, duid, std::mem::take(&mut parts.leases), now);
     let longest = config
         .subnets6
@@ -204,7 +204,7 @@ pub async fn run(
                         *seen = now;
                     }
                 }
-                engine.handle_tick(crate::dhcp::shell::unix_now());
+                engine.handle_tick(crate::clock::unix_now());
                 metrics.leases.set(engine.leases().count() as u64);
             }
             Some(()) = changed(&mut roster) => {
@@ -214,7 +214,7 @@ pub async fn run(
                 }
             }
             Some(cmd) = next_control(&mut control) => {
-                control::apply(&mut engine, cmd, &parts.committer, crate::dhcp::shell::unix_now());
+                control::apply(&mut engine, cmd, &parts.committer, crate::clock::unix_now());
             }
             Some((ours, holder)) = withdrawals.recv() => {
                 withdraw(&mut engine, &ours, &holder, &parts.committer);
@@ -245,7 +245,7 @@ async fn next_control(
 fn withdraw(engine: &mut Engine6, ours: &Lease6, holder: &Lease6, committer: &Committer) {
     warn!(ip = %ours.ip, mac = ?ours.mac, holder = ?holder.mac,
         "the shared lease store holds the IPv6 address for another client: lease withdrawn, not acknowledged");
-    if let Some(effect) = engine.withdraw(ours, holder, crate::dhcp::shell::unix_now()) {
+    if let Some(effect) = engine.withdraw(ours, holder, crate::clock::unix_now()) {
         // Stored here only: the database holds the other client's row.
         let _ = committer.submit(vec![Change::Replica6(effect)], |_| {});
     }
@@ -342,7 +342,7 @@ fn handle(
         mac,
         responsibility,
         policy: mac.and_then(|m| parts.policies.lookup(&m)),
-        now: crate::dhcp::shell::unix_now(),
+        now: crate::clock::unix_now(),
     };
     // Degraded mode follows the shared store (never down without one).
     engine.set_shared_store_up(!parts.store.status.shared_is_down());

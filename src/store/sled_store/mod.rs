@@ -12,7 +12,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use open::{hex, set_aside_records, unix_now, Durable};
+use crate::clock::unix_now;
+use open::{hex, set_aside_records, Durable};
 
 use super::index::HolderIndex;
 use super::{

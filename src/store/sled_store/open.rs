@@ -7,6 +7,7 @@ use super::{
     Trees, FORMAT6_KEY, FORMAT_KEY, HOST_POLICY_TREE, LEASES6_TREE, LEASES_TREE, META_TREE,
     RESERVATIONS_TREE, SET_ASIDE6_TREE, SET_ASIDE_TREE,
 };
+use crate::clock::unix_now;
 use crate::store::index::HolderIndex;
 use crate::store::{
     decode_lease, decode_lease6, CodecError, SetAside, StoreError, LEASE6_FORMAT_VERSION,
@@ -171,12 +172,6 @@ pub(super) fn set_aside_records(aside: &sled::Tree) -> Result<Vec<SetAside>, Sto
             })
         })
         .collect()
-}
-
-pub(super) fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 pub(super) fn hex(bytes: &[u8]) -> String {

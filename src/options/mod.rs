@@ -2,7 +2,7 @@
 //! (`[[subnet]] options`, with tags a range sets) and host (`[[host]] options`, with the
 //! host's own tags), each written in dnsmasq's `dhcp-option` syntax (`dnsmasq.rs`) with
 //! typed values (`value.rs`, `catalog.rs`), and the built-in client classes as tags.
-//! Pure: a request's tags in, the winning option per code out; `fit.rs` then orders a
+//! Pure: a request's tags in, the winning option per code out; `dhcp::option_fit` then orders a
 //! reply's options and keeps it within the client's size.
 //!
 //! Which entry wins for a code: among the entries whose tags all hold, the one of the
@@ -14,10 +14,9 @@
 pub mod catalog;
 pub mod catalog6;
 pub mod dnsmasq;
-pub mod fit;
 pub mod value;
 
-use crate::dhcp::boot::{ClientClass, Firmware};
+use crate::client_class::{ClientClass, Firmware};
 
 /// One tag condition of an entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
