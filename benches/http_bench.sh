@@ -14,7 +14,7 @@
 # The Ironic here is a static file tree in Ironic's wire format (the JSON of
 # /v1/ports/detail and /v1/nodes/detail, built from the same fields a real Ironic 39
 # returns, see fixtures/ironic/) served by Python: enrolling 10,000 nodes in a real
-# Ironic takes about an hour on this machine. tests/ironic_routing.rs covers the real one.
+# Ironic takes about an hour on this machine. tests/members/ironic_routing.rs covers the real one.
 # Everything listens on 127.0.0.1; each run is bounded by wrk -d.
 set -euo pipefail
 cd "$(dirname "$0")/.."

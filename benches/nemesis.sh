@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The nemesis, longer: the shared-store nemesis test (tests/shared_members.rs) run for
+# The nemesis, longer: the shared-store nemesis test (tests/members/shared.rs) run for
 # several passes over its faults — a member cut off from the database, a member
 # paused, a member back on a stale disk, split member lists, a member's wall clock two
 # hours ahead and behind, the database killed mid-storm, a member killed — with the
@@ -18,8 +18,8 @@ out=$(mktemp -d /tmp/sb-nemesis.XXXXXX)
 history="$out/history.jsonl"
 set +e
 SB_NEMESIS_PASSES=$passes SB_HISTORY_LOG="$history" timeout $((passes * 600 + 600)) \
-  cargo test --locked --test shared_members -- --exact \
-  a_member_cut_off_paused_or_back_on_a_stale_disk_never_costs_a_duplicate_or_an_address \
+  cargo test --locked --test members -- --exact \
+  shared::a_member_cut_off_paused_or_back_on_a_stale_disk_never_costs_a_duplicate_or_an_address \
   --nocapture > "$out/test.log" 2>&1
 status=$?
 set -e

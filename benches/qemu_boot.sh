@@ -68,7 +68,7 @@ qemu/lab.sh up "$ns" 1 192.0.2.1/24
 # not the server's.
 nsx=(ip netns exec "$ns")
 
-# --- shardboot: the config of tests/qemu_boot.rs ---------------------------------------
+# --- shardboot: the config of tests/system/qemu_boot.rs ---------------------------------------
 for p in "${paths[@]}"; do echo "\"${mac[$p]}\" = \"a\""; done > "$work/inventory.toml"
 cat > "$work/shardboot.toml" <<TOML
 [dhcp]

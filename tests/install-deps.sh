@@ -14,20 +14,20 @@ packages=(
   dnsmasq-base      # reference server for benchmarks
   tftp-hpa atftp curl tftpd-hpa
   ipxe              # undionly.kpxe, snponly.efi, ipxe.efi
-  qemu-system-x86   # real firmware: SeaBIOS and the iPXE option ROM (tests/qemu_boot.rs)
+  qemu-system-x86   # real firmware: SeaBIOS and the iPXE option ROM (tests/system/qemu_boot.rs)
   ipxe-qemu         # the iPXE option ROMs of QEMU's NICs
   ovmf              # UEFI firmware for the UEFI PXE and HTTP Boot paths (qemu/vm.sh)
-  ndisc6 radvd      # IPv6 router discovery client and a real IPv6 router (tests/ra_responder.rs)
+  ndisc6 radvd      # IPv6 router discovery client and a real IPv6 router (tests/dhcp6/ra_responder.rs)
   tcpdump           # SB_CAPTURE_DIR: pcaps of the QEMU boots (tests/common/qemu.rs Capture)
-  chromium          # headless browser for the /ui page (tests/operator_ui.rs)
+  chromium          # headless browser for the /ui page (tests/http/operator_ui.rs)
   postgresql        # the database of the real Ironic (tests/ironic/lab.sh)
   python3-venv      # the venv Ironic is pip-installed into (inside target/)
   wrk               # HTTP load for benches/http_bench.sh
   nginx-light       # the static-file reference server of benches/http_bench.sh
-  podman runc       # the container test (tests/container.rs); settings in deploy/podman/containers.conf
+  podman runc       # the container test (tests/system/container.rs); settings in deploy/podman/containers.conf
   mmdebstrap        # the image's Debian root (deploy/image.sh)
   mariadb-server    # the shared lease store tests start their own server (tests/common/db.rs)
-  iptables          # the nemesis cuts one member off from the database (tests/shared_members.rs)
+  iptables          # the nemesis cuts one member off from the database (tests/members/shared.rs)
   libfaketime       # the nemesis runs a member on a clock two hours off (LD_PRELOAD)
   binutils libcap2-bin   # strip and setcap for the image's binary
 )

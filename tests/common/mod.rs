@@ -19,10 +19,11 @@ pub(crate) mod relay_client;
 pub(crate) mod segment;
 mod skip;
 
-// Each test binary uses a different subset of these helpers.
+// Each test module uses a different subset of these helpers.
 #[allow(unused_imports)]
 pub(crate) use skip::skip_or_fail;
 pub(crate) mod storm;
+pub(crate) mod tftp_lab;
 
 use std::fs::File;
 use std::os::fd::AsFd;

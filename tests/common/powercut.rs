@@ -20,11 +20,11 @@ const WAIT: Duration = Duration::from_secs(30);
 pub(crate) fn require_fuse() {
     assert!(
         nix::unistd::geteuid().is_root(),
-        "tests/powercut_fs.rs needs root: it mounts a FUSE file system (run the suite as root)"
+        "tests/store/powercut_fs.rs needs root: it mounts a FUSE file system (run the suite as root)"
     );
     assert!(
         Path::new("/dev/fuse").exists(),
-        "tests/powercut_fs.rs needs /dev/fuse (modprobe fuse, or pass the device to the container)"
+        "tests/store/powercut_fs.rs needs /dev/fuse (modprobe fuse, or pass the device to the container)"
     );
 }
 

@@ -1,5 +1,4 @@
-//! Skipping a test whose prerequisite is missing, only where the run allows it (shared
-//! by `tests/common` and `tests/tftp_support`).
+//! Skipping a test whose prerequisite is missing, only where the run allows it.
 
 /// The variable that lets a test whose prerequisite is missing skip instead of
 /// failing: `1` for any prerequisite, or a comma-separated list of them (`root`,
@@ -24,7 +23,7 @@ pub(crate) fn skip_or_fail(what: &str, reason: &str) {
         // passes, and a skipped test passes. One write, so parallel tests' lines stay
         // whole (one may still start after another test's "test … " on the same line).
         use std::io::Write;
-        // The test binary's name without cargo's hash: `dhcp_clients-0a1b…`.
+        // The test binary's name without cargo's hash: `dhcp-0a1b…`.
         let exe = std::env::current_exe().unwrap_or_default();
         let stem = exe.file_stem().unwrap_or_default().to_string_lossy();
         let binary = stem.rsplit_once('-').map_or(&*stem, |(name, _hash)| name);

@@ -1,0 +1,115 @@
+//! `shardboot serve` runs DHCP and TFTP side by side from one config: a PXE-style client
+//! leases an address and then fetches its boot file over TFTP from the same process.
+
+use crate::common;
+
+use std::process::Command;
+
+use common::{Lab, Server};
+
+#[test]
+fn one_process_serves_dhcp_and_the_boot_file_over_tftp() {
+    require_root!();
+    let lab = Lab::new(&["192.0.2.1/24"], &["192.0.2.50/24"]);
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("tftproot");
+    std::fs::create_dir(&root).unwrap();
+    let payload: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(root.join("undionly.kpxe"), &payload).unwrap();
+    let extra = format!(
+        "\n[tftp]\nlisten = \"192.0.2.1:69\"\nroot = \"{}\"\n",
+        root.display()
+    );
+    let cfg = common::config(
+        &lab.server_if,
+        "192.0.2.0/24",
+        "192.0.2.100 - 192.0.2.199",
+        "",
+    ) + &extra;
+    let server = Server::start(&lab.server, dir.path(), &cfg);
+    assert!(
+        server.log_text().contains("TFTP listening"),
+        "{}",
+        server.log_text()
+    );
+    // The first line names the version and where the config came from.
+    let first = server
+        .log_text()
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        first.contains("shardboot starting")
+            && first.contains(env!("CARGO_PKG_VERSION"))
+            && first.contains(&format!(
+                "file {}",
+                dir.path().join("shardboot.toml").display()
+            )),
+        "{first}"
+    );
+    // SIGHUP (dnsmasq's reload signal) is refused aloud; the server keeps serving.
+    let pid = server.pid().unwrap().to_string();
+    common::sh(&["kill", "-HUP", &pid]);
+    common::members::wait_until(
+        "the SIGHUP warning",
+        std::time::Duration::from_secs(5),
+        || server.log_text().contains("SIGHUP ignored"),
+    );
+
+    let out = dir.path().join("fetched");
+    let got = common::clients::tftp_get(&lab.client, "192.0.2.1", "undionly.kpxe", &out);
+    assert!(got.status.success());
+    assert_eq!(std::fs::read(&out).unwrap(), payload);
+
+    // Each exchange is one line at info, as dnsmasq's log-dhcp gives (ironic-image's
+    // operators read them with `kubectl logs`): the message, the MAC, the answer.
+    let events = dir.path().join("udhcpc-events");
+    assert!(common::clients::udhcpc_once(&lab.client, &lab.client_if, &events, &[]).success());
+    let mac = lab.client_mac();
+    common::members::wait_until(
+        "the exchange lines",
+        std::time::Duration::from_secs(5),
+        || {
+            let log = server.log_text();
+            log.contains(&format!("DISCOVER {mac}: offer"))
+                && log.contains(&format!("REQUEST {mac}: ack"))
+        },
+    );
+    let log = server.log_text();
+    let ack = log
+        .lines()
+        .find(|l| l.contains(&format!("REQUEST {mac}: ack")))
+        .unwrap();
+    assert!(
+        ack.contains(" INFO ") && ack.contains("exchange") && ack.contains("ip=192.0.2."),
+        "{ack}"
+    );
+    // Rust's Debug text (`Some(Discover)`) is no longer what a reader gets.
+    assert!(!log.contains("Some(Discover)"), "{log}");
+}
+
+#[test]
+fn check_config_warns_about_missing_boot_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(
+        &path,
+        format!("[tftp]\nroot = \"{}\"\n", dir.path().display()),
+    )
+    .unwrap();
+    let out = Command::new(common::shardboot_bin())
+        .args(["check-config", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "a missing boot file is a warning, not an error"
+    );
+    assert!(
+        stdout.contains("warning:") && stdout.contains("undionly.kpxe"),
+        "{stdout}"
+    );
+}
