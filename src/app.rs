@@ -99,9 +99,12 @@ impl Tasks {
 }
 
 /// Runs every enabled listener until `shutdown` is cancelled. If one stops with an
-/// error, the others are shut down and that error is returned.
+/// error, the others are shut down and that error is returned. `loader` reads the
+/// configuration again for a reload (SIGHUP, `POST /v1/reload`); without one, a
+/// reload is refused.
 pub async fn run(
     config: Config,
+    loader: Option<crate::reload::Loader>,
     handles: Handles,
     shutdown: CancellationToken,
 ) -> Result<(), AppError> {
@@ -330,6 +333,18 @@ pub async fn run(
             shutdown.clone(),
         ));
     }
+    // Reloads (SIGHUP, POST /v1/reload) hand the engines their new live parts.
+    let engines = crate::reload::Engines {
+        dhcp: config.dhcp.enabled.then(|| dhcp_handle.clone()),
+        dhcp6: (!config.subnets6.is_empty()).then(|| dhcp6_handle.clone()),
+    };
+    tasks.background(Box::pin(crate::reload::serve(
+        handles.reload.clone(),
+        loader,
+        (*config).clone(),
+        engines,
+        shutdown.clone(),
+    )));
     let mut first_error = None;
     while let Some(joined) = tasks.0.join_next().await {
         if let Ok(Err(e)) = joined {

@@ -27,6 +27,8 @@ pub struct Handles {
     pub ra: Arc<RaMetrics>,
     /// DHCPv6 metrics.
     pub dhcp6: Arc<crate::dhcp6::metrics::Dhcp6Metrics>,
+    /// Where SIGHUP and the operator API ask for a configuration reload.
+    pub reload: Arc<crate::reload::ReloadRequests>,
 }
 
 impl Default for Handles {
@@ -40,6 +42,7 @@ impl Default for Handles {
             http: Arc::default(),
             ra: Arc::default(),
             dhcp6: Arc::default(),
+            reload: Arc::default(),
         }
     }
 }

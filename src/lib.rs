@@ -20,6 +20,7 @@ pub mod net_error;
 pub mod options;
 pub mod owner;
 pub mod ra;
+pub mod reload;
 pub mod secret_file;
 pub mod shared;
 pub mod sockopt;

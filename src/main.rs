@@ -28,7 +28,7 @@ fn version() -> &'static str {
     V.get_or_init(|| format!("{} (commit {COMMIT})", env!("CARGO_PKG_VERSION")))
 }
 
-#[derive(Parser)]
+#[derive(Parser, Clone)]
 #[command(version = version(), about)]
 struct Cli {
     /// TOML config file; without it the built-in default is used.
@@ -58,7 +58,7 @@ enum EnvSource {
     IronicImage,
 }
 
-#[derive(Subcommand)]
+#[derive(Subcommand, Clone)]
 enum Command {
     /// Run the DHCP server until SIGINT/SIGTERM.
     Serve,
@@ -138,7 +138,7 @@ enum Command {
 }
 
 /// `shardboot leases import|export`.
-#[derive(Subcommand)]
+#[derive(Subcommand, Clone)]
 enum LeasesAction {
     /// Write leases into the store (offline: stop the server first). Every record is
     /// checked first; one bad line or record imports nothing.
@@ -233,6 +233,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // A reload reads the configuration the way it was read now, overrides included.
+    let reloader: shardboot::reload::Loader = {
+        let cli = cli.clone();
+        std::sync::Arc::new(move || load(&cli).map_err(|e| e.to_string()))
+    };
     let result = match cli.command {
         Command::CheckConfig => cli::check_config(&config),
         Command::Leases {
@@ -302,7 +307,7 @@ fn main() -> ExitCode {
             init_tracing(config.log_format);
             cli::print_owner(&config, &mac)
         }
-        Command::Serve => serve(config, &config_source(&cli)),
+        Command::Serve => serve(config, &config_source(&cli), reloader),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -327,7 +332,7 @@ fn config_source(cli: &Cli) -> String {
     format!("{base} ({flags} flags and {vars} SHARDBOOT_* variables on top)")
 }
 
-fn serve(config: Config, source: &str) -> anyhow::Result<()> {
+fn serve(config: Config, source: &str, reloader: shardboot::reload::Loader) -> anyhow::Result<()> {
     init_tracing(config.log_format);
     // The first line of every run: what runs, and on what (ironic-image's dnsmasq
     // says as much; an operator reading `kubectl logs` starts here).
@@ -342,28 +347,30 @@ fn serve(config: Config, source: &str) -> anyhow::Result<()> {
     runtime.block_on(async {
         let shutdown = CancellationToken::new();
         let stop = shutdown.clone();
+        let handles = shardboot::handles::Handles::default();
+        let reload = handles.reload.clone();
         tokio::spawn(async move {
-            wait_for_signal().await;
+            wait_for_signal(&reload).await;
             stop.cancel();
         });
-        app::run(config, shardboot::handles::Handles::default(), shutdown).await?;
+        app::run(config, Some(reloader), handles, shutdown).await?;
         Ok(())
     })
 }
 
-async fn wait_for_signal() {
+/// Waits for SIGTERM or Ctrl-C; SIGHUP meanwhile reloads the configuration (as
+/// dnsmasq re-reads its files on it: the default action would end the process).
+async fn wait_for_signal(reload: &shardboot::reload::ReloadRequests) {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).expect("installing SIGTERM handler");
-    // dnsmasq re-reads its hosts files on SIGHUP, and operators send it out of habit:
-    // the default action would end the process without a word. Until a reload exists,
-    // it is refused aloud and the server keeps running.
     let mut hup = signal(SignalKind::hangup()).expect("installing SIGHUP handler");
     loop {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break,
             _ = term.recv() => break,
             _ = hup.recv() => {
-                tracing::warn!("SIGHUP ignored: the configuration is not reloaded; restart to apply a change");
+                tracing::info!("SIGHUP: reloading the configuration");
+                reload.reload_detached();
             }
         }
     }

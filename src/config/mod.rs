@@ -22,6 +22,7 @@ mod members_file;
 mod overrides;
 mod owner;
 mod ra;
+pub mod reload;
 mod store;
 mod structure;
 mod subnet;

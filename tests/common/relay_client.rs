@@ -111,6 +111,16 @@ impl RelayClient {
 
     /// Full DISCOVER/OFFER/REQUEST/ACK for each MAC, pipelined; returns each client's answer.
     pub(crate) fn obtain(&mut self, macs: &[[u8; 6]], wait: Duration) -> Vec<Answer> {
+        let replies = self.obtain_replies(macs, wait);
+        replies.iter().map(|m| answer(m.as_ref())).collect()
+    }
+
+    /// Like [`RelayClient::obtain`], with each client's final reply whole (its options).
+    pub(crate) fn obtain_replies(
+        &mut self,
+        macs: &[[u8; 6]],
+        wait: Duration,
+    ) -> Vec<Option<Message>> {
         let mut pending = HashMap::new();
         for (i, mac) in macs.iter().enumerate() {
             let d = self.message(MessageType::Discover, mac);
@@ -132,8 +142,8 @@ impl RelayClient {
             pending.insert(r.xid(), *i);
             self.send(&r);
         }
-        let acks = self.collect(pending, wait);
-        (0..macs.len()).map(|i| answer(acks.get(&i))).collect()
+        let mut acks = self.collect(pending, wait);
+        (0..macs.len()).map(|i| acks.remove(&i)).collect()
     }
 
     /// A SELECTING REQUEST naming `server` for `ip`, as if answering an OFFER that was

@@ -21,5 +21,6 @@ mod perfdhcp;
 mod probe;
 mod relay_trust;
 mod release;
+mod reload;
 mod starvation;
 mod storm;

@@ -53,7 +53,7 @@ fn malformed_datagrams_are_counted_and_dropped_and_service_continues() {
             .enable_all()
             .build()
             .unwrap();
-        rt.block_on(app::run(config, h, stop))
+        rt.block_on(app::run(config, None, h, stop))
     });
     // Wait for the socket: the first valid exchange succeeds once it is bound.
     let metrics = handles.dhcp.clone();

@@ -1139,6 +1139,53 @@ fn run_time_reservations_are_checked_and_undone() {
     assert!(e.reservations().is_empty());
 }
 
+#[test]
+fn a_reload_keeps_leases_and_run_time_reservations_and_serves_the_new_range() {
+    use super::reserve::Reservation;
+    let i = iface();
+    let mut e = Engine::new(&config(""), Vec::new(), T0);
+    let held = bind(&mut e, &i, mac(1), T0);
+    let fixed = Ipv4Addr::new(192, 0, 2, 180);
+    let r = Reservation {
+        mac: mac(2),
+        ip: fixed,
+        hostname: None,
+    };
+    e.reserve(&r, T0).unwrap();
+    // The range moves: the bound lease stays bound, the run-time reservation stays,
+    // and a new client is offered from the new range only.
+    let mut moved = config("");
+    moved.subnets[0].ranges = vec![(Ipv4Addr::new(192, 0, 2, 200), Ipv4Addr::new(192, 0, 2, 201))];
+    e.reconfigure(&moved, T0 + 1);
+    let kept = e.lease(held).expect("the bound lease is kept");
+    assert_eq!((kept.mac, kept.state), (mac(1), LeaseState::Bound));
+    assert_eq!(e.reservations(), [r.clone()]);
+    let d = e.handle_message(&msg(MessageType::Discover, mac(2)), &ctx(&i, T0 + 1));
+    assert_eq!(offered(&d), fixed, "the reservation still holds");
+    let a = bind(&mut e, &i, mac(3), T0 + 1);
+    let b = bind(&mut e, &i, mac(4), T0 + 1);
+    let mut got = [a, b];
+    got.sort();
+    assert_eq!(
+        got,
+        [Ipv4Addr::new(192, 0, 2, 200), Ipv4Addr::new(192, 0, 2, 201)]
+    );
+    // The new range is full: nothing from the old one is handed out again.
+    let d = e.handle_message(&msg(MessageType::Discover, mac(5)), &ctx(&i, T0 + 1));
+    assert_eq!(kind(&d), None, "{d:?}");
+    // A file that gives the reserved address to another MAC wins over the run-time
+    // reservation (once the offer made to the first MAC has lapsed).
+    let later = T0 + 600;
+    let mut taken = moved.clone();
+    let mut host = crate::config::Host::bare(mac(6));
+    host.ip = Some(fixed);
+    taken.hosts.push(host);
+    e.reconfigure(&taken, later);
+    assert!(e.reservations().is_empty());
+    let d = e.handle_message(&msg(MessageType::Discover, mac(6)), &ctx(&i, later));
+    assert_eq!(offered(&d), fixed);
+}
+
 /// The default config with one subnet (192.0.2.100-.199) and `edit` applied to it.
 fn limited(edit: impl FnOnce(&mut Config)) -> Engine {
     let mut cfg = Config::from_toml_with_overrides(DEFAULT_CONFIG_TOML, &[]).unwrap();

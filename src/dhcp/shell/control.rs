@@ -36,6 +36,11 @@ pub(super) enum Control {
         changes: Vec<LeaseEffect>,
         done: oneshot::Sender<Result<(), CommitFailed>>,
     },
+    /// A reloaded configuration's live parts (`config::reload`).
+    Reconfigure {
+        config: std::sync::Arc<crate::config::Config>,
+        done: oneshot::Sender<()>,
+    },
     /// The member list changed while running (members from Ironic).
     Members {
         list: crate::owner::MemberList,
@@ -155,6 +160,14 @@ impl DhcpHandle {
         Ok(())
     }
 
+    /// Gives the engine a reloaded configuration's live parts; answered once applied.
+    pub async fn reconfigure(
+        &self,
+        config: std::sync::Arc<crate::config::Config>,
+    ) -> Result<(), ControlError> {
+        ask(&self.tx, |done| Control::Reconfigure { config, done }).await
+    }
+
     /// Removes a MAC's run-time reservation, durable before the answer.
     pub async fn unreserve(&self, mac: MacAddr) -> Result<Result<(), ReserveError>, ControlError> {
         self.ask(|done| Control::Unreserve { mac, done }).await
@@ -164,7 +177,14 @@ impl DhcpHandle {
 /// Applies one change on the engine thread. A reservation change is checked, made
 /// durable (waiting for its flush: operator changes are rare) and only then applied, so
 /// the engine never holds a reservation the store lacks.
-pub(super) fn apply(engine: &mut Engine, cmd: Control, committer: &Committer, now: u64) {
+/// Applies one change on the engine thread. Returns the configuration a
+/// [`Control::Reconfigure`] brought, for the parts the loop itself holds (the relays).
+pub(super) fn apply(
+    engine: &mut Engine,
+    cmd: Control,
+    committer: &Committer,
+    now: u64,
+) -> Option<std::sync::Arc<crate::config::Config>> {
     let stored = |change: Change| {
         committer.commit_blocking(vec![change]).map_err(|e| {
             tracing::error!(error = %e, "reservation not stored");
@@ -172,6 +192,11 @@ pub(super) fn apply(engine: &mut Engine, cmd: Control, committer: &Committer, no
         })
     };
     match cmd {
+        Control::Reconfigure { config, done } => {
+            engine.reconfigure(&config, now);
+            let _ = done.send(());
+            return Some(config);
+        }
         Control::Reserve { reservation, done } => {
             let result = engine
                 .check_reservation(&reservation, now)
@@ -206,7 +231,7 @@ pub(super) fn apply(engine: &mut Engine, cmd: Control, committer: &Committer, no
             let names = list.names().to_vec();
             let Some(mut record) = engine.change_members(list, now) else {
                 let _ = done.send(None);
-                return;
+                return None;
             };
             let until = engine.transition_until();
             if until.is_some_and(|u| u > now) {
@@ -255,4 +280,5 @@ pub(super) fn apply(engine: &mut Engine, cmd: Control, committer: &Committer, no
             }
         },
     }
+    None
 }

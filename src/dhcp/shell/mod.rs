@@ -195,7 +195,7 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
         responder: responder.as_ref(),
         owners: owners.as_deref(),
         policies: &policies,
-        relays: &relays,
+        relays,
         timeline: &timeline,
         port,
         out: Vec::with_capacity(600),
@@ -249,7 +249,9 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
         // Operator changes are applied between bursts, also under load.
         if let Some(rx) = control.as_mut() {
             while let Ok(cmd) = rx.try_recv() {
-                control::apply(&mut engine, cmd, &committer, unix_now());
+                if let Some(config) = control::apply(&mut engine, cmd, &committer, unix_now()) {
+                    ctx.relays = config.dhcp.relays.clone();
+                }
                 stats_dirty = true;
             }
         }
@@ -324,7 +326,9 @@ async fn engine_loop(server: Server, shutdown: CancellationToken) -> Result<(), 
             _ = readable => {}
             replies = prober.replies(&metrics) => ended.extend(replies),
             Some(cmd) = command => {
-                control::apply(&mut engine, cmd, &committer, unix_now());
+                if let Some(config) = control::apply(&mut engine, cmd, &committer, unix_now()) {
+                    ctx.relays = config.dhcp.relays.clone();
+                }
                 publish(&engine, &metrics);
             }
             Some(w) = withdrawals.recv() => take_back(&mut engine, w, &committer),
@@ -586,7 +590,8 @@ struct LoopState<'a> {
     responder: Option<&'a Responder>,
     owners: Option<&'a crate::owner::Resolver>,
     policies: &'a HostPolicies,
-    relays: &'a [crate::config::RelayRule],
+    /// The relays whose giaddr is believed (a reload may change them).
+    relays: Vec<crate::config::RelayRule>,
     timeline: &'a crate::timeline::Timeline,
     port: u16,
     /// Encoded reply of the last `Action::Send`.

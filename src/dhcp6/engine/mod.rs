@@ -216,45 +216,21 @@ impl Engine6 {
     pub fn new(config: &Config, duid: Vec<u8>, stored: Vec<Lease6>, now: u64) -> Self {
         let members = MemberList::of(&config.members);
         let me = config.owner.self_name.clone();
-        let subnets = config
-            .subnets6
-            .iter()
-            .map(|s| {
-                let mut pools: Vec<_> = s
-                    .ranges
-                    .iter()
-                    .map(|(a, b)| shared_pool(*a, *b, &members, me.as_deref()))
-                    .collect();
-                for ip in &s.exclude {
-                    pools.iter_mut().for_each(|p| p.block(*ip));
-                }
-                SubnetState6 {
-                    cfg: s.clone(),
-                    pools,
-                }
-            })
-            .collect();
         let mut engine = Self {
             duid,
             boot: config.boot.clone(),
-            subnets,
+            subnets: Vec::new(),
             bindings: Bindings::default(),
-            offer_hold: u64::from(config.dhcp.offer_hold_secs),
-            decline_hold: u64::from(config.dhcp.decline_hold_secs),
+            offer_hold: 0,
+            decline_hold: 0,
             members,
             me,
-            hosts: hosts::Hosts6::new(&config.hosts),
-            known_only: config.dhcp.known_only,
-            server_options: config.dhcp.options6.clone(),
+            hosts: hosts::Hosts6::new(&[]),
+            known_only: false,
+            server_options: Vec::new(),
             degraded: false,
         };
-        // A reserved address inside a range is never handed out dynamically.
-        let reserved: Vec<Ipv6Addr> = engine.hosts.reserved().collect();
-        for ip in reserved {
-            if let Some(p) = engine.pool_of(ip) {
-                p.block(ip);
-            }
-        }
+        engine.take_settings(config);
         let mut stored = stored;
         // Oldest first, so an IA's newest lease wins its slot.
         stored.sort_by_key(|l| l.starts);
@@ -267,6 +243,56 @@ impl Engine6 {
             engine.set_used(ip, held);
         }
         engine
+    }
+
+    /// Takes the configuration's parts that a reload may change: the `[[subnet6]]`
+    /// ranges and options, the hosts, `known_only`, the server options and the holds.
+    /// The pools start empty; the caller marks what the bindings hold.
+    fn take_settings(&mut self, config: &Config) {
+        self.subnets = config
+            .subnets6
+            .iter()
+            .map(|s| {
+                let mut pools: Vec<_> = s
+                    .ranges
+                    .iter()
+                    .map(|(a, b)| shared_pool(*a, *b, &self.members, self.me.as_deref()))
+                    .collect();
+                for ip in &s.exclude {
+                    pools.iter_mut().for_each(|p| p.block(*ip));
+                }
+                SubnetState6 {
+                    cfg: s.clone(),
+                    pools,
+                }
+            })
+            .collect();
+        self.offer_hold = u64::from(config.dhcp.offer_hold_secs);
+        self.decline_hold = u64::from(config.dhcp.decline_hold_secs);
+        self.hosts = hosts::Hosts6::new(&config.hosts);
+        self.known_only = config.dhcp.known_only;
+        self.server_options = config.dhcp.options6.clone();
+        // A reserved address inside a range is never handed out dynamically.
+        let reserved: Vec<Ipv6Addr> = self.hosts.reserved().collect();
+        for ip in reserved {
+            if let Some(p) = self.pool_of(ip) {
+                p.block(ip);
+            }
+        }
+    }
+
+    /// Takes a reloaded configuration's live parts ([`Engine6::take_settings`]), keeping
+    /// every binding, offer and hold, and the member list as it is.
+    pub fn reconfigure(&mut self, config: &Config, now: u64) {
+        self.take_settings(config);
+        let held: Vec<(Ipv6Addr, bool)> = self
+            .bindings
+            .iter()
+            .map(|l| (l.ip, l.is_active(now)))
+            .collect();
+        for (ip, active) in held {
+            self.set_used(ip, active);
+        }
     }
 
     /// Keeps `ip` from every client until `until` (its stored record is unreadable).

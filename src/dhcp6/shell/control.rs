@@ -16,6 +16,11 @@ pub(super) enum Control6 {
         changes: Vec<Lease6Effect>,
         done: oneshot::Sender<Result<(), CommitFailed>>,
     },
+    /// A reloaded configuration's live parts (`config::reload`).
+    Reconfigure {
+        config: std::sync::Arc<crate::config::Config>,
+        done: oneshot::Sender<()>,
+    },
 }
 
 /// Where `shared::follow` sends requests for the DHCPv6 engine.
@@ -40,6 +45,14 @@ impl Dhcp6Handle {
         let _ = ask(&self.tx, |done| Control6::Decided { changes, done }).await?;
         Ok(())
     }
+
+    /// Gives the engine a reloaded configuration's live parts; answered once applied.
+    pub async fn reconfigure(
+        &self,
+        config: std::sync::Arc<crate::config::Config>,
+    ) -> Result<(), ControlError> {
+        ask(&self.tx, |done| Control6::Reconfigure { config, done }).await
+    }
 }
 
 /// Applies one request in the server loop.
@@ -49,6 +62,10 @@ pub(super) fn apply(engine: &mut Engine6, cmd: Control6, committer: &Committer, 
             take_decided(&changes, committer, done, |c| {
                 engine.apply_decided_change(c, now).map(Change::Replica6)
             });
+        }
+        Control6::Reconfigure { config, done } => {
+            engine.reconfigure(&config, now);
+            let _ = done.send(());
         }
     }
 }

@@ -9,6 +9,7 @@ mod hosts;
 mod leases;
 mod leases6;
 mod machines;
+mod reload;
 mod reservations;
 
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, MethodRouter};
+use axum::routing::{get, post, MethodRouter};
 
 use super::auth::Refusal;
 use super::HttpState;
@@ -65,6 +66,7 @@ pub fn routes() -> Vec<Route> {
         ("/v1/owners/{mac}", &["get"], get(cluster::owner)),
         ("/v1/members", &["get"], get(cluster::members)),
         ("/v1/stats", &["get"], get(cluster::stats)),
+        ("/v1/reload", &["post"], post(reload::reload)),
         ("/v1/machines/{mac}/events", &["get"], get(machines::events)),
     ]
 }
