@@ -992,3 +992,43 @@ fn a_release_of_an_advertised_or_released_address_gets_no_binding() {
 
     no_binding(e.handle_message(&release, &[], &ctx(1_040)));
 }
+
+#[test]
+fn a_reload_serves_the_new_range_and_options_and_keeps_the_bindings() {
+    let mut e = engine("");
+    let c = duid(1);
+    let req = e.handle_message(
+        &message(
+            MessageType::Request,
+            &c,
+            Some(SERVER_DUID),
+            Some((7, Some(ip("fd00:1::10")))),
+        ),
+        &[],
+        &ctx(1_002),
+    );
+    assert_eq!(req.outcome, Outcome6::Bound(1));
+    let moved = Config::from_toml_with_overrides(
+        "state_dir = \"/tmp/unused\"\n[store]\nshared = \"postgres://db.test/shardboot\"\n\
+         [[subnet6]]\nnetwork = \"fd00:1::/64\"\nranges = [\"fd00:1::20 - fd00:1::21\"]\n\
+         lease_time = 1000\ndns = [\"fd00:1::9\"]\n",
+        &[],
+    )
+    .unwrap();
+    e.reconfigure(&moved, 1_003);
+    assert!(
+        e.leases().any(|l| l.ip == ip("fd00:1::10") && l.duid == c),
+        "the binding is kept"
+    );
+    let adv = e.handle_message(
+        &message(MessageType::Solicit, &duid(2), None, Some((1, None))),
+        &[],
+        &ctx(1_004),
+    );
+    let adv = adv.reply.unwrap();
+    assert_eq!(ia_of(&adv, 1).0, vec![(ip("fd00:1::20"), 1000)]);
+    assert_eq!(
+        adv.opts().get(OptionCode::DomainNameServers),
+        Some(&DhcpOption::DomainNameServers(vec![ip("fd00:1::9")]))
+    );
+}
