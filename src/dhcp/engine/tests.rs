@@ -1159,7 +1159,7 @@ fn a_reload_keeps_leases_and_run_time_reservations_and_serves_the_new_range() {
     e.reconfigure(&moved, T0 + 1);
     let kept = e.lease(held).expect("the bound lease is kept");
     assert_eq!((kept.mac, kept.state), (mac(1), LeaseState::Bound));
-    assert_eq!(e.reservations(), [r.clone()]);
+    assert_eq!(e.reservations(), std::slice::from_ref(&r));
     let d = e.handle_message(&msg(MessageType::Discover, mac(2)), &ctx(&i, T0 + 1));
     assert_eq!(offered(&d), fixed, "the reservation still holds");
     let a = bind(&mut e, &i, mac(3), T0 + 1);
