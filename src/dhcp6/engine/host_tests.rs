@@ -4,6 +4,8 @@ use dhcproto::v6::{DhcpOption, MessageType, OptionCode, Status, UnknownOption};
 
 use super::tests::{config, ctx, duid, engine, ia_of, ip, message, SERVER_DUID};
 use super::*;
+use crate::mac::MacAddr;
+use crate::store::Lease6Effect;
 
 /// The `[[host]]` of the machine `duid(1)` / `mac(1)`; the range is fd00:1::10 - ::13.
 fn reserving(ip6: &str) -> String {

@@ -6,6 +6,7 @@ use dhcproto::v6::{DhcpOption, Message, MessageType, OptionCode, ORO};
 
 use super::tests::{ctx, duid, engine, ip, message, SERVER_DUID};
 use super::*;
+use crate::mac::MacAddr;
 
 /// A Solicit from client `n` asking (when `oro` is given) for those option codes.
 fn solicit(n: u8, oro: Option<&[u16]>) -> Message {

@@ -7,6 +7,8 @@ use dhcproto::v6::{
 
 use super::*;
 use crate::config::Config;
+use crate::mac::MacAddr;
+use crate::store::Lease6Effect;
 
 pub(super) const SERVER_DUID: &[u8] =
     &[0, 4, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16];
