@@ -189,6 +189,9 @@ fn load(cli: &Cli) -> Result<Config, ConfigError> {
         None => Config::load(cli.config.as_deref(), &overrides),
         Some(EnvSource::IronicImage) => {
             let vars: BTreeMap<String, String> = std::env::vars().collect();
+            if matches!(cli.command, Command::Serve) {
+                wait_for_provisioning_ip(&vars)?;
+            }
             let host = HostFacts {
                 // Without the list, ranges written without a netmask are refused.
                 addresses: shardboot::dhcp::shell::socket::host_addresses().unwrap_or_default(),
@@ -316,6 +319,45 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// ironic-image's start script waits for `PROVISIONING_IP` to be configured on an
+/// interface before dnsmasq starts (a keepalived VIP arrives late); `serve` does the
+/// same, bounded by `IRONIC_IP_WAIT_TIMEOUT`, and fails naming the variable after it.
+/// Nothing listens meanwhile, so the container's probes say "not ready".
+fn wait_for_provisioning_ip(vars: &BTreeMap<String, String>) -> Result<(), ConfigError> {
+    use shardboot::dhcp::shell::socket::host_has_address;
+    let Some((ip, limit)) = shardboot::config::awaited_address(vars) else {
+        return Ok(());
+    };
+    let start = std::time::Instant::now();
+    let mut said = None;
+    while !host_has_address(ip) {
+        let waited = start.elapsed();
+        if waited >= limit {
+            return Err(ConfigError::Invalid(vec![shardboot::config::ConfigIssue {
+                key: "PROVISIONING_IP".into(),
+                reason: format!(
+                    "{ip} is on no interface of this host after {} s (IRONIC_IP_WAIT_TIMEOUT)",
+                    limit.as_secs()
+                ),
+            }]));
+        }
+        // One line at the start and every 10 s, as ironic-image says it is waiting.
+        if said
+            .is_none_or(|t: std::time::Duration| waited >= t + std::time::Duration::from_secs(10))
+        {
+            eprintln!(
+                "shardboot: waiting for PROVISIONING_IP {ip} to be configured on an interface \
+                 ({} s of at most {} s)",
+                waited.as_secs(),
+                limit.as_secs()
+            );
+            said = Some(waited);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    Ok(())
 }
 
 /// Where the running config came from, for the start-up line: the file, the

@@ -44,8 +44,8 @@ pub use host::Host;
 pub use http::{ConnLimits, HttpSettings, MetricsExposure, TlsFiles};
 pub use ironic::{IronicSettings, MIN_API_VERSION};
 pub use ironic_env::{
-    custom_firmware_dir, HostFacts, BUILTIN_FIRMWARE_DIR, CUSTOM_FIRMWARE_DIR, DATABASE_CA_FILE,
-    DATABASE_CREDENTIALS_DIR, DATABASE_NAME, DATABASE_VAR,
+    awaited_address, custom_firmware_dir, HostFacts, BUILTIN_FIRMWARE_DIR, CUSTOM_FIRMWARE_DIR,
+    DATABASE_CA_FILE, DATABASE_CREDENTIALS_DIR, DATABASE_NAME, DATABASE_VAR,
 };
 pub use issues::ConfigIssue;
 pub use member::{member_name_for_conductor, Member};

@@ -404,3 +404,92 @@ fn check_config_shows_the_database_of_its_own_and_never_the_password() {
         "{text}"
     );
 }
+
+/// ironic-image's variables for one range on 192.0.2.0/24, the server at `ip`.
+fn single_range(ip: &str, fw: &str) -> Vec<(String, String)> {
+    [
+        ("IRONIC_LISTEN_PORT", "6385"),
+        ("IRONIC_ACCESS_PORT", "6385"),
+        ("HTTP_PORT", "6180"),
+        ("LISTEN_ALL_INTERFACES", "true"),
+        ("PROVISIONING_IP", ip),
+        ("DHCP_RANGE", "192.0.2.100,192.0.2.150,255.255.255.0"),
+        ("IPXE_CUSTOM_FIRMWARE_DIR", fw),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+#[test]
+fn serve_waits_for_provisioning_ip_to_be_configured_as_ironic_image_does() {
+    require_root!();
+    let lab = Lab::new(&["192.0.2.1/24"], &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let fw = firmware(dir.path()).display().to_string();
+    // The address arrives two seconds after the server starts (a keepalived VIP).
+    let vip = {
+        let (ns, iface) = (lab.server.name.clone(), lab.server_if.clone());
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(2));
+            common::sh(&[
+                "ip",
+                "-n",
+                &ns,
+                "addr",
+                "add",
+                "192.0.2.5/24",
+                "dev",
+                &iface,
+            ]);
+        })
+    };
+    let vars = single_range("192.0.2.5", &fw);
+    let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let server = Server::start_ironic_env(&lab.server, dir.path(), &vars, "DHCP listening");
+    vip.join().unwrap();
+    let log = server.log_text();
+    assert!(
+        log.contains("waiting for PROVISIONING_IP 192.0.2.5 to be configured on an interface"),
+        "{log}"
+    );
+    assert!(
+        irso_probe(&lab.server),
+        "IrSO's probe fails once it serves:\n{log}"
+    );
+    let events = dir.path().join("events");
+    let ev = obtain(&lab.client, &lab.client_if, &events, &server, &[]);
+    assert!(
+        ev[1].starts_with("192.0.2.1"),
+        "a lease from the range: {ev:?}"
+    );
+}
+
+#[test]
+fn serve_gives_up_on_a_provisioning_ip_that_never_comes_and_names_it() {
+    require_root!();
+    let lab = Lab::new(&["192.0.2.1/24"], &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let fw = firmware(dir.path()).display().to_string();
+    let started = Instant::now();
+    let out = lab
+        .server
+        .command(common::shardboot_bin().to_str().unwrap())
+        .args(["serve", "--env", "ironic-image", "--state-dir"])
+        .arg(dir.path().join("state"))
+        .envs(single_range("192.0.2.5", &fw))
+        .env("IRONIC_IP_WAIT_TIMEOUT", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("PROVISIONING_IP") && stderr.contains("192.0.2.5 is on no interface"),
+        "{stderr}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "the wait is bounded"
+    );
+    assert!(!irso_probe(&lab.server), "nothing listened meanwhile");
+}

@@ -130,6 +130,31 @@ fn address6(s: &str) -> Option<std::net::Ipv6Addr> {
         .ok()
 }
 
+/// How long `serve` waits for `PROVISIONING_IP` to appear on an interface when
+/// `IRONIC_IP_WAIT_TIMEOUT` does not say.
+const ADDRESS_WAIT_DEFAULT_SECS: u64 = 60;
+
+/// The address `serve` waits for before it starts, as ironic-image's start script waits
+/// for `PROVISIONING_IP` to be configured on an interface (a keepalived VIP arrives
+/// late), and for how long (`IRONIC_IP_WAIT_TIMEOUT`, seconds). `None`: nothing to
+/// wait for (no `PROVISIONING_IP`, or `IRONIC_IP` names the address outright).
+pub fn awaited_address(
+    vars: &BTreeMap<String, String>,
+) -> Option<(std::net::IpAddr, std::time::Duration)> {
+    if get(vars, "IRONIC_IP").is_some() {
+        return None;
+    }
+    let v = get(vars, "PROVISIONING_IP")?;
+    let ip = match address6(v) {
+        Some(a) => std::net::IpAddr::V6(a),
+        None => std::net::IpAddr::V4(address(v).ok()?.0),
+    };
+    let secs = get(vars, "IRONIC_IP_WAIT_TIMEOUT")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(ADDRESS_WAIT_DEFAULT_SECS);
+    Some((ip, std::time::Duration::from_secs(secs)))
+}
+
 /// Derives the configuration table from ironic-image's variables.
 pub(super) fn derive(
     vars: &BTreeMap<String, String>,

@@ -635,3 +635,34 @@ fn database_settings_shardboot_cannot_honour_are_named() {
         );
     }
 }
+
+#[test]
+fn serve_waits_for_provisioning_ip_but_not_for_an_ironic_ip() {
+    use std::time::Duration;
+    let awaited = super::awaited_address;
+    assert_eq!(
+        awaited(&env(&[("PROVISIONING_IP", "172.22.0.3/24")])),
+        Some(("172.22.0.3".parse().unwrap(), Duration::from_secs(60)))
+    );
+    assert_eq!(
+        awaited(&env(&[
+            ("PROVISIONING_IP", "fd2e:6f44:5dd8:c956::3"),
+            ("IRONIC_IP_WAIT_TIMEOUT", "5")
+        ])),
+        Some((
+            "fd2e:6f44:5dd8:c956::3".parse().unwrap(),
+            Duration::from_secs(5)
+        ))
+    );
+    // IRONIC_IP names the address outright; no PROVISIONING_IP, nothing to wait for.
+    assert_eq!(
+        awaited(&env(&[
+            ("PROVISIONING_IP", "172.22.0.3"),
+            ("IRONIC_IP", "172.22.0.3")
+        ])),
+        None
+    );
+    let only_interface: BTreeMap<String, String> =
+        [("PROVISIONING_INTERFACE".to_string(), "eth1".to_string())].into();
+    assert_eq!(awaited(&only_interface), None);
+}

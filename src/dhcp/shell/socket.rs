@@ -34,6 +34,17 @@ pub enum SocketError {
     },
 }
 
+/// Whether an interface of this host holds `ip` (either family).
+pub fn host_has_address(ip: std::net::IpAddr) -> bool {
+    let Ok(addrs) = nix::ifaddrs::getifaddrs() else {
+        return false;
+    };
+    addrs.filter_map(|a| a.address).any(|s| match ip {
+        std::net::IpAddr::V4(v4) => s.as_sockaddr_in().is_some_and(|x| x.ip() == v4),
+        std::net::IpAddr::V6(v6) => s.as_sockaddr_in6().is_some_and(|x| x.ip() == v6),
+    })
+}
+
 /// Every (interface, IPv4 network) pair on this host.
 pub fn host_addresses() -> Result<Vec<(String, Ipv4Net)>, SocketError> {
     let addrs = nix::ifaddrs::getifaddrs().map_err(SocketError::ListInterfaces)?;
