@@ -8,9 +8,11 @@ use std::net::Ipv4Addr;
 use dhcproto::v4::{DhcpOption, Message, MessageType, OptionCode};
 
 mod allocate;
+mod configure;
 pub mod decided;
 pub mod decision;
 mod limits;
+mod members;
 pub mod pool;
 mod preempt;
 pub mod probe;
@@ -30,11 +32,13 @@ use crate::config::{BootSettings, Config, DhcpSettings, Host, Subnet};
 use crate::mac::MacAddr;
 use crate::store::{Lease, LeaseEffect, LeaseState};
 use allocate::{new_lease, requested_ip};
+use configure::{may_know, reserved_of, subnet_states};
 pub use decision::{
     Decision, DnsmasqDirs, IgnoreReason, Interface, Outcome, PacketContext, PoolUsage, Reply,
     Responsibility,
 };
 use limits::Limits;
+use members::PastList;
 use pool::Pool;
 pub use probe::ProbeResult;
 use reply::{ReplyParts, Timers};
@@ -44,85 +48,6 @@ use table::LeaseTable;
 struct SubnetState {
     cfg: Subnet,
     pools: Vec<Pool>,
-}
-
-/// A member list served before, and when its transition ends.
-#[derive(Debug, Clone)]
-struct PastList {
-    list: crate::owner::MemberList,
-    split: crate::owner::shares::Split,
-    until: u64,
-    /// When this list came in force and the list before it, when known (a change while
-    /// running): a list this member was not in, served for less than a transition span,
-    /// narrows to this member's share under the list before, not to nothing.
-    served_from: Option<u64>,
-    before: Option<crate::owner::MemberList>,
-}
-
-/// The list whose share of `me` bounds what others may have handed out while `past` was
-/// in force, or `None` when that could be anything.
-///
-/// - `me` was in `past`: the others shared what was not `me`'s share under it.
-/// - `me` was not in it (its conductor was briefly gone), but it followed a list `me` was
-///   in and lasted less than a span: every other member was still narrowed to its share
-///   under that earlier list for all of it, so what was `me`'s share then stayed free.
-/// - Otherwise (a new member, a long absence, a list from before a restart): nothing.
-fn past_share_list<'a>(
-    past: &'a PastList,
-    me: &str,
-    span: u64,
-) -> Option<&'a crate::owner::MemberList> {
-    if past.list.index_of(me).is_some() {
-        return Some(&past.list);
-    }
-    let ended = past.until.checked_sub(span)?;
-    let lasted = ended.checked_sub(past.served_from?)?;
-    let before = past.before.as_ref()?;
-    (lasted < span && before.index_of(me).is_some()).then_some(before)
-}
-
-/// Each configured subnet with its pools: this member's share of every range under
-/// `members`.
-fn subnet_states(
-    config: &Config,
-    members: &crate::owner::MemberList,
-    me: Option<&str>,
-) -> Vec<SubnetState> {
-    let split = crate::owner::shares::Split::CURRENT;
-    config
-        .subnets
-        .iter()
-        .map(|s| SubnetState {
-            cfg: s.clone(),
-            pools: s
-                .ranges
-                .iter()
-                .map(|(a, b)| Pool::shared(*a, *b, members.share_of(split, *a, *b, me)))
-                .collect(),
-        })
-        .collect()
-}
-
-/// The addresses the host entries reserve.
-fn reserved_of(hosts: &HashMap<MacAddr, Host>) -> HashMap<Ipv4Addr, MacAddr> {
-    hosts
-        .values()
-        .filter_map(|h| Some((h.ip?, h.mac)))
-        .collect()
-}
-
-/// Whether any machine can be known (`limits::reserve_for_known`).
-fn may_know(config: &Config) -> bool {
-    !config.hosts.is_empty()
-        || config.dhcp.hostsdir.is_some()
-        || config.owner.ironic.is_some()
-        || config.owner.inventory.is_some()
-        || config.http.token_file.is_some()
-        || config
-            .http
-            .tls
-            .as_ref()
-            .is_some_and(|t| t.client_ca.is_some())
 }
 
 /// The DHCP engine's state and decision logic.
@@ -216,91 +141,6 @@ impl Engine {
             engine.set_used(ip, active);
         }
         engine
-    }
-
-    /// Takes a reloaded configuration's live parts (docs/configuration.md, "Reload"):
-    /// subnets and their ranges, options, hosts and the `[dhcp]` limits. Every lease,
-    /// offer, quarantine, probe and run-time reservation is kept, and the member list
-    /// and any transition from a list change stay as they were: the result is the
-    /// engine a restart on the new file would build, without what a restart loses. A
-    /// lease outside every new range stays bound and is answered as after a restart.
-    pub fn reconfigure(&mut self, config: &Config, now: u64) {
-        self.settings = config.dhcp.clone();
-        self.subnets = subnet_states(config, &self.members, self.me.as_deref());
-        self.may_know = may_know(config);
-        // Run-time reservations stay over the new file, unless it now configures that
-        // MAC's address or gives the address to another MAC: the file wins.
-        let runtime: Vec<Host> = self
-            .runtime_reserved
-            .iter()
-            .filter_map(|m| self.hosts.get(m).cloned())
-            .collect();
-        self.config_hosts = config.hosts.iter().map(|h| (h.mac, h.clone())).collect();
-        self.hosts = self.config_hosts.clone();
-        self.reserved = reserved_of(&self.hosts);
-        self.runtime_reserved.clear();
-        for host in runtime {
-            let Some(ip) = host.ip else { continue };
-            let configured = self
-                .config_hosts
-                .get(&host.mac)
-                .and_then(|h| h.ip)
-                .is_some();
-            if configured || self.reserved.contains_key(&ip) {
-                continue;
-            }
-            self.reserved.insert(ip, host.mac);
-            self.runtime_reserved.insert(host.mac);
-            let mut merged = self
-                .config_hosts
-                .get(&host.mac)
-                .cloned()
-                .unwrap_or_else(|| Host::bare(host.mac));
-            merged.ip = Some(ip);
-            merged.hostname = host.hostname.clone().or(merged.hostname);
-            self.hosts.insert(host.mac, merged);
-        }
-        self.block_configured(config);
-        let known: Vec<Lease> = self.table.iter().cloned().collect();
-        self.track_fresh(config, &known);
-        for lease in &known {
-            self.set_used(lease.ip, lease.is_active(now));
-        }
-        self.restrict_to_past_shares();
-    }
-
-    /// Keeps the excluded and reserved addresses out of the pools.
-    fn block_configured(&mut self, config: &Config) {
-        let blocked: Vec<Ipv4Addr> = config
-            .subnets
-            .iter()
-            .flat_map(|s| s.exclude.iter().copied())
-            .chain(self.reserved.keys().copied())
-            .collect();
-        for ip in blocked {
-            self.pools_for(ip).for_each(|p| p.block(ip));
-        }
-    }
-
-    /// RFC 2131 §2.2, §3.1 step 2: a single instance probes every address its store
-    /// has never named before its first offer, as dnsmasq pings every address it has
-    /// no lease for (a host configured by hand, a lease dnsmasq gave and nobody
-    /// imported). With several members the shared store has every member's
-    /// bindings, and only what a member gains at a membership change is probed
-    /// (`probe`): a first deployment would otherwise probe every address of every
-    /// member.
-    fn track_fresh(&mut self, config: &Config, known: &[Lease]) {
-        if config.dhcp.conflict_probe.is_some()
-            && config.store.shared.is_none()
-            && self.members.len() <= 1
-        {
-            for pool in self.subnets.iter_mut().flat_map(|s| s.pools.iter_mut()) {
-                pool.track_fresh();
-            }
-            for lease in known {
-                self.pools_for(lease.ip).for_each(|p| p.seen(lease.ip));
-            }
-        }
     }
 
     /// The lease or offer on `ip`.
@@ -708,150 +548,6 @@ impl Engine {
         }
     }
 
-    /// After a membership change: until `until`, fresh addresses come only from the
-    /// part of this member's new share that was also its share under `previous` (a
-    /// member not in `previous` hands out none), because other members may still hold
-    /// leases they gave out under the old list. Those are never extended (`timers`), so
-    /// by `until` (the longest lease time after the change) they are gone.
-    pub fn begin_transition(
-        &mut self,
-        previous: &[String],
-        previous_split: crate::owner::shares::Split,
-        me: &str,
-        until: u64,
-    ) {
-        self.me = Some(me.to_string());
-        self.past.push(PastList {
-            list: crate::owner::MemberList::new(previous.iter().cloned()),
-            split: previous_split,
-            until,
-            served_from: None,
-            before: None,
-        });
-        self.restrict_to_past_shares();
-    }
-
-    /// Serves with the member list `list` from now on, without a transition (start-up,
-    /// before the membership record is settled).
-    pub fn adopt_members(&mut self, list: crate::owner::MemberList) {
-        self.members = list;
-        self.reshare();
-        self.restrict_to_past_shares();
-    }
-
-    /// The member list changed while running (members from Ironic): new shares at once,
-    /// and a transition from the list served until now, stacked on any still running.
-    /// Returns the membership record to store, or `None` when the list is the same.
-    pub fn change_members(
-        &mut self,
-        list: crate::owner::MemberList,
-        now: u64,
-    ) -> Option<crate::store::Membership> {
-        use crate::owner::shares::Split;
-        if list == self.members {
-            return None;
-        }
-        let old = std::mem::replace(&mut self.members, list);
-        // The transitions already running are stored with the record, so a restart
-        // during them keeps them.
-        let earlier = self
-            .past
-            .iter()
-            .filter(|p| p.until > now)
-            .map(|p| crate::store::PastMembership {
-                names: p.list.names().to_vec(),
-                split: Some(p.split.as_str().to_string()),
-                until: p.until,
-            })
-            .collect();
-        // While the shared store answers, the new shares hold at once: the database
-        // refuses an address another client holds, whichever member writes it. A join that keeps this member
-        // needs none either: its new share lies inside its old one, so narrowing by the
-        // old list changes nothing now or later (a later list narrows by this one,
-        // which is smaller). Otherwise, a transition.
-        let me = self.me.as_deref().unwrap_or_default();
-        // What this member's share gains is probed (`probe`) unless the transition rule
-        // already covers it: back after less than a span in a list without it, the
-        // others stayed narrowed to their shares under the list before (as
-        // `past_share_list` reasons), so its share under that list is no gain. With
-        // the shared store up there is no transition, so whatever was not its share a moment ago is.
-        let reference = match &self.members_before {
-            Some(before)
-                if !self.shared_up
-                    && old.index_of(me).is_none()
-                    && before.index_of(me).is_some()
-                    && self
-                        .members_since
-                        .is_some_and(|s| now.saturating_sub(s) < self.transition_span) =>
-            {
-                before.clone()
-            }
-            _ => old.clone(),
-        };
-        let pure_join = old.index_of(me).is_some()
-            && old
-                .names()
-                .iter()
-                .all(|n| self.members.index_of(n).is_some());
-        if !(self.shared_up || pure_join) {
-            self.past.push(PastList {
-                list: old.clone(),
-                split: Split::CURRENT,
-                until: now + self.transition_span,
-                served_from: self.members_since,
-                before: self.members_before.take(),
-            });
-        }
-        self.members_since = Some(now);
-        self.members_before = Some(old.clone());
-        self.reshare();
-        self.inherit_relative_to(&reference, Split::CURRENT, now);
-        self.restrict_to_past_shares();
-        let split = Some(Split::CURRENT.as_str().to_string());
-        Some(crate::store::Membership {
-            names: self.members.names().to_vec(),
-            since: now,
-            previous: Some(old.names().to_vec()),
-            previous_split: split.clone(),
-            split,
-            earlier,
-            conductors: Vec::new(),
-        })
-    }
-
-    /// The member list the shares come from.
-    pub fn members(&self) -> &crate::owner::MemberList {
-        &self.members
-    }
-
-    /// Recomputes this member's share of every range from `members`.
-    fn reshare(&mut self) {
-        let split = crate::owner::shares::Split::CURRENT;
-        let me = self.me.as_deref();
-        for pool in self.subnets.iter_mut().flat_map(|s| s.pools.iter_mut()) {
-            let (first, last) = pool.bounds();
-            pool.reshare(self.members.share_of(split, first, last, me));
-        }
-    }
-
-    /// Narrows every pool to what this member's share was under every past list whose
-    /// transition still runs; lifts the narrowing when none does.
-    fn restrict_to_past_shares(&mut self) {
-        let me = self.me.clone().unwrap_or_default();
-        self.transition_until = self.past.iter().map(|p| p.until).max();
-        for pool in self.subnets.iter_mut().flat_map(|s| s.pools.iter_mut()) {
-            pool.lift_restriction();
-            let (first, last) = pool.bounds();
-            for past in &self.past {
-                let old = match past_share_list(past, &me, self.transition_span) {
-                    Some(list) => list.share_of(past.split, first, last, Some(&me)),
-                    None => Vec::new(),
-                };
-                pool.restrict(&old);
-            }
-        }
-    }
-
     /// The operator frees `ip` (DELETE /v1/leases/{ip}): the record is forgotten and
     /// the address can go to any client. Returns the change to persist, or `None` when
     /// no record holds the address.
@@ -860,11 +556,6 @@ impl Engine {
         self.table.remove(ip);
         self.set_used(ip, false);
         Some(LeaseEffect::Remove(ip, mac))
-    }
-
-    /// Until when fresh allocations are narrowed after a membership change.
-    pub fn transition_until(&self) -> Option<u64> {
-        self.transition_until
     }
 
     fn positive_reply(

@@ -1,0 +1,143 @@
+//! The engine's configured state: subnets and their pools (this member's share of
+//! every range), host entries and reservations, built at start and again on a reload
+//! (`config::reload`), keeping every lease, offer and run-time reservation.
+
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+
+use super::pool::Pool;
+use super::{Engine, SubnetState};
+use crate::config::{Config, Host};
+use crate::mac::MacAddr;
+use crate::store::Lease;
+
+/// Each configured subnet with its pools: this member's share of every range under
+/// `members`.
+pub(super) fn subnet_states(
+    config: &Config,
+    members: &crate::owner::MemberList,
+    me: Option<&str>,
+) -> Vec<SubnetState> {
+    let split = crate::owner::shares::Split::CURRENT;
+    config
+        .subnets
+        .iter()
+        .map(|s| SubnetState {
+            cfg: s.clone(),
+            pools: s
+                .ranges
+                .iter()
+                .map(|(a, b)| Pool::shared(*a, *b, members.share_of(split, *a, *b, me)))
+                .collect(),
+        })
+        .collect()
+}
+
+/// The addresses the host entries reserve.
+pub(super) fn reserved_of(hosts: &HashMap<MacAddr, Host>) -> HashMap<Ipv4Addr, MacAddr> {
+    hosts
+        .values()
+        .filter_map(|h| Some((h.ip?, h.mac)))
+        .collect()
+}
+
+/// Whether any machine can be known (`limits::reserve_for_known`).
+pub(super) fn may_know(config: &Config) -> bool {
+    !config.hosts.is_empty()
+        || config.dhcp.hostsdir.is_some()
+        || config.owner.ironic.is_some()
+        || config.owner.inventory.is_some()
+        || config.http.token_file.is_some()
+        || config
+            .http
+            .tls
+            .as_ref()
+            .is_some_and(|t| t.client_ca.is_some())
+}
+
+impl Engine {
+    /// Takes a reloaded configuration's live parts (docs/configuration.md, "Reload"):
+    /// subnets and their ranges, options, hosts and the `[dhcp]` limits. Every lease,
+    /// offer, quarantine, probe and run-time reservation is kept, and the member list
+    /// and any transition from a list change stay as they were: the result is the
+    /// engine a restart on the new file would build, without what a restart loses. A
+    /// lease outside every new range stays bound and is answered as after a restart.
+    pub fn reconfigure(&mut self, config: &Config, now: u64) {
+        self.settings = config.dhcp.clone();
+        self.subnets = subnet_states(config, &self.members, self.me.as_deref());
+        self.may_know = may_know(config);
+        // Run-time reservations stay over the new file, unless it now configures that
+        // MAC's address or gives the address to another MAC: the file wins.
+        let runtime: Vec<Host> = self
+            .runtime_reserved
+            .iter()
+            .filter_map(|m| self.hosts.get(m).cloned())
+            .collect();
+        self.config_hosts = config.hosts.iter().map(|h| (h.mac, h.clone())).collect();
+        self.hosts = self.config_hosts.clone();
+        self.reserved = reserved_of(&self.hosts);
+        self.runtime_reserved.clear();
+        for host in runtime {
+            let Some(ip) = host.ip else { continue };
+            let configured = self
+                .config_hosts
+                .get(&host.mac)
+                .and_then(|h| h.ip)
+                .is_some();
+            if configured || self.reserved.contains_key(&ip) {
+                continue;
+            }
+            self.reserved.insert(ip, host.mac);
+            self.runtime_reserved.insert(host.mac);
+            let mut merged = self
+                .config_hosts
+                .get(&host.mac)
+                .cloned()
+                .unwrap_or_else(|| Host::bare(host.mac));
+            merged.ip = Some(ip);
+            merged.hostname = host.hostname.clone().or(merged.hostname);
+            self.hosts.insert(host.mac, merged);
+        }
+        self.block_configured(config);
+        let known: Vec<Lease> = self.table.iter().cloned().collect();
+        self.track_fresh(config, &known);
+        for lease in &known {
+            self.set_used(lease.ip, lease.is_active(now));
+        }
+        self.restrict_to_past_shares();
+    }
+
+    /// Keeps the excluded and reserved addresses out of the pools.
+    pub(super) fn block_configured(&mut self, config: &Config) {
+        let blocked: Vec<Ipv4Addr> = config
+            .subnets
+            .iter()
+            .flat_map(|s| s.exclude.iter().copied())
+            .chain(self.reserved.keys().copied())
+            .collect();
+        for ip in blocked {
+            self.pools_for(ip).for_each(|p| p.block(ip));
+        }
+    }
+
+    /// RFC 2131 §2.2, §3.1 step 2: a single instance probes every address its store
+    /// has never named before its first offer, as dnsmasq pings every address it has
+    /// no lease for (a host configured by hand, a lease dnsmasq gave and nobody
+    /// imported). With several members the shared store has every member's
+    /// bindings, and only what a member gains at a membership change is probed
+    /// (`probe`): a first deployment would otherwise probe every address of every
+    /// member.
+    pub(super) fn track_fresh(&mut self, config: &Config, known: &[Lease]) {
+        if config.dhcp.conflict_probe.is_some()
+            && config.store.shared.is_none()
+            && self.members.len() <= 1
+        {
+            for pool in self.subnets.iter_mut().flat_map(|s| s.pools.iter_mut()) {
+                pool.track_fresh();
+            }
+            for lease in known {
+                self.pools_for(lease.ip).for_each(|p| p.seen(lease.ip));
+            }
+        }
+    }
+}
