@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
 use shardboot::config::{
@@ -135,6 +135,15 @@ enum Command {
         #[arg(long, env = "SHARDBOOT_TOKEN_FILE")]
         token_file: Option<PathBuf>,
     },
+    /// Print the completion script for a shell (packaging: deploy/deb.sh installs it).
+    #[command(hide = true)]
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: cli::generate::Shell,
+    },
+    /// Print the man page, roff for `man -l -` (packaging: deploy/deb.sh installs it).
+    #[command(hide = true)]
+    Man,
 }
 
 /// `shardboot leases import|export`.
@@ -229,6 +238,24 @@ fn init_tracing(format: LogFormat) {
 fn main() -> ExitCode {
     shardboot::build_info::set_commit(COMMIT);
     let cli = Cli::parse();
+    // Generated from the flags alone: no configuration is read, so a package build
+    // never depends on the build machine's environment.
+    match cli.command {
+        Command::Completions { shell } => {
+            cli::generate::completions(&mut Cli::command(), shell, &mut std::io::stdout());
+            return ExitCode::SUCCESS;
+        }
+        Command::Man => {
+            return match cli::generate::man_page(Cli::command(), &mut std::io::stdout()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("shardboot: writing the man page: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        _ => {}
+    }
     let config = match load(&cli) {
         Ok(c) => c,
         Err(e) => {
@@ -311,6 +338,7 @@ fn main() -> ExitCode {
             cli::print_owner(&config, &mac)
         }
         Command::Serve => serve(config, &config_source(&cli), reloader),
+        Command::Completions { .. } | Command::Man => unreachable!("handled before loading"),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
