@@ -10,8 +10,10 @@ mod common;
 #[path = "../sim/mod.rs"]
 mod sim;
 
+mod cli_generate;
 mod config_fixtures;
 mod container;
+mod deb;
 mod docs_paths;
 mod ironic_env;
 mod kubernetes;
