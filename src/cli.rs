@@ -5,10 +5,12 @@
 //! `trace` ask the running server (`Remote`). `generate` prints the shell completions
 //! and the man page.
 
+mod explain;
 pub mod generate;
 mod leases6;
 mod migrate;
 
+pub use explain::print_explained;
 pub use migrate::{export_dnsmasq, export_json, import_dnsmasq, import_json};
 
 use std::io::Write;
