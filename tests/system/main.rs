@@ -15,6 +15,7 @@ mod config_fixtures;
 mod container;
 mod deb;
 mod docs_paths;
+mod explain;
 mod ironic_env;
 mod kubernetes;
 mod qemu_boot;
