@@ -3,7 +3,7 @@
 //! Debian container (podman), where the binary starts as the unit would start it (its
 //! user, its capabilities and no others, its ExecStart on the shipped config, which is
 //! the built-in default) and serves: a DHCP client on the segment gets a lease and
-//! `/healthz` answers.
+//! `/healthz` answers. `dpkg -r` keeps the config and the store; `--purge` removes both.
 
 use crate::common;
 
@@ -354,5 +354,20 @@ fn deb_has_its_files_and_a_valid_unit_and_installed_in_a_clean_container_serves_
         ps.lines()
             .any(|l| l.starts_with("shardboot") && l.contains("serve")),
         "{ps}"
+    );
+
+    // Removal keeps the config and the store; purge deletes both, not the user.
+    run_ok(
+        "podman",
+        &[
+            "exec",
+            &container,
+            "sh",
+            "-c",
+            "set -e; dpkg -r shardboot; test ! -e /usr/bin/shardboot; \
+             test -f /etc/shardboot/shardboot.toml; test -d /var/lib/shardboot; \
+             dpkg --purge shardboot; test ! -e /etc/shardboot/shardboot.toml; \
+             test ! -e /var/lib/shardboot; id shardboot",
+        ],
     );
 }
