@@ -6,8 +6,9 @@
 //! override whose key covers a value names its source. Keys that no layer sets are
 //! listed too, found by asking the raw serde structs which fields they accept (the
 //! "expected one of" of an unknown-key error), so the listing follows the structs
-//! without a second list of keys to keep in step. Their value is the code's default,
-//! which the validated types do not expose per key: they say so instead.
+//! without a second list of keys to keep in step. Their value is the code's default
+//! (`code_defaults.toml`, checked against the code by a test) where it is one fixed
+//! value; otherwise they say that they are not set.
 //!
 //! Secrets never appear: keys that hold one are masked, and so is the password of any
 //! URL.
@@ -52,7 +53,10 @@ pub enum Source {
     Env(String),
     /// A command-line flag (`--set`, `--state-dir`, `--json-logs`).
     Flag(String),
-    /// No layer sets the key: the code's default applies.
+    /// No layer sets the key; its value is the code's fixed default.
+    Default,
+    /// No layer sets the key and it has no fixed default: off until set, or derived
+    /// from other keys.
     Unset,
 }
 
@@ -65,7 +69,8 @@ impl fmt::Display for Source {
             Source::IronicImage => f.write_str("--env ironic-image (as ironic-image fixes it)"),
             Source::Env(v) => write!(f, "environment {v}"),
             Source::Flag(flag) => write!(f, "flag {flag}"),
-            Source::Unset => f.write_str("not set: the built-in default applies"),
+            Source::Default => f.write_str("default"),
+            Source::Unset => f.write_str("not set: off, or derived from other keys"),
         }
     }
 }
@@ -106,6 +111,9 @@ pub fn env_var_name(key: &str) -> String {
     format!("SHARDBOOT_{}", key.to_ascii_uppercase().replace('.', "__"))
 }
 
+/// The fixed defaults of keys that have one (a test proves them the code's).
+const CODE_DEFAULTS: &str = include_str!("code_defaults.toml");
+
 /// What stands in for a secret.
 const MASK: &str = "\"********\"";
 
@@ -139,10 +147,12 @@ pub fn explain(base: ExplainBase<'_>, layers: &[Layer]) -> Result<Vec<Explained>
         apply_override(&mut table, &layer.key, &layer.value)?;
     }
     let mut out = Vec::new();
+    let defaults = parse(CODE_DEFAULTS)?;
     let walk = Walk {
         full: &table,
         base: &base_source,
         layers,
+        defaults: &defaults,
     };
     walk.node(&mut Vec::new(), Some(&table), &mut out);
     Ok(out)
@@ -196,6 +206,7 @@ struct Walk<'a> {
     full: &'a Table,
     base: &'a BaseSource,
     layers: &'a [Layer],
+    defaults: &'a Table,
 }
 
 impl Walk<'_> {
@@ -215,10 +226,17 @@ impl Walk<'_> {
             match table.and_then(|t| t.get(&field)) {
                 Some(v) => self.value(path, v, out),
                 None if self.fields_at(path).is_some() => self.node(path, None, out),
-                None => out.push(Explained {
-                    key: display(path),
-                    value: None,
-                    source: Source::Unset,
+                None => out.push(match self.default_at(path) {
+                    Some(v) => Explained {
+                        key: display(path),
+                        value: Some(masked(path, v)),
+                        source: Source::Default,
+                    },
+                    None => Explained {
+                        key: display(path),
+                        value: None,
+                        source: Source::Unset,
+                    },
                 }),
             }
             path.pop();
@@ -243,6 +261,18 @@ impl Walk<'_> {
                 source: self.source(path),
             }),
         }
+    }
+
+    /// The fixed default of the key at `path`; none for elements of table arrays.
+    fn default_at(&self, path: &[Seg]) -> Option<&Value> {
+        let (last, parents) = path.split_last()?;
+        let mut table = self.defaults;
+        for seg in parents {
+            let Seg::Key(k) = seg else { return None };
+            table = table.get(k)?.as_table()?;
+        }
+        let Seg::Key(k) = last else { return None };
+        table.get(k)
     }
 
     /// The last override whose key covers `path`, else the first layer.
@@ -409,8 +439,12 @@ ranges = ["192.0.2.10 - 192.0.2.20"]
             find(&all, "subnet[0].network").source,
             Source::File(path.clone())
         );
-        // Keys the file leaves out, also of sections it never opens.
-        for key in ["dhcp.server_id", "tftp.root", "http.listen", "ra.enabled"] {
+        // Keys the file leaves out, also of sections it never opens: their fixed
+        // default, or none.
+        let root = find(&all, "tftp.root");
+        assert_eq!(root.value.as_deref(), Some("\"/usr/lib/ipxe\""));
+        assert_eq!(root.source, Source::Default);
+        for key in ["dhcp.server_id", "boot.http_url", "ra.enabled"] {
             let e = find(&all, key);
             assert_eq!(
                 (e.value.as_ref(), &e.source),
@@ -424,7 +458,11 @@ ranges = ["192.0.2.10 - 192.0.2.20"]
         );
         assert_eq!(
             find(&all, "tftp.root").to_string(),
-            "# tftp.root: not set: the built-in default applies"
+            "tftp.root = \"/usr/lib/ipxe\"  # default"
+        );
+        assert_eq!(
+            find(&all, "dhcp.server_id").to_string(),
+            "# dhcp.server_id: not set: off, or derived from other keys"
         );
     }
 
@@ -465,7 +503,8 @@ ranges = ["192.0.2.10 - 192.0.2.20"]
         let all = explain(ExplainBase::BuiltIn, &[]).unwrap();
         assert_eq!(find(&all, "dhcp.port").source, Source::BuiltIn);
         assert_eq!(find(&all, "subnet[0].router").source, Source::BuiltIn);
-        assert_eq!(find(&all, "dhcp.proxy").source, Source::Unset);
+        assert_eq!(find(&all, "dhcp.proxy").source, Source::Default);
+        assert_eq!(find(&all, "dhcp.proxy").value.as_deref(), Some("false"));
     }
 
     #[test]
@@ -502,6 +541,40 @@ ranges = ["192.0.2.10 - 192.0.2.20"]
         );
         assert_eq!(find(&all, "boot.bios").source, Source::IronicImage);
         assert_eq!(find(&all, "dhcp.port").source, Source::Flag("--set".into()));
+    }
+
+    /// A configuration with every fixed default written out is the configuration
+    /// without them: the defaults `--explain` shows are the code's.
+    #[test]
+    fn code_defaults_are_the_codes() {
+        let minimal =
+            "[[subnet]]\nnetwork = \"192.0.2.0/24\"\nranges = [\"192.0.2.10 - 192.0.2.20\"]\n";
+        let mut full = parse(CODE_DEFAULTS).unwrap();
+        for (k, v) in parse(minimal).unwrap() {
+            full.insert(k, v);
+        }
+        let full = toml::to_string(&full).unwrap();
+        let config = |text: &str| {
+            let c = super::super::Config::from_toml_with_overrides(text, &[])
+                .unwrap_or_else(|e| panic!("{e}\n{text}"));
+            format!("{c:#?}")
+        };
+        assert_eq!(
+            config(minimal),
+            config(minimal),
+            "Debug output is deterministic"
+        );
+        let (without, with) = (config(minimal), config(&full));
+        let diff: Vec<_> = without
+            .lines()
+            .zip(with.lines())
+            .filter(|(a, b)| a != b)
+            .take(10)
+            .collect();
+        assert!(
+            diff.is_empty() && without.lines().count() == with.lines().count(),
+            "code_defaults.toml differs from the code: {diff:#?}"
+        );
     }
 
     #[test]

@@ -61,7 +61,11 @@ fn explain_names_file_variable_flag_and_default_and_masks_the_password() {
     );
     assert_eq!(
         line("http.listen"),
-        "# http.listen: not set: the built-in default applies"
+        "http.listen = \"0.0.0.0:8080\"  # default"
+    );
+    assert_eq!(
+        line("dhcp.server_id"),
+        "# dhcp.server_id: not set: off, or derived from other keys"
     );
     assert_eq!(
         line("owner.ironic.password"),
