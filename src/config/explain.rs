@@ -540,6 +540,10 @@ ranges = ["192.0.2.10 - 192.0.2.20"]
             Source::IronicVar("HTTP_PORT")
         );
         assert_eq!(find(&all, "boot.bios").source, Source::IronicImage);
+        assert_eq!(
+            find(&all, "boot.tftp_server").source,
+            Source::IronicVar("PROVISIONING_IP")
+        );
         assert_eq!(find(&all, "dhcp.port").source, Source::Flag("--set".into()));
     }
 

@@ -289,7 +289,14 @@ pub(super) fn derive(
     // Boot files: ironic-image's dhcp-boot lines, next-server IRONIC_IP.
     if let Some(ip) = ironic_ip {
         boot.insert("tftp_server".into(), Value::String(ip.to_string()));
-        origin("boot.tftp_server".into(), "IRONIC_IP", None);
+        // Named after the variable the address came from, as the operator wrote it.
+        let var = match &interface {
+            _ if get(vars, "IRONIC_IP").is_some() => "IRONIC_IP",
+            _ if get(vars, "PROVISIONING_IP").is_some() => "PROVISIONING_IP",
+            Some((_, var)) => var,
+            None => "IRONIC_IP",
+        };
+        origin("boot.tftp_server".into(), var, None);
     }
     let snp = get(vars, "SNP_BASENAME").unwrap_or("snponly");
     boot.insert("bios".into(), Value::String("undionly.kpxe".into()));
