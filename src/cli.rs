@@ -2,11 +2,15 @@
 //! (`owner` asks Ironic as a booting machine would); `leases` reads the store, or the
 //! running server's operator API when the server holds the store (`leases6`: its `--v6`
 //! table; `migrate`: `leases import` and `leases export`); `members`, `hosts` and
-//! `trace` ask the running server (`Remote`).
+//! `trace` ask the running server (`Remote`). `generate` prints the shell completions
+//! and the man page.
 
+mod explain;
+pub mod generate;
 mod leases6;
 mod migrate;
 
+pub use explain::print_explained;
 pub use migrate::{export_dnsmasq, export_json, import_dnsmasq, import_json};
 
 use std::io::Write;

@@ -5,12 +5,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
 use shardboot::config::{
-    apply_env_overrides, custom_firmware_dir, parse_flag, Config, ConfigError, HostFacts,
-    LogFormat, DATABASE_CA_FILE, DATABASE_VAR,
+    apply_env_overrides, custom_firmware_dir, env_var_name, parse_flag, Config, ConfigError,
+    ExplainBase, HostFacts, Layer, LogFormat, Source, DATABASE_CA_FILE, DATABASE_VAR,
 };
 use shardboot::{app, cli};
 
@@ -63,7 +63,13 @@ enum Command {
     /// Run the DHCP server until SIGINT/SIGTERM.
     Serve,
     /// Validate the configuration; print every problem with its key.
-    CheckConfig,
+    CheckConfig {
+        /// Then print the effective configuration, every key with its value and where
+        /// the value came from (file, SHARDBOOT_* variable, flag, ironic-image variable
+        /// or the built-in default); secrets masked.
+        #[arg(long)]
+        explain: bool,
+    },
     /// Show which member is responsible for a MAC, how that was decided, and the script
     /// `/v1/boot/{mac}/boot.ipxe` would serve.
     Owner {
@@ -135,6 +141,15 @@ enum Command {
         #[arg(long, env = "SHARDBOOT_TOKEN_FILE")]
         token_file: Option<PathBuf>,
     },
+    /// Print the completion script for a shell (packaging: deploy/deb.sh installs it).
+    #[command(hide = true)]
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: cli::generate::Shell,
+    },
+    /// Print the man page, roff for `man -l -` (packaging: deploy/deb.sh installs it).
+    #[command(hide = true)]
+    Man,
 }
 
 /// `shardboot leases import|export`.
@@ -174,17 +189,53 @@ enum LeasesAction {
     },
 }
 
-fn load(cli: &Cli) -> Result<Config, ConfigError> {
-    let mut overrides = Vec::new();
-    for flag in &cli.set {
-        overrides.push(parse_flag(flag)?);
+/// The flags' overrides, in the order they are applied (after `SHARDBOOT_*`).
+fn flag_layers(cli: &Cli) -> Result<Vec<Layer>, ConfigError> {
+    let flag = |(key, value): (String, String), name: &str| Layer {
+        key,
+        value,
+        source: Source::Flag(name.into()),
+    };
+    let mut layers = Vec::new();
+    for f in &cli.set {
+        layers.push(flag(parse_flag(f)?, "--set"));
     }
     if let Some(dir) = &cli.state_dir {
-        overrides.push(("state_dir".into(), toml_string(dir)));
+        layers.push(flag(("state_dir".into(), toml_string(dir)), "--state-dir"));
     }
     if cli.json_logs {
-        overrides.push(("log_format".into(), "json".into()));
+        layers.push(flag(("log_format".into(), "json".into()), "--json-logs"));
     }
+    Ok(layers)
+}
+
+/// The `SHARDBOOT_*` variables' overrides; with `--env ironic-image`, without
+/// SHARDBOOT_DATABASE, which the mapping reads itself (it is no config key).
+fn env_layers(cli: &Cli) -> Vec<Layer> {
+    let vars = std::env::vars().filter(|(k, _)| cli.env.is_none() || k != DATABASE_VAR);
+    apply_env_overrides(vars)
+        .into_iter()
+        .map(|(key, value)| Layer {
+            source: Source::Env(env_var_name(&key)),
+            key,
+            value,
+        })
+        .collect()
+}
+
+fn host_facts(vars: &BTreeMap<String, String>) -> HostFacts {
+    HostFacts {
+        // Without the list, ranges written without a netmask are refused.
+        addresses: shardboot::dhcp::shell::socket::host_addresses().unwrap_or_default(),
+        macs: shardboot::dhcp6::shell::socket::host_macs(),
+        custom_firmware_readable: custom_firmware_dir(vars).read_dir().is_ok(),
+        database_ca_readable: std::fs::File::open(DATABASE_CA_FILE).is_ok(),
+    }
+}
+
+fn load(cli: &Cli) -> Result<Config, ConfigError> {
+    let pairs = |layers: Vec<Layer>| layers.into_iter().map(|l| (l.key, l.value));
+    let overrides: Vec<(String, String)> = pairs(flag_layers(cli)?).collect();
     match cli.env {
         None => Config::load(cli.config.as_deref(), &overrides),
         Some(EnvSource::IronicImage) => {
@@ -192,19 +243,31 @@ fn load(cli: &Cli) -> Result<Config, ConfigError> {
             if matches!(cli.command, Command::Serve) {
                 wait_for_provisioning_ip(&vars)?;
             }
-            let host = HostFacts {
-                // Without the list, ranges written without a netmask are refused.
-                addresses: shardboot::dhcp::shell::socket::host_addresses().unwrap_or_default(),
-                macs: shardboot::dhcp6::shell::socket::host_macs(),
-                custom_firmware_readable: custom_firmware_dir(&vars).read_dir().is_ok(),
-                database_ca_readable: std::fs::File::open(DATABASE_CA_FILE).is_ok(),
-            };
-            // The mapping reads SHARDBOOT_DATABASE itself; it is no config key.
-            let mut all = apply_env_overrides(std::env::vars().filter(|(k, _)| k != DATABASE_VAR));
+            let mut all: Vec<(String, String)> = pairs(env_layers(cli)).collect();
             all.extend(overrides);
-            Config::from_ironic_env(&vars, &host, &all)
+            Config::from_ironic_env(&vars, &host_facts(&vars), &all)
         }
     }
+}
+
+/// `check-config --explain`: the layers `load` applied, again, key by key.
+fn explain(cli: &Cli) -> anyhow::Result<()> {
+    let mut layers = env_layers(cli);
+    layers.extend(flag_layers(cli)?);
+    let vars: BTreeMap<String, String> = std::env::vars().collect();
+    let host;
+    let base = match (&cli.env, &cli.config) {
+        (Some(EnvSource::IronicImage), _) => {
+            host = host_facts(&vars);
+            ExplainBase::IronicImage {
+                vars: &vars,
+                host: &host,
+            }
+        }
+        (None, Some(path)) => ExplainBase::File(path),
+        (None, None) => ExplainBase::BuiltIn,
+    };
+    cli::print_explained(base, &layers)
 }
 
 /// Quotes a path so it is always taken as a TOML string.
@@ -229,6 +292,24 @@ fn init_tracing(format: LogFormat) {
 fn main() -> ExitCode {
     shardboot::build_info::set_commit(COMMIT);
     let cli = Cli::parse();
+    // Generated from the flags alone: no configuration is read, so a package build
+    // never depends on the build machine's environment.
+    match cli.command {
+        Command::Completions { shell } => {
+            cli::generate::completions(&mut Cli::command(), shell, &mut std::io::stdout());
+            return ExitCode::SUCCESS;
+        }
+        Command::Man => {
+            return match cli::generate::man_page(Cli::command(), &mut std::io::stdout()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("shardboot: writing the man page: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        _ => {}
+    }
     let config = match load(&cli) {
         Ok(c) => c,
         Err(e) => {
@@ -242,7 +323,10 @@ fn main() -> ExitCode {
         std::sync::Arc::new(move || load(&cli).map_err(|e| e.to_string()))
     };
     let result = match cli.command {
-        Command::CheckConfig => cli::check_config(&config),
+        Command::CheckConfig { explain: false } => cli::check_config(&config),
+        Command::CheckConfig { explain: true } => {
+            cli::check_config(&config).and_then(|()| explain(&cli))
+        }
         Command::Leases {
             action: Some(LeasesAction::Import { dnsmasq, json }),
             ..
@@ -311,6 +395,7 @@ fn main() -> ExitCode {
             cli::print_owner(&config, &mac)
         }
         Command::Serve => serve(config, &config_source(&cli), reloader),
+        Command::Completions { .. } | Command::Man => unreachable!("handled before loading"),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

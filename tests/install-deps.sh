@@ -24,8 +24,9 @@ packages=(
   python3-venv      # the venv Ironic is pip-installed into (inside target/)
   wrk               # HTTP load for benches/http_bench.sh
   nginx-light       # the static-file reference server of benches/http_bench.sh
-  podman runc       # the container test (tests/system/container.rs); settings in deploy/podman/containers.conf
-  mmdebstrap        # the image's Debian root (deploy/image.sh)
+  podman runc       # the container tests (tests/system/container.rs, deb.rs); settings in deploy/podman/containers.conf
+  mmdebstrap        # the image's Debian root (deploy/image.sh) and the .deb test's clean container (tests/system/deb.rs)
+  dpkg-dev          # dpkg-shlibdeps: the .deb's library dependencies (deploy/deb.sh)
   mariadb-server    # the shared lease store tests start their own server (tests/common/db.rs)
   iptables          # the nemesis cuts one member off from the database (tests/members/shared.rs)
   libfaketime       # the nemesis runs a member on a clock two hours off (LD_PRELOAD)

@@ -11,6 +11,7 @@
 mod boot;
 mod dhcp;
 mod dhcp6;
+mod explain;
 mod health;
 mod host;
 mod http;
@@ -39,6 +40,7 @@ use crate::mac::MacAddr;
 pub use boot::BootSettings;
 pub use dhcp::{DhcpSettings, RelayRule};
 pub use dhcp6::Dhcp6Settings;
+pub use explain::{env_var_name, explain, ExplainBase, Explained, Layer, Source};
 pub use health::HealthSettings;
 pub use host::Host;
 pub use http::{ConnLimits, HttpSettings, MetricsExposure, TlsFiles};

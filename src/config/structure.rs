@@ -42,7 +42,7 @@ pub(super) fn deserialize_all<T: DeserializeOwned>(
             .span()
             .and_then(|span| path_at(&text, span.start))
             .unwrap_or_default();
-        issues.push(issue(&path, err.message().to_string()));
+        issues.push(issue(&path, with_suggestion(err.message())));
         // Only a key's own line can be removed to look further; an error about a whole
         // table (a missing field) ends the search.
         let removable = matches!(path.last(), Some(Step::Key(_)));
@@ -50,6 +50,49 @@ pub(super) fn deserialize_all<T: DeserializeOwned>(
             return Err(issues);
         }
     }
+}
+
+/// serde's unknown-field message, followed by the accepted key nearest to the unknown
+/// one when it is near enough to be a typo: `portt` → `port`, `lease_tme` → `lease_time`.
+fn with_suggestion(message: &str) -> String {
+    let (Some(unknown), Some(fields)) = (
+        message
+            .strip_prefix("unknown field `")
+            .and_then(|r| r.split_once('`'))
+            .map(|(u, _)| u),
+        super::explain::expected_fields(message),
+    ) else {
+        return message.to_string();
+    };
+    let nearest = fields
+        .iter()
+        .map(|f| (edit_distance(unknown, f), f))
+        .min_by_key(|(d, _)| *d);
+    match nearest {
+        // A third of the key may be wrong, at least one edit: more suggests unrelated keys.
+        Some((d, f)) if d <= (unknown.chars().count() / 3).max(1) => {
+            format!("{message}; did you mean `{f}`?")
+        }
+        _ => message.to_string(),
+    }
+}
+
+/// Levenshtein distance (insertions, deletions, substitutions), over chars.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (diagonal + usize::from(ca != *cb))
+                .min(row[j] + 1)
+                .min(above + 1);
+            diagonal = above;
+        }
+    }
+    row[b.len()]
 }
 
 fn issue(path: &[Step], reason: String) -> ConfigIssue {
@@ -199,6 +242,30 @@ lease_tme = 60
             got[3].starts_with("tftp.blocksize: unknown field"),
             "{got:?}"
         );
+    }
+
+    #[test]
+    fn a_near_miss_gets_a_suggestion_and_a_stranger_none() {
+        let got = issues(
+            "[dhcp]\nportt = 67\nxyz = 1\n[tftp]\nrot = \"/x\"\n[[subnet]]\nnetwork = \"192.0.2.0/24\"\nlease_tme = 5\n",
+        );
+        let of = |key: &str| got.iter().find(|g| g.starts_with(key)).unwrap().clone();
+        assert!(
+            of("dhcp.portt").ends_with("; did you mean `port`?"),
+            "{got:?}"
+        );
+        assert!(
+            of("tftp.rot").ends_with("; did you mean `root`?"),
+            "{got:?}"
+        );
+        assert!(
+            of("subnet[0].lease_tme").ends_with("; did you mean `lease_time`?"),
+            "{got:?}"
+        );
+        assert!(!of("dhcp.xyz").contains("did you mean"), "{got:?}");
+        assert_eq!(edit_distance("lease_tme", "lease_time"), 1);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
     }
 
     #[test]

@@ -10,9 +10,12 @@ mod common;
 #[path = "../sim/mod.rs"]
 mod sim;
 
+mod cli_generate;
 mod config_fixtures;
 mod container;
+mod deb;
 mod docs_paths;
+mod explain;
 mod ironic_env;
 mod kubernetes;
 mod qemu_boot;

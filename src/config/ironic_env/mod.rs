@@ -289,7 +289,14 @@ pub(super) fn derive(
     // Boot files: ironic-image's dhcp-boot lines, next-server IRONIC_IP.
     if let Some(ip) = ironic_ip {
         boot.insert("tftp_server".into(), Value::String(ip.to_string()));
-        origin("boot.tftp_server".into(), "IRONIC_IP", None);
+        // Named after the variable the address came from, as the operator wrote it.
+        let var = match &interface {
+            _ if get(vars, "IRONIC_IP").is_some() => "IRONIC_IP",
+            _ if get(vars, "PROVISIONING_IP").is_some() => "PROVISIONING_IP",
+            Some((_, var)) => var,
+            None => "IRONIC_IP",
+        };
+        origin("boot.tftp_server".into(), var, None);
     }
     let snp = get(vars, "SNP_BASENAME").unwrap_or("snponly");
     boot.insert("bios".into(), Value::String("undionly.kpxe".into()));
@@ -395,31 +402,40 @@ pub(super) fn derive(
     Ok(Derived { table, origins })
 }
 
+impl Derived {
+    /// The most specific origin recorded for `key` (`subnet[0].router`), if any.
+    fn origin_of(&self, key: &str) -> Option<&Origin> {
+        let covers = |o: &&Origin| {
+            key == o.key
+                || key.starts_with(&format!("{}.", o.key))
+                || key.starts_with(&format!("{}[", o.key))
+        };
+        self.origins
+            .iter()
+            .filter(covers)
+            .max_by_key(|o| o.key.len())
+    }
+
+    /// The variable that set `key` (`subnet[0].router`); `None` for what the mapping
+    /// fixes whatever the variables say.
+    pub(super) fn var_for(&self, key: &str) -> Option<&'static str> {
+        self.origin_of(key).map(|o| o.var)
+    }
+}
+
 /// Puts each issue under the variable that set its key: `DHCP_RANGE: entry "…": …`.
 pub(super) fn rename(issues: Vec<ConfigIssue>, derived: &Derived) -> Vec<ConfigIssue> {
     issues
         .into_iter()
-        .map(|issue| {
-            let covers = |o: &&Origin| {
-                issue.key == o.key
-                    || issue.key.starts_with(&format!("{}.", o.key))
-                    || issue.key.starts_with(&format!("{}[", o.key))
-            };
-            match derived
-                .origins
-                .iter()
-                .filter(covers)
-                .max_by_key(|o| o.key.len())
-            {
-                Some(o) => ConfigIssue {
-                    key: o.var.to_string(),
-                    reason: match &o.entry {
-                        Some(e) => format!("entry {e:?}: {} (as {})", issue.reason, issue.key),
-                        None => format!("{} (as {})", issue.reason, issue.key),
-                    },
+        .map(|issue| match derived.origin_of(&issue.key) {
+            Some(o) => ConfigIssue {
+                key: o.var.to_string(),
+                reason: match &o.entry {
+                    Some(e) => format!("entry {e:?}: {} (as {})", issue.reason, issue.key),
+                    None => format!("{} (as {})", issue.reason, issue.key),
                 },
-                None => issue,
-            }
+            },
+            None => issue,
         })
         .collect()
 }
