@@ -39,11 +39,13 @@ fn parse(raw: Option<&str>) -> Result<Query, ApiError> {
                 }
                 q.search = Some(text);
             }
-            "stage" => q.stage = Some(Stage::parse(v).ok_or_else(|| {
-                ApiError::bad_request(
+            "stage" => {
+                q.stage = Some(Stage::parse(v).ok_or_else(|| {
+                    ApiError::bad_request(
                     "stage: silent, offered, bound, boot_file, first_stage, chained or fallback",
                 )
-            })?),
+                })?)
+            }
             "stuck" => q.stuck = v == "1" || v == "true",
             "offset" => q.offset = number("offset: expected a number")?,
             "limit" => q.limit = number("limit: expected a number")?,
