@@ -53,7 +53,12 @@ fn a_machines_history_survives_a_crash_and_restart_and_the_board_shows_it() {
     assert!(!acked[0].is_empty(), "no ACK");
     let text = "52:54:00:dd:00:01";
     let before = events_of(&api, text);
-    assert_eq!(whats(&before), ["DISCOVER offer", "REQUEST ack"]);
+    // The first DISCOVER may wait for a conflict probe (`DISCOVER probe`) first.
+    let seen_steps = whats(&before);
+    assert!(
+        seen_steps.ends_with(&["DISCOVER offer".into(), "REQUEST ack".into()]),
+        "{seen_steps:?}"
+    );
     assert!(before.iter().all(|e| e["member"] == "local"));
 
     // Killed (no shutdown flush) after the writer's interval: the history is on disk.
@@ -128,7 +133,11 @@ fn a_machines_history_survives_a_crash_and_restart_and_the_board_shows_it() {
             .lines()
             .filter(|l| l.contains("[local] dhcp"))
             .count(),
-        2,
+        seen_steps.len(),
+        "{printed}"
+    );
+    assert!(
+        printed.contains("REQUEST                    ack"),
         "{printed}"
     );
 }
@@ -162,7 +171,8 @@ fn a_flood_of_random_macs_leaves_an_enrolled_machines_events_alone() {
         for m in macs {
             curl.arg(format!("{}/v1/boot/{m}/boot.ipxe", api_lab::API));
         }
-        assert!(curl.status().unwrap().success());
+        let status = curl.stdout(std::process::Stdio::null()).status().unwrap();
+        assert!(status.success());
     };
     boot(&[enrolled.to_string(), enrolled.to_string()]);
     assert_eq!(events_of(&api, enrolled).len(), 2);
@@ -185,9 +195,14 @@ fn a_flood_of_random_macs_leaves_an_enrolled_machines_events_alone() {
         "the flood's first went first"
     );
     assert_eq!(events_of(&api, &flood[999]).len(), 1);
-    let board = api.json("GET", "/v1/board?stage=chained&q=52:54:00:dd:01:01", None);
+    // On the board: known, never given an address here, the boot request's answer.
+    let board = api.json("GET", "/v1/board?q=52:54:00:dd:01:01", None);
     assert_eq!(board["matching"], 1);
-    assert_eq!(board["machines"][0]["known"], true);
+    let m = &board["machines"][0];
+    assert_eq!(
+        (&m["known"], &m["stage"], &m["why"]),
+        (&true.into(), &"silent".into(), &"not_found".into())
+    );
     let strangers = api.json("GET", "/v1/board?limit=500", None)["seen"]
         .as_u64()
         .unwrap();
