@@ -65,7 +65,7 @@ pub(super) async fn board(State(s): State<Arc<HttpState>>, RawQuery(query): RawQ
     let page = board::page(rows, now_ms, stuck_ms, &q);
     let me = super::machines::me(&s);
     let view = s.resolver.roster().current();
-    let members: Vec<_> = view
+    let mut members: Vec<_> = view
         .members
         .iter()
         .map(|m| {
@@ -76,6 +76,10 @@ pub(super) async fn board(State(s): State<Arc<HttpState>>, RawQuery(query): RawQ
             })
         })
         .collect();
+    if members.is_empty() {
+        // A single instance: the board still says who it is.
+        members.push(json!({ "name": me, "self": true, "alive": true }));
+    }
     let pools = s
         .handles
         .dhcp
