@@ -3,17 +3,19 @@
 //! request (route, owner, resolver, status, chained URL), with time, for the operator's
 //! first question when a machine fails to boot: "what did it ask, and what did it get?".
 //!
-//! Bounded: at most [`PER_MAC`] events shown per MAC and [`TOTAL`] kept in all, in two
-//! rings: machines DHCP never answered (every DISCOVER silent so far: what a flood of
-//! random MACs is) share [`STRANGERS`] of them, so such a flood churns only that ring
-//! and never evicts the machines that were given an address; a machine moves to the
-//! other ring, with its earlier events, when DHCP or DHCPv6 gives it an address or it
-//! fetches a file by TFTP. In each ring the oldest event goes first. An event is about 136 octets with its
-//! links plus its detail text (a file name and options, or a URL: at most
-//! [`MAX_DETAIL`]), so the whole timeline stays under 30 MiB. TFTP and the first-stage script know only the client's address:
-//! the MAC is the one DHCP (v4 or v6) last gave that address to, or for an IPv6
-//! link-local address with a modified EUI-64 interface identifier, the MAC it is made
-//! from (as `dhcp6::client_mac` reads a DHCPv6 client's source).
+//! Bounded: at most `events_per_machine` events shown per MAC ([`PER_MAC`] by default),
+//! in two rings: machines neither answered nor enrolled (every DISCOVER silent so far:
+//! what a flood of random MACs is) share `unknown_events` ([`STRANGERS`]), so such a
+//! flood churns only that ring and never evicts the machines that were given an
+//! address or that the operator enrolled (`known_events`); a machine moves to the other
+//! ring, with its earlier events, when DHCP or DHCPv6 gives it an address, it fetches a
+//! file by TFTP, or it is enrolled. In each ring the oldest event goes first. An event is
+//! about 136 octets with its links plus its detail text (a file name and options, or a
+//! URL: at most [`MAX_DETAIL`]), so the default timeline stays under 30 MiB. TFTP and
+//! the first-stage script know only the client's address: the MAC is the one DHCP (v4
+//! or v6) last gave that address to, or for an IPv6 link-local address with a modified
+//! EUI-64 interface identifier, the MAC it is made from (as `dhcp6::client_mac` reads a
+//! DHCPv6 client's source).
 //!
 //! Every value is shardboot's own (a label, an address, a URL it built) or is escaped
 //! before it is stored, so an event can be shown as it is.
