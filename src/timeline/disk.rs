@@ -365,6 +365,21 @@ mod tests {
             );
         }
         let record = started.elapsed();
+        // The board's read: the lock is held while every machine's record is copied.
+        let started = std::time::Instant::now();
+        let rows = t.rows(0);
+        let board = started.elapsed();
+        let started = std::time::Instant::now();
+        let q = super::super::board::Query {
+            limit: 100,
+            ..Default::default()
+        };
+        super::super::board::page(rows.clone(), 2, 1, &q);
+        let paged = started.elapsed();
+        println!(
+            "rows of {} machines under the lock: {board:?}; one page: {paged:?}",
+            rows.len()
+        );
         let mut d = Disk::open(dir.path(), limits).unwrap();
         let (batch, _) = t.take_journal();
         let started = std::time::Instant::now();

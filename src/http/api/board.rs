@@ -61,8 +61,15 @@ pub(super) async fn board(State(s): State<Arc<HttpState>>, RawQuery(query): RawQ
     let now_ms = crate::clock::unix_now_ms();
     let window_ms = settings.board_window.as_millis() as u64;
     let stuck_ms = settings.stuck_after.as_millis() as u64;
-    let rows = s.handles.timeline.rows(now_ms.saturating_sub(window_ms));
-    let page = board::page(rows, now_ms, stuck_ms, &q);
+    // Off the async workers: at 100,000 machines the copy takes about 10 ms (under
+    // the timeline's lock) and the sort about 50 ms.
+    let timeline = s.handles.timeline.clone();
+    let page = tokio::task::spawn_blocking(move || {
+        let rows = timeline.rows(now_ms.saturating_sub(window_ms));
+        board::page(rows, now_ms, stuck_ms, &q)
+    })
+    .await
+    .map_err(|e| ApiError::unavailable("cannot read the board").caused_by(e))?;
     let me = super::machines::me(&s);
     let view = s.resolver.roster().current();
     let mut members: Vec<_> = view
