@@ -175,6 +175,7 @@ pub async fn run(
         timeline,
         store.clone(),
         policies.clone(),
+        &resolver,
         &shutdown,
     ) {
         tasks.background(t);

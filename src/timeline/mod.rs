@@ -21,7 +21,8 @@
 //! before it is stored, so an event can be shown as it is.
 //!
 //! The limits are `[timeline]` settings ([`Limits`]); machines the operator enrolled
-//! (a lease, a reservation, a `[[host]]`, a host policy: [`Timeline::set_enrolled`]) are
+//! (a lease, a reservation, a `[[host]]`, a host policy, a port in Ironic:
+//! [`Timeline::set_enrolled`]) are
 //! kept with the answered ones from their first event. `disk` keeps the timeline across
 //! a restart, `merge` joins the members' timelines of one machine, `stage` reads each
 //! machine's boot stage for the board.

@@ -1,7 +1,7 @@
 //! The timeline's start-up and its two background tasks: the disk writer (every
 //! `timeline.flush_ms`, and once more at shutdown) and the enrolled machines (leases,
-//! reservations, `[[host]]`s and host policies, read again every
-//! [`ENROLLED_EVERY`]), which the timeline keeps with the known machines.
+//! reservations, `[[host]]`s, host policies and the MACs of Ironic's ports, read again
+//! every [`ENROLLED_EVERY`]), which the timeline keeps with the known machines.
 //!
 //! A timeline that cannot be kept on disk never stops shardboot: it is logged once and
 //! the timeline stays in memory.
@@ -19,6 +19,7 @@ use super::{Limits, Timeline};
 use crate::config::Config;
 use crate::dhcp::host_policy::HostPolicies;
 use crate::mac::MacAddr;
+use crate::owner::Resolver;
 use crate::store::{LeaseQuery, Store};
 
 /// How often the enrolled machines are read again.
@@ -36,6 +37,7 @@ pub fn start(
     timeline: &Arc<Timeline>,
     store: Arc<dyn Store>,
     policies: Arc<HostPolicies>,
+    resolver: &Arc<Resolver>,
     shutdown: &CancellationToken,
 ) -> Vec<Background> {
     let settings = &config.timeline;
@@ -43,12 +45,16 @@ pub fn start(
     let mut tasks: Vec<Background> = Vec::new();
     let hosts: Vec<MacAddr> = config.hosts.iter().map(|h| h.mac).collect();
     timeline.configure(limits, settings.persist);
-    timeline.set_enrolled(enrolled(&*store, &policies, &hosts));
-    tasks.push(Box::pin(follow_enrolled(
-        timeline.clone(),
+    let sources = Sources {
         store,
         policies,
+        resolver: resolver.clone(),
         hosts,
+    };
+    timeline.set_enrolled(sources.enrolled());
+    tasks.push(Box::pin(follow_enrolled(
+        timeline.clone(),
+        Arc::new(sources),
         shutdown.clone(),
     )));
     if settings.persist {
@@ -111,42 +117,51 @@ async fn write(timeline: Arc<Timeline>, d: Disk, every: Duration, shutdown: Canc
     }
 }
 
+/// Where the enrolled machines are read from.
+struct Sources {
+    store: Arc<dyn Store>,
+    policies: Arc<HostPolicies>,
+    resolver: Arc<Resolver>,
+    hosts: Vec<MacAddr>,
+}
+
+impl Sources {
+    /// Every MAC with a lease (v4, or v6 with a MAC), a reservation, a `[[host]]`, a
+    /// host policy or a port in Ironic. A store that cannot be read gives what could
+    /// be read.
+    fn enrolled(&self) -> HashSet<MacAddr> {
+        let mut out: HashSet<MacAddr> = self.hosts.iter().copied().collect();
+        out.extend(self.policies.list().into_iter().map(|(mac, _)| mac));
+        if let Some(ironic) = self.resolver.ironic() {
+            out.extend(ironic.enrolled());
+        }
+        if let Ok(r) = self.store.reservations() {
+            out.extend(r.into_iter().map(|r| r.mac));
+        }
+        if let Ok(leases) = self.store.leases(&LeaseQuery::default(), MAX_ENROLLED) {
+            out.extend(leases.into_iter().map(|l| l.mac));
+        }
+        if let Ok(leases) = self.store.leases6(None, MAX_ENROLLED) {
+            out.extend(leases.into_iter().filter_map(|l| l.mac));
+        }
+        out
+    }
+}
+
 /// Reads the enrolled machines again every [`ENROLLED_EVERY`].
 async fn follow_enrolled(
     timeline: Arc<Timeline>,
-    store: Arc<dyn Store>,
-    policies: Arc<HostPolicies>,
-    hosts: Vec<MacAddr>,
+    sources: Arc<Sources>,
     shutdown: CancellationToken,
 ) {
-    let hosts = Arc::new(hosts);
     loop {
         tokio::select! {
             _ = tokio::time::sleep(ENROLLED_EVERY) => {}
             _ = shutdown.cancelled() => return,
         }
-        let (store, policies, hosts) = (store.clone(), policies.clone(), hosts.clone());
-        if let Ok(macs) =
-            tokio::task::spawn_blocking(move || enrolled(&*store, &policies, &hosts)).await
-        {
+        let sources = sources.clone();
+        if let Ok(macs) = tokio::task::spawn_blocking(move || sources.enrolled()).await {
             timeline.set_enrolled(macs);
         }
     }
-}
-
-/// Every MAC with a lease (v4, or v6 with a MAC), a reservation, a `[[host]]` or a
-/// host policy. A store that cannot be read gives what could be read.
-fn enrolled(store: &dyn Store, policies: &HostPolicies, hosts: &[MacAddr]) -> HashSet<MacAddr> {
-    let mut out: HashSet<MacAddr> = hosts.iter().copied().collect();
-    out.extend(policies.list().into_iter().map(|(mac, _)| mac));
-    if let Ok(r) = store.reservations() {
-        out.extend(r.into_iter().map(|r| r.mac));
-    }
-    if let Ok(leases) = store.leases(&LeaseQuery::default(), MAX_ENROLLED) {
-        out.extend(leases.into_iter().map(|l| l.mac));
-    }
-    if let Ok(leases) = store.leases6(None, MAX_ENROLLED) {
-        out.extend(leases.into_iter().filter_map(|l| l.mac));
-    }
-    out
 }
