@@ -168,6 +168,18 @@ pub async fn run(
     let committer = Committer::start_decided(store.clone(), handles.store.clone(), arbiter)
         .map_err(AppError::Committer)?;
     let policies = Arc::new(HostPolicies::new(snapshot.host_policies));
+    // The timeline read back from disk before any listener records to it.
+    let timeline = &handles.timeline;
+    for t in crate::timeline::run::start(
+        &config,
+        timeline,
+        store.clone(),
+        policies.clone(),
+        &resolver,
+        &shutdown,
+    ) {
+        tasks.background(t);
+    }
     let dirs = [
         (&config.dhcp.hostsdir, watch::Watched::Hosts),
         (&config.dhcp.optsdir, watch::Watched::Options),

@@ -5,12 +5,15 @@
 //! `trace` ask the running server (`Remote`). `generate` prints the shell completions
 //! and the man page.
 
+mod board;
 mod explain;
 pub mod generate;
 mod leases6;
 mod migrate;
 
+pub use board::{board, BoardArgs};
 pub use explain::print_explained;
+
 pub use migrate::{export_dnsmasq, export_json, import_dnsmasq, import_json};
 
 use std::io::Write;
@@ -268,15 +271,33 @@ fn expiry(v: &serde_json::Value) -> String {
 /// new events every second and prints them as they come.
 pub fn trace(remote: &Remote, mac: &str, once: bool) -> anyhow::Result<()> {
     let mac: crate::mac::MacAddr = mac.parse()?;
-    let mut after = 0u64;
+    // The first answer is every member's (merged); following asks this member only,
+    // for events after its own newest.
+    let mut after: Option<u64> = None;
     loop {
-        let path = format!("/v1/machines/{mac}/events?after={after}");
+        let path = match after {
+            None => format!("/v1/machines/{mac}/events"),
+            Some(n) => format!("/v1/machines/{mac}/events?after={n}"),
+        };
         let v = remote.call(reqwest::Method::GET, &path, None)?;
         let mut out = std::io::stdout().lock();
+        for u in v["unasked"].as_array().into_iter().flatten() {
+            writeln!(
+                out,
+                "# member {} not asked: {}",
+                u["member"].as_str().unwrap_or("?").escape_default(),
+                u["why"].as_str().unwrap_or("?").escape_default()
+            )?;
+        }
+        let me = v["member"].as_str();
+        let mut newest = after.unwrap_or(0);
         for e in v["events"].as_array().into_iter().flatten() {
             writeln!(out, "{}", event_line(e))?;
-            after = after.max(e["seq"].as_u64().unwrap_or(0));
+            if e["member"].as_str() == me {
+                newest = newest.max(e["seq"].as_u64().unwrap_or(0));
+            }
         }
+        after = Some(newest);
         out.flush()?;
         if once {
             return Ok(());
@@ -292,12 +313,16 @@ pub fn event_line(e: &serde_json::Value) -> String {
     let when = humantime::format_rfc3339_millis(
         std::time::UNIX_EPOCH + std::time::Duration::from_millis(at),
     );
-    let mut line = format!(
-        "{when} {:<4} {:<26} {}",
+    let mut line = format!("{when} ");
+    if let Some(member) = e["member"].as_str() {
+        line.push_str(&format!("[{}] ", member.escape_default()));
+    }
+    line.push_str(&format!(
+        "{:<4} {:<26} {}",
         e["source"].as_str().unwrap_or("?"),
         e["what"].as_str().unwrap_or("?"),
         e["outcome"].as_str().unwrap_or("?")
-    );
+    ));
     if let Some(why) = e["why"].as_str() {
         line.push_str(&format!(" ({why})"));
     }

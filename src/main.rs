@@ -127,6 +127,31 @@ enum Command {
         #[arg(long, env = "SHARDBOOT_TOKEN_FILE")]
         token_file: Option<PathBuf>,
     },
+    /// The boot board of the running server: every machine seen recently by stage,
+    /// stuck machines first, the members and the pools; redrawn every two seconds.
+    Board {
+        /// Print it once and stop, instead of redrawing.
+        #[arg(long)]
+        once: bool,
+        /// Only machines whose MAC (any spelling) or address contains this.
+        #[arg(long)]
+        search: Option<String>,
+        /// Only this stage (silent, offered, bound, boot_file, first_stage, chained, fallback).
+        #[arg(long)]
+        stage: Option<String>,
+        /// Only stuck machines.
+        #[arg(long)]
+        stuck: bool,
+        /// Machines shown.
+        #[arg(long, default_value_t = 40)]
+        limit: usize,
+        /// Operator API base URL (default: this config's http.listen on this host).
+        #[arg(long, env = "SHARDBOOT_SERVER")]
+        server: Option<String>,
+        /// File with the bearer token (default: the config's http.token_file).
+        #[arg(long, env = "SHARDBOOT_TOKEN_FILE")]
+        token_file: Option<PathBuf>,
+    },
     /// Allow, deny or reset a MAC on the running server (takes effect on its next packet).
     Hosts {
         /// allow, deny or default.
@@ -388,6 +413,24 @@ fn main() -> ExitCode {
             server,
             token_file,
         } => cli::trace(&cli::Remote::new(&config, server, token_file), &mac, once),
+        Command::Board {
+            once,
+            search,
+            stage,
+            stuck,
+            limit,
+            server,
+            token_file,
+        } => cli::board(
+            &cli::Remote::new(&config, server, token_file),
+            &cli::BoardArgs {
+                search,
+                stage,
+                stuck,
+                limit,
+            },
+            once,
+        ),
         Command::Owner { mac } => {
             // Warnings (Ironic unreachable) and, with SHARDBOOT_LOG=debug, the
             // resolvers' decision trail go to stderr.

@@ -29,6 +29,7 @@ mod structure;
 mod subnet;
 mod subnet6;
 mod tftp;
+mod timeline;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -61,6 +62,7 @@ pub use store::{Dialect, SharedStoreSettings, StoreSettings};
 pub use subnet::Subnet;
 pub use subnet6::{range6_len, Subnet6, MAX_RANGE6};
 pub use tftp::{RawTftp, TftpListener, TftpSettings, BLKSIZE_RANGE, WINDOWSIZE_RANGE};
+pub use timeline::TimelineSettings;
 
 use issues::Issues;
 
@@ -137,6 +139,8 @@ pub struct RawConfig {
     subnets6: Vec<subnet6::RawSubnet6>,
     #[serde(default, rename = "host")]
     hosts: Vec<host::RawHost>,
+    #[serde(default)]
+    timeline: timeline::RawTimeline,
 }
 
 /// The validated configuration.
@@ -173,6 +177,8 @@ pub struct Config {
     pub subnets6: Vec<Subnet6>,
     /// Per-MAC reservations and overrides.
     pub hosts: Vec<Host>,
+    /// The machines' boot timeline and the boot board.
+    pub timeline: TimelineSettings,
 }
 
 impl Config {
@@ -320,6 +326,7 @@ impl TryFrom<RawConfig> for Config {
         let dhcp6 = dhcp6::validate(raw.dhcp6, &mut issues);
         let subnets6 = subnet6::validate_all(raw.subnets6, &mut issues);
         let hosts = host::validate_all(raw.hosts, &subnets, &subnets6, &mut issues);
+        let timeline = timeline::validate(raw.timeline, &mut issues);
         let serves_leases = dhcp.enabled || !subnets6.is_empty();
         if owner.members.several(members.len()) && serves_leases && store.shared.is_none() {
             issues.add(
@@ -346,6 +353,7 @@ impl TryFrom<RawConfig> for Config {
             dhcp6,
             subnets6,
             hosts,
+            timeline,
         })
     }
 }

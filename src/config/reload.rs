@@ -155,7 +155,7 @@ pub fn plan(running: &Config, new: &Config) -> (Config, ReloadReport) {
             .needs_restart
             .extend(keys.into_iter().map(|k| format!("dhcp.{k}")));
     }
-    let sections: [(&str, bool); 11] = [
+    let sections: [(&str, bool); 12] = [
         ("state_dir", differs(&next.state_dir, &new.state_dir)),
         ("log_format", differs(&next.log_format, &new.log_format)),
         ("boot", differs(&next.boot, &new.boot)),
@@ -167,6 +167,7 @@ pub fn plan(running: &Config, new: &Config) -> (Config, ReloadReport) {
         ("store", differs(&next.store, &new.store)),
         ("member", differs(&next.members, &new.members)),
         ("dhcp6", differs(&next.dhcp6, &new.dhcp6)),
+        ("timeline", differs(&next.timeline, &new.timeline)),
     ];
     report.needs_restart.extend(
         sections
@@ -265,13 +266,16 @@ mod tests {
         let new = Config::from_toml_with_overrides(
             "[dhcp]\ninterfaces = [\"eth2\"]\nmax_offers = 77\n\n[[subnet]]\n\
              network = \"172.22.0.0/24\"\nranges = [\"172.22.0.10-172.22.0.100\"]\n\
-             [tftp]\nenabled = false\n",
+             [tftp]\nenabled = false\n[timeline]\nknown_events = 1000\n",
             &[],
         )
         .unwrap();
         let (next, report) = plan(&running, &new);
         assert_eq!(report.applied, ["dhcp.max_offers"]);
-        assert_eq!(report.needs_restart, ["dhcp.interfaces", "tftp"]);
+        assert_eq!(
+            report.needs_restart,
+            ["dhcp.interfaces", "tftp", "timeline"]
+        );
         assert_eq!(
             next.dhcp.interfaces,
             ["eth1"],

@@ -9,6 +9,7 @@ pub mod chain_check;
 pub mod check_cache;
 pub mod files;
 pub mod metrics;
+pub mod peer;
 pub mod serve;
 pub mod tls;
 pub mod ui;
@@ -223,6 +224,7 @@ pub fn router_for(state: Arc<HttpState>, serves: Serves) -> Router {
             .route("/boot.ipxe", get(first_stage))
             .route("/v1/boot/fallback.ipxe", get(boot_fallback))
             .route("/v1/boot/{mac}/{name}", get(boot_mac))
+            .route(crate::timeline::peers::PEER_ROUTE, get(peer::events))
             .route("/ipxe/{*file}", get(files::ipxe_file));
     }
     app.layer(axum::middleware::from_fn_with_state(

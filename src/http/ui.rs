@@ -1,6 +1,7 @@
 //! `GET /ui`: a read-only page for people who would rather look than read JSON: the
-//! v4 and DHCPv6 lease tables, this member's pool use and a machine's timeline, fetched
-//! by the browser from the operator API with the operator's token. The page and its
+//! boot board (`/v1/board`, refreshed, paged), the members, this member's pool use, the
+//! v4 and DHCPv6 lease tables and a machine's merged timeline, fetched by the browser
+//! from the operator API with the operator's token. The page and its
 //! script hold no data and are public; the data needs the token like every other API
 //! call.
 

@@ -266,6 +266,12 @@ impl IronicOwners {
         answer
     }
 
+    /// Every MAC Ironic has a port for, as last read (no request to Ironic).
+    pub fn enrolled(&self) -> Vec<MacAddr> {
+        let cache = self.cache.read().unwrap_or_else(|p| p.into_inner());
+        cache.enrolled()
+    }
+
     /// Whether answers are being served while Ironic is unreachable.
     pub fn is_stale(&self) -> bool {
         self.cache

@@ -180,6 +180,16 @@ impl IronicCache {
         old
     }
 
+    /// Every MAC Ironic has a port for: the snapshot's and those looked up since
+    /// (the timeline keeps their history apart from strangers').
+    pub fn enrolled(&self) -> Vec<MacAddr> {
+        self.snapshot
+            .keys()
+            .chain(self.positives.map.keys())
+            .copied()
+            .collect()
+    }
+
     /// Records a single lookup's answer.
     pub fn insert(&mut self, mac: MacAddr, known: Known, at: Instant) {
         match known {
@@ -260,6 +270,23 @@ mod tests {
     }
 
     const TTL: Duration = Duration::from_secs(10);
+
+    #[test]
+    fn enrolled_is_the_snapshot_and_the_lookups_since() {
+        let mut c = IronicCache::new(Duration::from_secs(60));
+        let (a, b, n) = (
+            MacAddr([2, 0, 0, 0, 0, 1]),
+            MacAddr([2, 0, 0, 0, 0, 2]),
+            MacAddr([2, 0, 0, 0, 0, 3]),
+        );
+        let t0 = Instant::now();
+        c.replace_snapshot([(a, Some("c1".to_string()))].into_iter().collect(), t0);
+        c.insert(b, Known::Node(None), t0 + Duration::from_secs(1));
+        c.insert(n, Known::NoPort, t0 + Duration::from_secs(1));
+        let mut got = c.enrolled();
+        got.sort();
+        assert_eq!(got, [a, b], "a port in Ironic, never a \"no such port\"");
+    }
 
     #[test]
     fn snapshot_answers_and_a_later_lookup_overrides_it() {

@@ -29,6 +29,8 @@ const CHALLENGE_LEN: usize = 16;
 /// Separate the uses of the key from each other.
 const HEALTH_CONTEXT: &[u8] = b"shardboot/healthz/v1";
 const PROBE_CONTEXT: &[u8] = b"shardboot/healthz-probe/v1";
+const EVENTS_REQUEST_CONTEXT: &[u8] = b"shardboot/events-request/v1";
+const EVENTS_ANSWER_CONTEXT: &[u8] = b"shardboot/events-answer/v1";
 
 /// The header a prober sends: the challenge, 32 lowercase hex digits.
 pub const CHALLENGE_HEADER: &str = "x-shardboot-challenge";
@@ -138,6 +140,50 @@ impl MemberSecret {
     /// verifies, and earns the replayer only the answer it already saw.
     pub fn verify_probe(&self, challenge: &str, proof: &str) -> bool {
         self.check(&message(&[PROBE_CONTEXT, challenge.as_bytes()]), proof)
+    }
+
+    /// A member's proof that it asks for `mac`'s timeline events with `challenge`.
+    /// A replay of a captured request earns only the answer already seen.
+    pub fn prove_events_request(&self, challenge: &str, mac: &str) -> String {
+        self.sign(&message(&[
+            EVENTS_REQUEST_CONTEXT,
+            challenge.as_bytes(),
+            mac.as_bytes(),
+        ]))
+    }
+
+    /// Whether `proof` is a member's request for `mac`'s events with `challenge`.
+    pub fn verify_events_request(&self, challenge: &str, mac: &str, proof: &str) -> bool {
+        let m = message(&[EVENTS_REQUEST_CONTEXT, challenge.as_bytes(), mac.as_bytes()]);
+        self.check(&m, proof)
+    }
+
+    /// The answering member's proof of its events answer: the challenge, its name and
+    /// the whole body, so no event can be added, dropped or changed on the way.
+    pub fn prove_events_answer(&self, challenge: &str, member: &str, body: &[u8]) -> String {
+        self.sign(&message(&[
+            EVENTS_ANSWER_CONTEXT,
+            challenge.as_bytes(),
+            member.as_bytes(),
+            body,
+        ]))
+    }
+
+    /// Whether `proof` is `member`'s proof of `body` for `challenge`.
+    pub fn verify_events_answer(
+        &self,
+        challenge: &str,
+        member: &str,
+        body: &[u8],
+        proof: &str,
+    ) -> bool {
+        let m = message(&[
+            EVENTS_ANSWER_CONTEXT,
+            challenge.as_bytes(),
+            member.as_bytes(),
+            body,
+        ]);
+        self.check(&m, proof)
     }
 
     fn sign(&self, message: &[u8]) -> String {
@@ -300,6 +346,28 @@ mod tests {
         assert!(!MemberSecret::from_lines(B).unwrap().verify_probe(&c, &p));
         // Domain separation: a probe proof never passes as an answer's proof.
         assert!(!s.verify(&claim(&c, 0), &p));
+    }
+
+    #[test]
+    fn an_events_answer_is_bound_to_its_challenge_member_and_body() {
+        let s = MemberSecret::from_lines(A).unwrap();
+        let c = new_challenge().unwrap();
+        let req = s.prove_events_request(&c, "52:54:00:00:00:01");
+        assert!(s.verify_events_request(&c, "52:54:00:00:00:01", &req));
+        assert!(!s.verify_events_request(&c, "52:54:00:00:00:02", &req));
+        assert!(!s.verify_probe(&c, &req), "no probe proof");
+        let p = s.prove_events_answer(&c, "b", b"{\"events\":[]}");
+        assert!(s.verify_events_answer(&c, "b", b"{\"events\":[]}", &p));
+        assert!(!s.verify_events_answer(&c, "a", b"{\"events\":[]}", &p));
+        assert!(!s.verify_events_answer(&c, "b", b"{\"events\":[1]}", &p));
+        let other = new_challenge().unwrap();
+        assert!(!s.verify_events_answer(&other, "b", b"{\"events\":[]}", &p));
+        assert!(!MemberSecret::from_lines(B).unwrap().verify_events_answer(
+            &c,
+            "b",
+            b"{\"events\":[]}",
+            &p
+        ));
     }
 
     #[test]

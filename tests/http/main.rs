@@ -14,3 +14,4 @@ mod operator_api;
 mod operator_leases6;
 mod operator_tls;
 mod operator_ui;
+mod timeline_board;

@@ -15,3 +15,4 @@ mod health;
 mod ironic;
 mod ironic_routing;
 mod shared;
+mod timeline_merge;

@@ -3,6 +3,7 @@
 //! error is an [`ApiError`]: a JSON object with a 4xx/5xx status; request data is
 //! parsed before use and never echoed. One file per resource.
 
+mod board;
 mod cluster;
 mod error;
 mod hosts;
@@ -68,6 +69,7 @@ pub fn routes() -> Vec<Route> {
         ("/v1/stats", &["get"], get(cluster::stats)),
         ("/v1/reload", &["post"], post(reload::reload)),
         ("/v1/machines/{mac}/events", &["get"], get(machines::events)),
+        ("/v1/board", &["get"], get(board::board)),
     ]
 }
 

@@ -1,4 +1,6 @@
-// shardboot /ui: a read-only view of the operator API. The token comes from the form or
+// shardboot /ui: a read-only view of the operator API: the boot board (refreshed every
+// three seconds, one page of machines at a time), the members, the pools, the leases
+// and one machine's timeline from every member. The token comes from the form or
 // the page fragment (#token=..., which browsers never send to the server) and is kept
 // in sessionStorage only. Everything shown is set with textContent: host names and
 // DUIDs come from DHCP clients and must never become markup.
@@ -49,6 +51,16 @@
     body.appendChild(tr);
   }
 
+  // A time in a stage as a person reads it: 45s, 5m02s, 2h03m, 3d04h.
+  function duration(ms) {
+    const s = Math.floor(ms / 1000);
+    const two = (n) => String(n).padStart(2, "0");
+    if (s < 60) return s + "s";
+    if (s < 3600) return Math.floor(s / 60) + "m" + two(s % 60) + "s";
+    if (s < 86400) return Math.floor(s / 3600) + "h" + two(Math.floor((s % 3600) / 60)) + "m";
+    return Math.floor(s / 86400) + "d" + two(Math.floor((s % 86400) / 3600)) + "h";
+  }
+
   function expiry(secs) {
     return new Date(secs * 1000).toISOString().replace(".000Z", "Z");
   }
@@ -64,9 +76,12 @@
       const v = await api("/v1/machines/" + encodeURIComponent(mac) + "/events", token);
       for (const e of v.events) {
         const at = new Date(e.at_ms).toISOString().replace("Z", "");
-        row(body, [at, e.source, e.what, e.outcome, e.why, e.ip, e.detail]);
+        row(body, [at, e.member, e.source, e.what, e.outcome, e.why, e.ip, e.detail]);
       }
-      $("machine-status").textContent = v.events.length + " events for " + v.mac;
+      $("machine-status").textContent = v.events.length + " events for " + v.mac +
+        " from " + (v.answered || []).join(", ");
+      $("machine-unasked").textContent = (v.unasked || [])
+        .map((u) => "member " + u.member + " not asked: " + u.why).join("; ");
     } catch (err) {
       $("machine-status").textContent = err.message;
     }
@@ -90,6 +105,122 @@
     $("status6").textContent = shown + " DHCPv6 leases" + (cursor ? " (first " + MAX_ROWS + " shown)" : "");
   }
 
+  // The boot board (/v1/board): one page at a time, the page's rows kept and
+  // refilled in place, so a refresh at thousands of machines touches only the page.
+  const STAGES = ["silent", "offered", "bound", "boot_file", "first_stage", "chained", "fallback"];
+  const COLORS = ["#999", "#fc6", "#9c6", "#6bd", "#69e", "#393", "#c63"];
+  const PAGE = 100;
+  let boardOffset = 0;
+  let boardTimer = null;
+  const boardRows = [];
+
+  function boardRow(i) {
+    while (boardRows.length <= i) {
+      const tr = document.createElement("tr");
+      const link = document.createElement("a");
+      link.href = "#";
+      link.addEventListener("click", (ev) => {
+        ev.preventDefault();
+        const mac = link.textContent;
+        $("machine").value = mac;
+        sessionStorage.setItem("shardboot-machine", mac);
+        loadMachine(currentToken(), mac);
+        $("machine-form").scrollIntoView();
+      });
+      const first = document.createElement("td");
+      first.appendChild(link);
+      tr.appendChild(first);
+      for (let c = 1; c < 7; c++) {
+        tr.appendChild(document.createElement("td"));
+      }
+      boardRows.push(tr);
+    }
+    return boardRows[i];
+  }
+
+  function boardQuery() {
+    let q = "/v1/board?limit=" + PAGE + "&offset=" + boardOffset;
+    const search = $("board-search").value.trim();
+    if (search) q += "&q=" + encodeURIComponent(search);
+    const stage = $("board-stage").value;
+    if (stage) q += "&stage=" + encodeURIComponent(stage);
+    if ($("board-stuck").checked) q += "&stuck=1";
+    return q;
+  }
+
+  function showBoard(v) {
+    $("who").textContent = v.member;
+    $("board-time").textContent = "at " + new Date(v.now_ms).toISOString().replace(/\.\d+Z$/, "Z");
+    $("board-summary").textContent = v.seen + " machines seen in the last " + duration(v.window_ms) +
+      ", " + v.stuck + " stuck (over " + duration(v.stuck_after_ms) + " in one stage)";
+    // The stages as one bar, and a legend with the counts.
+    const bar = $("stage-bar");
+    const legend = $("stage-legend");
+    bar.replaceChildren();
+    legend.replaceChildren();
+    STAGES.forEach((name, i) => {
+      const c = v.stages[name] || { machines: 0, stuck: 0 };
+      const part = document.createElement("span");
+      part.style.width = (v.seen ? (100 * c.machines) / v.seen : 0) + "%";
+      part.style.background = COLORS[i];
+      part.title = name + ": " + c.machines;
+      bar.appendChild(part);
+      const key = document.createElement("span");
+      key.style.background = COLORS[i];
+      legend.appendChild(key);
+      legend.appendChild(document.createTextNode(name + " " + c.machines + (c.stuck ? " (" + c.stuck + " stuck)" : "")));
+    });
+    const members = $("members");
+    members.replaceChildren();
+    for (const m of v.members) {
+      row(members, [m.name + (m.self ? " (this member)" : ""), m.alive ? "alive" : "DEAD"]);
+      if (!m.alive) members.lastChild.className = "dead";
+    }
+    const body = $("board");
+    v.machines.forEach((m, i) => {
+      const tr = boardRow(i);
+      const cells = tr.children;
+      cells[0].firstChild.textContent = m.mac;
+      const values = [m.stage, duration(m.in_stage_ms), m.stuck ? "stuck" : "", m.known ? "yes" : "no", m.ip, m.why];
+      values.forEach((val, c) => {
+        const text = val === null || val === undefined ? "" : String(val);
+        if (cells[c + 1].textContent !== text) cells[c + 1].textContent = text;
+      });
+      tr.className = m.stuck ? "stuck" : "";
+      if (tr.parentNode !== body) body.appendChild(tr);
+    });
+    // Rows past this page's end leave; the others stay where they are.
+    for (let i = v.machines.length; i < boardRows.length; i++) {
+      if (boardRows[i].parentNode) boardRows[i].remove();
+    }
+    const first = v.machines.length ? v.offset + 1 : 0;
+    $("board-status").textContent = "shown " + first + "-" + (v.offset + v.machines.length) +
+      " of " + v.matching + " matching";
+    $("board-prev").disabled = v.offset === 0;
+    $("board-next").disabled = v.offset + v.machines.length >= v.matching;
+  }
+
+  async function loadBoard() {
+    const token = currentToken();
+    if (!token) return;
+    try {
+      showBoard(await api(boardQuery(), token));
+    } catch (e) {
+      $("board-status").textContent = e.message;
+    }
+  }
+
+  function scheduleBoard() {
+    if (boardTimer) clearTimeout(boardTimer);
+    boardTimer = null;
+    if ($("board-auto").checked) {
+      boardTimer = setTimeout(async () => {
+        await loadBoard();
+        scheduleBoard();
+      }, 3000);
+    }
+  }
+
   async function load() {
     const token = currentToken();
     if (!token) {
@@ -101,8 +232,18 @@
       const pools = $("pools");
       pools.replaceChildren();
       for (const s of stats.subnets) {
-        row(pools, [s.subnet, s.in_use, s.free_in_share]);
+        row(pools, [s.subnet, s.in_use, s.free_in_share, ""]);
+        const fill = document.createElement("span");
+        fill.className = "fill";
+        const used = document.createElement("span");
+        const total = s.in_use + s.free_in_share;
+        used.style.width = (total ? (100 * s.in_use) / total : 0) + "%";
+        fill.appendChild(used);
+        fill.title = Math.round(total ? (100 * s.in_use) / total : 0) + "% full";
+        pools.lastChild.lastChild.appendChild(fill);
       }
+      await loadBoard();
+      scheduleBoard();
       const leases = $("leases");
       leases.replaceChildren();
       let cursor = null;
@@ -132,6 +273,26 @@
   if (fragmentMachine) {
     sessionStorage.setItem("shardboot-machine", fragmentMachine);
   }
+  const again = () => {
+    boardOffset = 0;
+    loadBoard();
+  };
+  $("board-search").addEventListener("input", again);
+  $("board-stage").addEventListener("change", again);
+  $("board-stuck").addEventListener("change", again);
+  $("board-controls").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    again();
+  });
+  $("board-prev").addEventListener("click", () => {
+    boardOffset = Math.max(0, boardOffset - PAGE);
+    loadBoard();
+  });
+  $("board-next").addEventListener("click", () => {
+    boardOffset += PAGE;
+    loadBoard();
+  });
+  $("board-auto").addEventListener("change", scheduleBoard);
   $("form").addEventListener("submit", (ev) => {
     ev.preventDefault();
     sessionStorage.setItem("shardboot-token", $("token").value);

@@ -3,42 +3,115 @@
 //! request (route, owner, resolver, status, chained URL), with time, for the operator's
 //! first question when a machine fails to boot: "what did it ask, and what did it get?".
 //!
-//! Bounded: at most [`PER_MAC`] events shown per MAC and [`TOTAL`] kept in all, in two
-//! rings: machines DHCP never answered (every DISCOVER silent so far: what a flood of
-//! random MACs is) share [`STRANGERS`] of them, so such a flood churns only that ring
-//! and never evicts the machines that were given an address; a machine moves to the
-//! other ring, with its earlier events, when DHCP or DHCPv6 gives it an address or it
-//! fetches a file by TFTP. In each ring the oldest event goes first. An event is about 136 octets with its
-//! links plus its detail text (a file name and options, or a URL: at most
-//! [`MAX_DETAIL`]), so the whole timeline stays under 30 MiB. TFTP and the first-stage script know only the client's address:
-//! the MAC is the one DHCP (v4 or v6) last gave that address to, or for an IPv6
-//! link-local address with a modified EUI-64 interface identifier, the MAC it is made
-//! from (as `dhcp6::client_mac` reads a DHCPv6 client's source).
+//! Bounded: at most `events_per_machine` events shown per MAC ([`PER_MAC`] by default),
+//! in two rings: machines neither answered nor enrolled (every DISCOVER silent so far:
+//! what a flood of random MACs is) share `unknown_events` ([`STRANGERS`]), so such a
+//! flood churns only that ring and never evicts the machines that were given an
+//! address or that the operator enrolled (`known_events`); a machine moves to the other
+//! ring, with its earlier events, when DHCP or DHCPv6 gives it an address, it fetches a
+//! file by TFTP, or it is enrolled. In each ring the oldest event goes first. An event is
+//! about 136 octets with its links plus its detail text (a file name and options, or a
+//! URL: at most [`MAX_DETAIL`]), so the default timeline stays under 30 MiB. TFTP and
+//! the first-stage script know only the client's address: the MAC is the one DHCP (v4
+//! or v6) last gave that address to, or for an IPv6 link-local address with a modified
+//! EUI-64 interface identifier, the MAC it is made from (as `dhcp6::client_mac` reads a
+//! DHCPv6 client's source).
 //!
 //! Every value is shardboot's own (a label, an address, a URL it built) or is escaped
 //! before it is stored, so an event can be shown as it is.
+//!
+//! The limits are `[timeline]` settings ([`Limits`]); machines the operator enrolled
+//! (a lease, a reservation, a `[[host]]`, a host policy, a port in Ironic:
+//! [`Timeline::set_enrolled`]) are
+//! kept with the answered ones from their first event. `disk` keeps the timeline across
+//! a restart, `merge` joins the members' timelines of one machine, `stage` reads each
+//! machine's boot stage for the board.
 
-use std::collections::HashMap;
+pub mod board;
+pub mod disk;
+mod intern;
+pub mod merge;
+pub mod peers;
+pub mod run;
+pub mod stage;
+
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Mutex;
 
 use serde::Serialize;
 
 use crate::mac::MacAddr;
+use stage::Progress;
 
-/// Events kept per MAC.
+/// Events kept per MAC, by default (`timeline.events_per_machine`).
 pub const PER_MAC: usize = 48;
-/// Events kept in all.
+/// Events kept in all, by default.
 pub const TOTAL: usize = 100_000;
-/// Of them, events of machines never answered.
+/// Of them, events of machines never answered (`timeline.unknown_events`); the rest
+/// (`timeline.known_events`) are the known machines'.
 pub const STRANGERS: usize = TOTAL / 5;
 /// Longest detail kept, in octets.
 pub const MAX_DETAIL: usize = 160;
 /// Addresses remembered per MAC for finding it by address (a machine has one or two).
 const IPS_PER_MAC: usize = 8;
 
+/// How much the timeline keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Events shown per machine.
+    pub per_machine: usize,
+    /// Events of known machines (answered, or enrolled by the operator).
+    pub known_events: usize,
+    /// Events of machines never answered and not enrolled.
+    pub unknown_events: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            per_machine: PER_MAC,
+            known_events: TOTAL - STRANGERS,
+            unknown_events: STRANGERS,
+        }
+    }
+}
+
+impl From<&crate::config::TimelineSettings> for Limits {
+    fn from(s: &crate::config::TimelineSettings) -> Self {
+        Self {
+            per_machine: s.events_per_machine,
+            known_events: s.known_events,
+            unknown_events: s.unknown_events,
+        }
+    }
+}
+
+/// An event as the disk journal keeps it: its machine, and whether it went to the
+/// known machines (so a restart puts it back where it was).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Journaled {
+    /// The machine.
+    pub mac: MacAddr,
+    /// The event.
+    pub event: Event,
+    /// Kept with the known machines.
+    pub known: bool,
+}
+
+/// One machine on the board: its stage and whether it is known.
+#[derive(Debug, Clone, Copy)]
+pub struct Row {
+    /// The machine.
+    pub mac: MacAddr,
+    /// Its stage, since when, the last thing seen.
+    pub progress: Progress,
+    /// Answered or enrolled (else a stranger).
+    pub known: bool,
+}
+
 /// Which listener saw it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Source {
     /// DHCPv4.
@@ -115,6 +188,8 @@ struct Machine {
     /// The newest of `ips`, kept here: most events name the address the machine was
     /// given last, and this answers that without reading the list.
     last_ip: Option<IpAddr>,
+    /// Its boot stage (the board reads this, never the events).
+    progress: Progress,
 }
 
 /// Every event of a ring in one ring of `cap` slots, oldest overwritten first, each linked to
@@ -138,11 +213,48 @@ struct Inner {
 /// Both rings, and the sequence numbers they share.
 #[derive(Debug)]
 struct Rings {
-    /// Machines given an address (or that fetched a file).
+    /// Machines given an address (or that fetched a file), or enrolled.
     known: Inner,
     /// Machines never answered.
     strangers: Inner,
     seq: u64,
+    limits: Limits,
+    /// Machines the operator enrolled: kept with the known ones from their first event.
+    enrolled: HashSet<MacAddr>,
+    /// Events not yet written to disk (None: the timeline is not kept on disk). Taken
+    /// whole by the writer, so recording only pushes.
+    journal: Option<Vec<Journaled>>,
+    /// Events the writer fell too far behind to take.
+    journal_dropped: u64,
+}
+
+impl Rings {
+    fn new(limits: Limits) -> Self {
+        Self {
+            known: Inner::new(limits.known_events),
+            strangers: Inner::new(limits.unknown_events),
+            seq: 0,
+            limits,
+            enrolled: HashSet::new(),
+            journal: None,
+            journal_dropped: 0,
+        }
+    }
+
+    /// Files `event` for `mac`: with the known machines when `to_known` (the machine's
+    /// earlier events move over with it), else with the strangers.
+    fn place(&mut self, mac: MacAddr, event: Event, given: bool, to_known: bool) {
+        if self.known.machines.contains_key(&mac) {
+            self.known.push(mac, event, given);
+        } else if to_known {
+            for earlier in self.strangers.forget(&mac, self.limits.per_machine) {
+                self.known.push(mac, earlier, false);
+            }
+            self.known.push(mac, event, given);
+        } else {
+            self.strangers.push(mac, event, false);
+        }
+    }
 }
 
 impl Inner {
@@ -187,7 +299,9 @@ impl Inner {
             newest: (u32::MAX, 0),
             ips: Vec::new(),
             last_ip: None,
+            progress: Progress::new(event.at_ms),
         });
+        machine.progress.advance(&event);
         let (prev_index, prev_seq) = machine.newest;
         let prev = self
             .slots
@@ -216,15 +330,15 @@ impl Inner {
         }
     }
 
-    /// The events of `mac` after `after` (a seq), oldest first, at most [`PER_MAC`].
-    fn events(&self, mac: &MacAddr, after: u64) -> Vec<Event> {
+    /// The events of `mac` after `after` (a seq), oldest first, at most `per_mac`.
+    fn events(&self, mac: &MacAddr, after: u64, per_mac: usize) -> Vec<Event> {
         let mut out = Vec::new();
         let mut at = self.machines.get(mac).map(|m| m.newest);
         while let Some((i, seq)) = at {
             let Some(slot) = self.slots.get(i as usize) else {
                 break;
             };
-            if out.len() == PER_MAC || seq <= after || slot.event.seq != seq {
+            if out.len() == per_mac || seq <= after || slot.event.seq != seq {
                 break;
             }
             out.push(slot.event.clone());
@@ -236,8 +350,8 @@ impl Inner {
 
     /// Forgets `mac` (its slots stay until overwritten, reachable from nothing);
     /// returns its events, oldest first.
-    fn forget(&mut self, mac: &MacAddr) -> Vec<Event> {
-        let events = self.events(mac, 0);
+    fn forget(&mut self, mac: &MacAddr, per_mac: usize) -> Vec<Event> {
+        let events = self.events(mac, 0, per_mac);
         if let Some(m) = self.machines.remove(mac) {
             for ip in m.ips {
                 self.by_ip.remove(&ip);
@@ -275,13 +389,7 @@ pub struct Timeline {
 
 impl Default for Timeline {
     fn default() -> Self {
-        Self {
-            inner: Mutex::new(Rings {
-                known: Inner::new(TOTAL - STRANGERS),
-                strangers: Inner::new(STRANGERS),
-                seq: 0,
-            }),
-        }
+        Self::new(Limits::default())
     }
 }
 
@@ -292,7 +400,7 @@ fn now_ms() -> u64 {
 /// `text` with every control or non-ASCII character escaped, at most [`MAX_DETAIL`]
 /// (the escaped text is ASCII: octets and characters are the same count). One
 /// allocation: DHCPv6 keeps a detail for every message.
-fn clean(text: &str) -> Box<str> {
+pub(crate) fn clean(text: &str) -> Box<str> {
     let mut out = String::with_capacity(text.len().min(MAX_DETAIL));
     for c in text.chars() {
         if c.is_ascii_graphic() || c == ' ' {
@@ -330,7 +438,107 @@ fn log_exchange(mac: MacAddr, e: &Event) {
     }
 }
 
+/// Whether `e` gave the machine an address (DHCP OFFER/ACK, DHCPv6 ADVERTISE/REPLY).
+fn gives_address(e: &Event) -> bool {
+    match e.source {
+        Source::Dhcp => matches!(e.outcome, "offer" | "ack"),
+        Source::Dhcp6 => matches!(e.outcome, "advertise" | "reply"),
+        Source::Tftp | Source::Http => false,
+    }
+}
+
 impl Timeline {
+    /// An empty timeline keeping `limits`.
+    pub fn new(limits: Limits) -> Self {
+        Self {
+            inner: Mutex::new(Rings::new(limits)),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Rings> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts over with `limits`, keeping the enrolled machines; `journal`: keep every
+    /// new event for [`Timeline::take_journal`] (the disk writer). Called at start-up,
+    /// before anything is recorded: what was recorded is dropped.
+    pub fn configure(&self, limits: Limits, journal: bool) {
+        let mut g = self.lock();
+        let enrolled = std::mem::take(&mut g.enrolled);
+        *g = Rings::new(limits);
+        g.enrolled = enrolled;
+        g.journal = journal.then(Vec::new);
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> Limits {
+        self.lock().limits
+    }
+
+    /// The machines the operator enrolled (leases, reservations, hosts, host policies):
+    /// from now on their events are kept with the known machines, so a flood of
+    /// strangers never evicts them. A machine already kept as a stranger moves over
+    /// with its next event.
+    pub fn set_enrolled(&self, macs: HashSet<MacAddr>) {
+        self.lock().enrolled = macs;
+    }
+
+    /// The events recorded since the last call, oldest first, and how many were
+    /// dropped because the writer fell behind (more than both rings hold).
+    pub fn take_journal(&self) -> (Vec<Journaled>, u64) {
+        let mut g = self.lock();
+        let dropped = std::mem::take(&mut g.journal_dropped);
+        let taken = g.journal.as_mut().map(std::mem::take).unwrap_or_default();
+        (taken, dropped)
+    }
+
+    /// Puts back an event read from disk, with its seq and its place, as it was when
+    /// recorded (no log line, not journaled again). Events must come in seq order.
+    pub fn replay(&self, j: Journaled) {
+        let mut g = self.lock();
+        g.seq = g.seq.max(j.event.seq);
+        let given = gives_address(&j.event);
+        g.place(j.mac, j.event, given, j.known);
+    }
+
+    /// Every event kept, oldest first (by seq), each with its place: what the disk
+    /// snapshot holds.
+    pub fn export(&self) -> Vec<Journaled> {
+        let g = self.lock();
+        let per = g.limits.per_machine;
+        let mut out = Vec::with_capacity(g.known.slots.len() + g.strangers.slots.len());
+        for (ring, known) in [(&g.known, true), (&g.strangers, false)] {
+            for mac in ring.machines.keys() {
+                out.extend(ring.events(mac, 0, per).into_iter().map(|event| Journaled {
+                    mac: *mac,
+                    event,
+                    known,
+                }));
+            }
+        }
+        out.sort_by_key(|j| j.event.seq);
+        out
+    }
+
+    /// Every machine whose newest event is at or after `since_ms`, with its stage.
+    pub fn rows(&self, since_ms: u64) -> Vec<Row> {
+        let g = self.lock();
+        let mut out = Vec::new();
+        for (ring, known) in [(&g.known, true), (&g.strangers, false)] {
+            out.extend(
+                ring.machines
+                    .iter()
+                    .filter(|(_, m)| m.progress.last_ms >= since_ms)
+                    .map(|(mac, m)| Row {
+                        mac: *mac,
+                        progress: m.progress,
+                        known,
+                    }),
+            );
+        }
+        out
+    }
+
     /// Records `report` for `mac` at the current time.
     pub fn record(&self, mac: MacAddr, report: Report) {
         self.record_at(mac, report, now_ms());
@@ -339,14 +547,9 @@ impl Timeline {
     /// Records `report` for `mac` at `at_ms`.
     pub fn record_at(&self, mac: MacAddr, report: Report, at_ms: u64) {
         let detail = report.detail.as_deref().map(clean);
-        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut g = self.lock();
         g.seq += 1;
         let seq = g.seq;
-        let given = match report.source {
-            Source::Dhcp => matches!(report.outcome, "offer" | "ack"),
-            Source::Dhcp6 => matches!(report.outcome, "advertise" | "reply"),
-            Source::Tftp | Source::Http => false,
-        };
         let event = Event {
             seq,
             at_ms,
@@ -358,20 +561,28 @@ impl Timeline {
             detail,
         };
         log_exchange(mac, &event);
+        let given = gives_address(&event);
         // An HTTP boot request names its MAC in the URL, which anyone can write: it
         // moves nobody to the known ring. A TFTP transfer needs an address given first.
-        let answered = given || report.source == Source::Tftp;
+        let to_known = given
+            || event.source == Source::Tftp
+            || g.known.machines.contains_key(&mac)
+            || g.enrolled.contains(&mac);
         let g = &mut *g;
-        if g.known.machines.contains_key(&mac) {
-            g.known.push(mac, event, given);
-        } else if answered {
-            for earlier in g.strangers.forget(&mac) {
-                g.known.push(mac, earlier, false);
+        if let Some(journal) = g.journal.as_mut() {
+            // The writer takes the journal every flush; one that falls behind by more
+            // than both rings hold would write only what is overwritten anyway.
+            if journal.len() < g.limits.known_events + g.limits.unknown_events {
+                journal.push(Journaled {
+                    mac,
+                    event: event.clone(),
+                    known: to_known,
+                });
+            } else {
+                g.journal_dropped += 1;
             }
-            g.known.push(mac, event, given);
-        } else {
-            g.strangers.push(mac, event, false);
         }
+        g.place(mac, event, given, to_known);
     }
     /// Records `report` for the MAC that DHCP or DHCPv6 last gave `ip` to, else (an
     /// IPv6 link-local address with a modified EUI-64 interface identifier) the MAC in
@@ -380,7 +591,7 @@ impl Timeline {
     pub fn record_for_ip(&self, ip: impl Into<IpAddr>, report: Report) -> bool {
         let ip = ip.into().to_canonical();
         let mac = {
-            let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            let g = self.lock();
             // Only machines given an address have one here.
             g.known.by_ip.get(&ip).copied()
         };
@@ -398,20 +609,26 @@ impl Timeline {
     }
 
     /// The events of `mac` after `after` (a seq), oldest first: its newest
-    /// [`PER_MAC`] at most.
+    /// `events_per_machine` at most.
     pub fn events(&self, mac: &MacAddr, after: u64) -> Vec<Event> {
-        let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let g = self.lock();
+        let per = g.limits.per_machine;
         if g.known.machines.contains_key(mac) {
-            g.known.events(mac, after)
+            g.known.events(mac, after, per)
         } else {
-            g.strangers.events(mac, after)
+            g.strangers.events(mac, after, per)
         }
+    }
+
+    /// The newest seq given.
+    pub fn last_seq(&self) -> u64 {
+        self.lock().seq
     }
 
     /// Events recorded and not yet overwritten (at most [`TOTAL`]; a machine shows its
     /// newest [`PER_MAC`] of them).
     pub fn len(&self) -> usize {
-        let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let g = self.lock();
         g.known.slots.len() + g.strangers.slots.len()
     }
 
@@ -569,6 +786,47 @@ mod tests {
             40,
         );
         assert!(!t.inner.lock().unwrap().known.machines.contains_key(&c));
+    }
+
+    #[test]
+    fn an_enrolled_machine_only_ever_met_with_silence_outlives_a_flood() {
+        // Small rings, so the flood is many times what they hold.
+        let limits = Limits {
+            per_machine: 8,
+            known_events: 100,
+            unknown_events: 100,
+        };
+        let t = Timeline::new(limits);
+        // Enrolled (a reservation, say) and answered by another member: this member
+        // stays silent for it, and its boot requests name it only in the URL.
+        t.set_enrolled([A].into_iter().collect());
+        t.record_at(A, dhcp("DISCOVER", "silent", None), 1);
+        t.record_at(
+            A,
+            Report {
+                source: Source::Http,
+                ..dhcp("GET /v1/boot/{mac}/{name}", "200", None)
+            },
+            2,
+        );
+        // A stranger kept before the operator enrolled it moves over with its next event.
+        let b = MacAddr([0x52, 0x54, 0, 0, 0, 2]);
+        t.record_at(b, dhcp("DISCOVER", "silent", None), 3);
+        t.set_enrolled([A, b].into_iter().collect());
+        t.record_at(b, dhcp("DISCOVER", "silent", None), 4);
+        for n in 0..10_000u32 {
+            let mac = MacAddr([6, 0, 0, (n >> 16) as u8, (n >> 8) as u8, n as u8]);
+            t.record_at(mac, dhcp("DISCOVER", "silent", None), 10);
+        }
+        assert_eq!(t.events(&A, 0).len(), 2);
+        assert_eq!(t.events(&b, 0).len(), 2, "both of b's events moved");
+        assert!(t.len() <= 200);
+        // The board sees the flood as silent strangers and A as known.
+        let rows = t.rows(0);
+        let a = rows.iter().find(|r| r.mac == A).unwrap();
+        assert!(a.known);
+        assert_eq!(a.progress.stage, stage::Stage::Chained);
+        assert!(rows.iter().filter(|r| !r.known).count() <= 100);
     }
 
     #[test]

@@ -1,0 +1,160 @@
+//! Asking the other members for their events of one machine, over their HTTP listener
+//! (the member URL every member already probes), authenticated with the member secret
+//! (`owner::peer_auth`): the request carries a fresh challenge and the asker's proof,
+//! the answer the answering member's name and a proof over the challenge, its name and
+//! the whole body. An answer that does not verify is dropped, never merged.
+//!
+//! Bounded: every member is asked at once, each for at most `timeline.peer_timeout_ms`
+//! (connect and read), an answer is read up to [`MAX_ANSWER`] octets and at most
+//! `merge::MAX_PEER_EVENTS` events are taken from it. Without a member secret no member
+//! is asked (an unauthenticated answer is no evidence), and the answer says so.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use crate::config::Member;
+use crate::mac::MacAddr;
+use crate::owner::peer_auth::{self, MemberSecret};
+
+use super::merge::{MemberEvent, PeerAnswer, Unasked, MAX_PEER_EVENTS};
+
+/// The route a member serves its events of one machine on, to members only.
+pub const PEER_ROUTE: &str = "/v1/peer/machines/{mac}/events";
+/// Largest answer read from a member: its events of one machine, at most 1,000 of
+/// about 400 octets.
+pub const MAX_ANSWER: usize = 1024 * 1024;
+
+/// The path for `mac`.
+pub fn peer_path(mac: &MacAddr) -> String {
+    format!("/v1/peer/machines/{mac}/events")
+}
+
+fn client() -> Option<&'static reqwest::Client> {
+    static CLIENT: OnceLock<Option<reqwest::Client>> = OnceLock::new();
+    CLIENT
+        .get_or_init(|| {
+            reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .no_proxy()
+                .build()
+                .ok()
+        })
+        .as_ref()
+}
+
+/// What asking every other member gave: each answering member's events, and the
+/// members that could not be asked.
+#[derive(Debug, Default)]
+pub struct Asked {
+    /// Events per member that answered.
+    pub parts: Vec<Vec<MemberEvent>>,
+    /// Those members.
+    pub answered: Vec<String>,
+    /// The others, with why.
+    pub unasked: Vec<Unasked>,
+}
+
+/// Asks every member of `members` but `me` for its events of `mac`.
+pub async fn ask_all(
+    members: &[Member],
+    me: Option<&str>,
+    secret: Option<&MemberSecret>,
+    mac: MacAddr,
+    timeout: Duration,
+) -> Asked {
+    let others: Vec<&Member> = members
+        .iter()
+        .filter(|m| Some(m.name.as_str()) != me)
+        .collect();
+    let mut out = Asked::default();
+    let (Some(secret), Some(client)) = (secret, client()) else {
+        out.unasked = others
+            .iter()
+            .map(|m| Unasked {
+                member: m.name.clone(),
+                why: "no_member_secret",
+            })
+            .collect();
+        return out;
+    };
+    let asks = others.iter().map(|m| async move {
+        let r = tokio::time::timeout(timeout, ask(client, m, secret, mac)).await;
+        (m.name.clone(), r.unwrap_or(Err("timeout")))
+    });
+    for (member, result) in futures_util::future::join_all(asks).await {
+        match result {
+            Ok(events) => {
+                out.answered.push(member);
+                out.parts.push(events);
+            }
+            Err(why) => out.unasked.push(Unasked { member, why }),
+        }
+    }
+    out
+}
+
+/// One member's events of `mac`, or why not.
+async fn ask(
+    client: &reqwest::Client,
+    member: &Member,
+    secret: &MemberSecret,
+    mac: MacAddr,
+) -> Result<Vec<MemberEvent>, &'static str> {
+    let challenge = peer_auth::new_challenge().ok_or("unreachable")?;
+    let mac_text = mac.to_string();
+    let url = format!("{}{}", member.http_url, peer_path(&mac));
+    let mut r = client
+        .get(url)
+        .header(peer_auth::CHALLENGE_HEADER, &challenge)
+        .header(
+            peer_auth::PROBER_PROOF_HEADER,
+            secret.prove_events_request(&challenge, &mac_text),
+        )
+        .send()
+        .await
+        .map_err(|e| {
+            if e.is_timeout() {
+                "timeout"
+            } else {
+                "unreachable"
+            }
+        })?;
+    if !r.status().is_success() {
+        return Err("refused");
+    }
+    let header = |name: &str| {
+        r.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    let (named, proof) = (
+        header(peer_auth::MEMBER_HEADER),
+        header(peer_auth::PROOF_HEADER),
+    );
+    let mut body = Vec::new();
+    while let Some(chunk) = r.chunk().await.map_err(|_| "unreachable")? {
+        if body.len() + chunk.len() > MAX_ANSWER {
+            return Err("too_large");
+        }
+        body.extend_from_slice(&chunk);
+    }
+    // The member asked must be the one that answered, and the answer must be whole.
+    let verified = named.as_deref() == Some(member.name.as_str())
+        && proof.is_some_and(|p| secret.verify_events_answer(&challenge, &member.name, &body, &p));
+    if !verified {
+        return Err("unverified");
+    }
+    let answer: PeerAnswer = serde_json::from_slice(&body).map_err(|_| "unreadable")?;
+    if answer.mac.parse::<MacAddr>().ok() != Some(mac) {
+        return Err("unreadable");
+    }
+    Ok(answer
+        .events
+        .into_iter()
+        .rev()
+        .take(MAX_PEER_EVENTS)
+        .rev()
+        .map(|e| MemberEvent::from_peer(&member.name, e))
+        .collect())
+}
