@@ -17,7 +17,6 @@ mod malformed;
 mod migrate;
 mod options;
 mod packet_fixtures;
-mod perfdhcp;
 mod probe;
 mod relay_trust;
 mod release;
