@@ -87,3 +87,54 @@ fn a_path_is_read_from_code_spans_and_links_but_not_from_patterns() {
         ["src/dhcp/wire.rs", "deploy/image.sh", "docs/lab.md"]
     );
 }
+
+/// The targets of a page's relative Markdown links (`[x](other.md#part)` → `other.md`):
+/// no scheme, no pure `#anchor`.
+fn relative_links(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("](") {
+        let after = &rest[start + 2..];
+        let Some(end) = after.find(')') else { break };
+        let target = after[..end].split('#').next().unwrap_or("").trim();
+        rest = &after[end + 1..];
+        if !target.is_empty() && !target.contains("://") && !target.starts_with("mailto:") {
+            out.push(target.to_string());
+        }
+    }
+    out
+}
+
+#[test]
+fn every_relative_link_between_pages_resolves() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut pages = vec![root.join("README.md"), root.join("CHANGELOG.md")];
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            pages.push(path);
+        }
+    }
+    let (mut broken, mut checked) = (Vec::new(), 0);
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap();
+        let dir = page.parent().unwrap();
+        for link in relative_links(&text) {
+            checked += 1;
+            if !dir.join(&link).exists() {
+                broken.push(format!("{}: {link}", page.display()));
+            }
+        }
+    }
+    assert!(
+        checked > 50,
+        "only {checked} links found: is the scan broken?"
+    );
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn a_relative_link_is_its_target_without_the_anchor() {
+    let text = "[a](b.md#c), [web](https://x.test/y), [top](#top), [up](../README.md)";
+    assert_eq!(relative_links(text), ["b.md", "../README.md"]);
+}
