@@ -175,6 +175,10 @@ pub fn plan(running: &Config, new: &Config) -> (Config, ReloadReport) {
             .filter(|(_, changed)| *changed)
             .map(|(name, _)| name.to_string()),
     );
+    // A section added to Config and to neither list is still never ignored silently.
+    if report.needs_restart.is_empty() && differs(&next, new) {
+        report.needs_restart.push("(another section)".into());
+    }
     (next, report)
 }
 
