@@ -344,64 +344,6 @@ mod tests {
         assert!(again.len() <= 60);
     }
 
-    /// Figures for docs/timeline.md: `cargo test --lib timeline::disk::tests::figures
-    /// -- --ignored --nocapture`.
-    #[test]
-    #[ignore]
-    fn figures() {
-        let dir = tempfile::tempdir().unwrap();
-        let limits = Limits::default();
-        let t = Timeline::new(limits);
-        t.configure(limits, true);
-        let started = std::time::Instant::now();
-        let n = 200_000u32;
-        for i in 0..n {
-            let mac = MacAddr([2, 0, 0, (i >> 16) as u8, (i >> 8) as u8, i as u8]);
-            let outcome = if i % 5 == 0 { "silent" } else { "ack" };
-            t.record_at(
-                mac,
-                report(outcome, Some(Ipv4Addr::from(0x0a00_0000 + i))),
-                1,
-            );
-        }
-        let record = started.elapsed();
-        // The board's read: the lock is held while every machine's record is copied.
-        let started = std::time::Instant::now();
-        let rows = t.rows(0);
-        let board = started.elapsed();
-        let started = std::time::Instant::now();
-        let q = super::super::board::Query {
-            limit: 100,
-            ..Default::default()
-        };
-        super::super::board::page(rows.clone(), 2, 1, &q);
-        let paged = started.elapsed();
-        println!(
-            "rows of {} machines under the lock: {board:?}; one page: {paged:?}",
-            rows.len()
-        );
-        let mut d = Disk::open(dir.path(), limits).unwrap();
-        let (batch, _) = t.take_journal();
-        let started = std::time::Instant::now();
-        d.append(&batch[..50_000]).unwrap();
-        let append = started.elapsed();
-        d.append(&batch[50_000..]).unwrap();
-        let started = std::time::Instant::now();
-        d.compact().unwrap();
-        let compact = started.elapsed();
-        let size = d.size();
-        let again = Timeline::new(limits);
-        let started = std::time::Instant::now();
-        let loaded = load_into(dir.path(), &again).unwrap();
-        println!(
-            "record {n} with the journal: {record:?}; append 50000: {append:?}; \
-             compact: {compact:?}; on disk after compaction: {size} octets; \
-             read back {} events: {:?}",
-            loaded.events,
-            started.elapsed()
-        );
-    }
-
     #[test]
     fn a_torn_or_foreign_line_is_skipped_and_a_duplicate_put_back_once() {
         let dir = tempfile::tempdir().unwrap();
