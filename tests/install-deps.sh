@@ -27,6 +27,7 @@ packages=(
   podman runc       # the container tests (tests/system/container.rs, deb.rs); settings in deploy/podman/containers.conf
   mmdebstrap        # the image's Debian root (deploy/image.sh) and the .deb test's clean container (tests/system/deb.rs)
   dpkg-dev          # dpkg-shlibdeps: the .deb's library dependencies (deploy/deb.sh)
+  systemd           # systemd-analyze verify/security of the .deb's unit (tests/system/deb.rs)
   mariadb-server    # the shared lease store tests start their own server (tests/common/db.rs)
   iptables          # the nemesis cuts one member off from the database (tests/members/shared.rs)
   libfaketime       # the nemesis runs a member on a clock two hours off (LD_PRELOAD)
