@@ -27,6 +27,7 @@ bin="${CARGO_TARGET_DIR:-$PWD/target}/release/shardboot"
 load="${CARGO_TARGET_DIR:-$PWD/target}/release/examples/dhcp_load"
 tag="sbss$$"
 . benches/veth_pair.sh
+. benches/rows.sh
 
 # MariaDB in the server namespace.
 . benches/mariadb.sh
@@ -72,3 +73,6 @@ printf '%-24s %10s %16s %18s %6s %6s\n' server "4-way/s" "server µs/exch" "Mari
 printf '%-24s %10s %16s %18s %6s %6s\n' "shardboot, sled" "$r1" "$c1" "$d1" "$l1" "$u1" \
   "shardboot, MariaDB" "$r2" "$c2" "$d2" "$l2" "$u2" "Kea 2.2, MySQL backend" "$r3" "$c3" "$d3" "$l3" "$u3"
 echo "rate  shared store / Kea MySQL: $(ratio "$r2" "$r3")x   shared store / sled: $(ratio "$r2" "$r1")x"
+row "shared store (MariaDB) closed loop, 4-way exchanges/s" "$r2" "$r3" "Kea, MySQL backend" higher
+row "shared store (MariaDB) closed loop, server CPU per exchange" "$c2" "$c3" "Kea, MySQL backend" lower " µs"
+row "shared store (MariaDB) closed loop, 4-way exchanges/s" "$r2" "$r1" "shardboot on sled alone" higher
