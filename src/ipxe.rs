@@ -32,15 +32,36 @@ pub fn is_safe_url(v: &str) -> bool {
     (v.starts_with("http://") || v.starts_with("https://")) && is_script_safe(v)
 }
 
-/// Replaces each `{{key}}` in `template` with its value, refusing unsafe values.
+/// Replaces each `{{key}}` in `template` with its value, refusing unsafe values. A
+/// placeholder without a value is left as it is. One pass over the template into one
+/// buffer: the boot route renders a script per request.
 pub fn render(template: &str, values: &[(&'static str, &str)]) -> Result<String, UnsafeValue> {
-    let mut out = template.to_string();
-    for (key, value) in values {
-        if !is_script_safe(value) {
-            return Err(UnsafeValue(key));
-        }
-        out = out.replace(&format!("{{{{{key}}}}}"), value);
+    if let Some((key, _)) = values.iter().find(|(_, v)| !is_script_safe(v)) {
+        return Err(UnsafeValue(key));
     }
+    let extra: usize = values.iter().map(|(_, v)| v.len()).sum();
+    let mut out = String::with_capacity(template.len() + extra);
+    let mut rest = template;
+    while let Some(open) = rest.find("{{") {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 2..];
+        let value = after.find("}}").and_then(|close| {
+            let key = &after[..close];
+            let value = values.iter().find(|(k, _)| *k == key)?.1;
+            Some((value, close))
+        });
+        match value {
+            Some((value, close)) => {
+                out.push_str(value);
+                rest = &after[close + 2..];
+            }
+            None => {
+                out.push_str("{{");
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
     Ok(out)
 }
 
@@ -82,6 +103,26 @@ mod tests {
         assert!(is_safe_url("https://ironic.example:6385/x"));
         assert!(is_safe_url("http://[2001:db8::2]:8080"));
         assert!(!is_safe_url("ftp://x/y"));
+    }
+
+    #[test]
+    fn renders_in_one_pass_like_replacing_each_placeholder() {
+        let template = "a {{x}} b {{y}}{{x}} {{unknown}} {{ {{x}}} }}";
+        let values = [("x", "1"), ("y", "node-2")];
+        let mut expected = template.to_string();
+        for (k, v) in values {
+            expected = expected.replace(&format!("{{{{{k}}}}}"), v);
+        }
+        assert_eq!(render(template, &values).unwrap(), expected);
+        assert_eq!(
+            render("no placeholders", &values).unwrap(),
+            "no placeholders"
+        );
+        assert_eq!(render("{{x", &values).unwrap(), "{{x");
+        assert_eq!(
+            render("{{x}}", &[("x", "ok"), ("y", "a b")]),
+            Err(UnsafeValue("y"))
+        );
     }
 
     #[test]

@@ -29,24 +29,35 @@ impl MacAddr {
 
     /// The octets joined by `-`, as Ironic names per-node configs (`pxelinux.cfg/aa-bb-…`).
     pub fn hyphenated(&self) -> String {
-        self.join('-')
+        self.join(b'-').as_str().to_string()
     }
 
-    fn join(&self, sep: char) -> String {
-        let mut out = String::with_capacity(17);
+    /// The six octets as lowercase hex pairs joined by `sep`, on the stack: a MAC is
+    /// written for every log line, timeline event and boot URL.
+    fn join(&self, sep: u8) -> Joined {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut out = [sep; 17];
         for (i, b) in self.0.iter().enumerate() {
-            if i > 0 {
-                out.push(sep);
-            }
-            out.push_str(&format!("{b:02x}"));
+            out[i * 3] = HEX[usize::from(b >> 4)];
+            out[i * 3 + 1] = HEX[usize::from(b & 0xf)];
         }
-        out
+        Joined(out)
+    }
+}
+
+/// A MAC written out (`aa:bb:…` or `aa-bb-…`).
+struct Joined([u8; 17]);
+
+impl Joined {
+    fn as_str(&self) -> &str {
+        // Only ASCII hex digits and the ASCII separator were written.
+        std::str::from_utf8(&self.0).unwrap_or_default()
     }
 }
 
 impl fmt::Display for MacAddr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.join(':'))
+        f.pad(self.join(b':').as_str())
     }
 }
 
@@ -142,6 +153,17 @@ mod tests {
         }
         assert_eq!(want.to_string(), "52:54:00:ab:cd:ef");
         assert_eq!(want.hyphenated(), "52-54-00-ab-cd-ef");
+    }
+
+    #[test]
+    fn every_octet_value_is_written_as_two_lowercase_digits_and_read_back() {
+        for b in 0..=255u8 {
+            let mac = MacAddr([b, 0, 0x0f, 0xf0, b, 0xff]);
+            let text = mac.to_string();
+            assert_eq!(text, format!("{b:02x}:00:0f:f0:{b:02x}:ff"));
+            assert_eq!(text.parse::<MacAddr>(), Ok(mac));
+            assert_eq!(mac.hyphenated(), text.replace(':', "-"));
+        }
     }
 
     #[test]
