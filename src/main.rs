@@ -300,18 +300,50 @@ fn toml_string(s: &str) -> String {
     toml::Value::String(s.to_string()).to_string()
 }
 
-fn init_tracing(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SHARDBOOT_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+/// `SHARDBOOT_LOG` when it is set and not empty: it wins over `log_level`, at start
+/// and on every reload.
+fn log_from_env() -> Option<String> {
+    std::env::var("SHARDBOOT_LOG")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+}
+
+/// Starts tracing with `SHARDBOOT_LOG`, else the config's `log_level`; returns what
+/// swaps the filter on a reload, `None` when `SHARDBOOT_LOG` fixed it.
+fn init_tracing(config: &Config) -> Option<shardboot::reload::LogFilter> {
+    use tracing_subscriber::EnvFilter;
+    // A SHARDBOOT_LOG that does not parse is passed over; the config's directive was
+    // checked when it loaded.
+    let env = log_from_env().and_then(|e| EnvFilter::builder().parse(e).ok());
+    let fixed = env.is_some();
+    let filter = env
+        .or_else(|| EnvFilter::builder().parse(&config.log_level).ok())
+        .unwrap_or_else(|| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         // Colour codes only on a terminal, never in journald or a log file.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    match format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Text => builder.init(),
+    // The two formats are two subscriber types; each gives its reload handle as one
+    // closure.
+    macro_rules! start {
+        ($builder:expr) => {{
+            let builder = $builder.with_filter_reloading();
+            let handle = builder.reload_handle();
+            builder.init();
+            std::sync::Arc::new(move |directive: &str| {
+                let filter = EnvFilter::builder()
+                    .parse(directive)
+                    .map_err(|e| e.to_string())?;
+                handle.reload(filter).map_err(|e| e.to_string())
+            }) as shardboot::reload::LogFilter
+        }};
     }
+    let swap = match config.log_format {
+        LogFormat::Json => start!(builder.json()),
+        LogFormat::Text => start!(builder),
+    };
+    (!fixed).then_some(swap)
 }
 
 fn main() -> ExitCode {
@@ -434,7 +466,7 @@ fn main() -> ExitCode {
         Command::Owner { mac } => {
             // Warnings (Ironic unreachable) and, with SHARDBOOT_LOG=debug, the
             // resolvers' decision trail go to stderr.
-            init_tracing(config.log_format);
+            init_tracing(&config);
             cli::print_owner(&config, &mac)
         }
         Command::Serve => serve(config, &config_source(&cli), reloader),
@@ -503,13 +535,14 @@ fn config_source(cli: &Cli) -> String {
 }
 
 fn serve(config: Config, source: &str, reloader: shardboot::reload::Loader) -> anyhow::Result<()> {
-    init_tracing(config.log_format);
+    let log_filter = init_tracing(&config);
     // The first line of every run: what runs, and on what (ironic-image's dnsmasq
     // says as much; an operator reading `kubectl logs` starts here).
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         commit = COMMIT,
         config = %source,
+        log = %log_from_env().map_or_else(|| format!("log_level {:?}", config.log_level), |e| format!("SHARDBOOT_LOG {e:?}")),
         state_dir = %config.state_dir.display(),
         "shardboot starting"
     );
@@ -518,6 +551,9 @@ fn serve(config: Config, source: &str, reloader: shardboot::reload::Loader) -> a
         let shutdown = CancellationToken::new();
         let stop = shutdown.clone();
         let handles = shardboot::handles::Handles::default();
+        if let Some(f) = log_filter {
+            handles.reload.set_log_filter(f);
+        }
         let reload = handles.reload.clone();
         tokio::spawn(async move {
             wait_for_signal(&reload).await;

@@ -1,7 +1,9 @@
 //! Reloading the configuration while running: SIGHUP and `POST /v1/reload` ask, one
 //! task reads the configuration again from where it came from, lets
 //! `config::reload::plan` say what may change live, and hands the DHCP engines their
-//! new live parts between packets. A file that does not validate changes nothing.
+//! new live parts between packets, and swaps the log filter when `log_level` changed
+//! (unless `SHARDBOOT_LOG` set it at start: the variable wins). A file that does not
+//! validate changes nothing.
 
 use std::sync::{Arc, Mutex};
 
@@ -17,6 +19,10 @@ use crate::dhcp6::shell::Dhcp6Handle;
 /// Reads the configuration again, the way the running one was read (file, built-in
 /// default or ironic-image's variables, with the same overrides on top).
 pub type Loader = Arc<dyn Fn() -> Result<Config, String> + Send + Sync>;
+
+/// Replaces the running log filter with a `log_level` directive (the tracing
+/// subscriber's reload handle, installed by `main`).
+pub type LogFilter = Arc<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
 
 /// Why a reload changed nothing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -35,6 +41,9 @@ pub enum ReloadError {
         /// Why.
         source: ControlError,
     },
+    /// The log filter could not be swapped.
+    #[error("the log filter did not take log_level: {0}")]
+    LogLevel(String),
 }
 
 /// A reload request: the answer goes back on the sender.
@@ -42,10 +51,17 @@ type Request = oneshot::Sender<Result<ReloadReport, ReloadError>>;
 
 /// Where reloads are asked for (signal handler, operator API) and the one task that
 /// performs them takes them from.
-#[derive(Debug)]
 pub struct ReloadRequests {
     tx: mpsc::Sender<Request>,
     rx: Mutex<Option<mpsc::Receiver<Request>>>,
+    /// `None`: the log filter is fixed (`SHARDBOOT_LOG`, or no subscriber of ours).
+    log_filter: Mutex<Option<LogFilter>>,
+}
+
+impl std::fmt::Debug for ReloadRequests {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReloadRequests").finish_non_exhaustive()
+    }
 }
 
 impl Default for ReloadRequests {
@@ -56,6 +72,7 @@ impl Default for ReloadRequests {
         Self {
             tx,
             rx: Mutex::new(Some(rx)),
+            log_filter: Mutex::new(None),
         }
     }
 }
@@ -77,6 +94,18 @@ impl ReloadRequests {
         if self.tx.try_send(done).is_err() {
             warn!("reload not queued: reloads already wait, or this server cannot reload");
         }
+    }
+
+    /// Lets reloads apply `log_level` through `filter` (set before the server starts).
+    pub fn set_log_filter(&self, filter: LogFilter) {
+        *self.log_filter.lock().unwrap_or_else(|e| e.into_inner()) = Some(filter);
+    }
+
+    fn log_filter(&self) -> Option<LogFilter> {
+        self.log_filter
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The receiving end, taken once by the task that performs reloads.
@@ -107,6 +136,7 @@ pub async fn serve(
         return;
     };
     let mut running = running;
+    let log_filter = requests.log_filter();
     loop {
         let request = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -114,7 +144,7 @@ pub async fn serve(
         };
         let outcome = match &loader {
             None => Err(ReloadError::Unavailable),
-            Some(load) => reload_once(load, &mut running, &engines).await,
+            Some(load) => reload_once(load, &mut running, &engines, log_filter.as_ref()).await,
         };
         log(&outcome);
         let _ = request.send(outcome);
@@ -125,18 +155,29 @@ async fn reload_once(
     load: &Loader,
     running: &mut Config,
     engines: &Engines,
+    log_filter: Option<&LogFilter>,
 ) -> Result<ReloadReport, ReloadError> {
     let load = load.clone();
     let new = tokio::task::spawn_blocking(move || load())
         .await
         .map_err(|e| ReloadError::Invalid(e.to_string()))?
         .map_err(ReloadError::Invalid)?;
-    let (next, report) = plan(running, &new);
+    let (mut next, mut report) = plan(running, &new);
+    let log_level = report.applied.iter().any(|k| k == "log_level");
+    if log_level && log_filter.is_none() {
+        // SHARDBOOT_LOG chose the filter at start and keeps it.
+        report.applied.retain(|k| k != "log_level");
+        report
+            .needs_restart
+            .push("log_level (SHARDBOOT_LOG is set and wins)".into());
+        next.log_level = running.log_level.clone();
+    }
     if report.applied.is_empty() {
         return Ok(report);
     }
     let next = Arc::new(next);
-    if let Some(h) = &engines.dhcp {
+    let engines_too = report.applied.iter().any(|k| k != "log_level");
+    if let Some(h) = engines.dhcp.as_ref().filter(|_| engines_too) {
         h.reconfigure(next.clone())
             .await
             .map_err(|source| ReloadError::Engine {
@@ -144,13 +185,18 @@ async fn reload_once(
                 source,
             })?;
     }
-    if let Some(h) = &engines.dhcp6 {
+    if let Some(h) = engines.dhcp6.as_ref().filter(|_| engines_too) {
         h.reconfigure(next.clone())
             .await
             .map_err(|source| ReloadError::Engine {
                 family: "DHCPv6",
                 source,
             })?;
+    }
+    // Last, once the engines took theirs: a reload applies whole or not at all, and the
+    // filter was checked when the configuration validated.
+    if let Some(set) = log_filter.filter(|_| log_level) {
+        set(&next.log_level).map_err(ReloadError::LogLevel)?;
     }
     *running = Arc::unwrap_or_clone(next);
     Ok(report)

@@ -96,6 +96,9 @@ pub enum ConfigError {
     MembersFile(#[from] MembersFileError),
 }
 
+/// `log_level` when no layer sets it.
+pub const DEFAULT_LOG_LEVEL: &str = "info";
+
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {
@@ -113,6 +116,7 @@ pub enum LogFormat {
 pub struct RawConfig {
     state_dir: Option<String>,
     log_format: Option<String>,
+    log_level: Option<String>,
     #[serde(default)]
     dhcp: dhcp::RawDhcp,
     #[serde(default)]
@@ -150,6 +154,9 @@ pub struct Config {
     pub state_dir: PathBuf,
     /// Log output format.
     pub log_format: LogFormat,
+    /// Which events are logged: a tracing filter directive ("info",
+    /// "info,shardboot::dhcp=debug"), checked at load; `SHARDBOOT_LOG` wins when set.
+    pub log_level: String,
     /// DHCP listener settings.
     pub dhcp: DhcpSettings,
     /// Boot file selection.
@@ -222,8 +229,32 @@ impl Config {
         for (key, value) in overrides {
             apply_override(&mut table, key, value)?;
         }
-        let raw: RawConfig = RawConfig::deserialize_table(table)?;
-        Config::try_from(raw).map_err(ConfigError::Invalid)
+        Config::from_table(table).map_err(ConfigError::Invalid)
+    }
+
+    /// Validates a whole table: the structural problems (unknown keys, wrong types) and,
+    /// over what remains once they are left out, the semantic ones, in one list. A
+    /// semantic problem at or under a key already named is not said twice.
+    fn from_table(table: toml::Table) -> Result<Self, Vec<ConfigIssue>> {
+        let (raw, mut issues) = structure::deserialize_lenient::<RawConfig>(table);
+        let Some(raw) = raw else {
+            return Err(issues);
+        };
+        let semantic = match Config::try_from(raw) {
+            Ok(config) if issues.is_empty() => return Ok(config),
+            Ok(_) => Vec::new(),
+            Err(semantic) => semantic,
+        };
+        let named: Vec<String> = issues.iter().map(|i| i.key.clone()).collect();
+        let under = |key: &str, of: &str| {
+            key == of || key.starts_with(&format!("{of}.")) || key.starts_with(&format!("{of}["))
+        };
+        issues.extend(
+            semantic
+                .into_iter()
+                .filter(|i| !named.iter().any(|n| under(&i.key, n))),
+        );
+        Err(issues)
     }
 
     /// Reads `path` (or the built-in default when `None`), then applies `SHARDBOOT_*`
@@ -278,19 +309,14 @@ impl Config {
             apply_override(&mut table, key, value)?;
         }
         let rename = |issues| ConfigError::Invalid(ironic_env::rename(issues, &derived));
-        let raw: RawConfig = structure::deserialize_all(table).map_err(rename)?;
-        Config::try_from(raw).map_err(rename)?.read_members_file()
+        Config::from_table(table)
+            .map_err(rename)?
+            .read_members_file()
     }
 
     /// The `[[host]]` entry for `mac`, if any.
     pub fn host(&self, mac: &MacAddr) -> Option<&Host> {
         self.hosts.iter().find(|h| &h.mac == mac)
-    }
-}
-
-impl RawConfig {
-    fn deserialize_table(table: toml::Table) -> Result<Self, ConfigError> {
-        structure::deserialize_all(table).map_err(ConfigError::Invalid)
     }
 }
 
@@ -307,6 +333,18 @@ impl TryFrom<RawConfig> for Config {
                 LogFormat::Text
             }
         };
+        let log_level = raw.log_level.unwrap_or_else(|| DEFAULT_LOG_LEVEL.into());
+        if log_level.trim().is_empty() {
+            issues.add("log_level", "must not be empty (\"info\" is the default)");
+        } else if let Err(e) = tracing_subscriber::EnvFilter::builder().parse(&log_level) {
+            issues.add(
+                "log_level",
+                format!(
+                    "{log_level:?} is not a log filter (a level such as \"info\", or \
+                     directives such as \"info,shardboot::dhcp=debug\"): {e}"
+                ),
+            );
+        }
         let state_dir = PathBuf::from(raw.state_dir.unwrap_or_else(|| "/var/lib/shardboot".into()));
         if state_dir.as_os_str().is_empty() {
             issues.add("state_dir", "must not be empty");
@@ -340,6 +378,7 @@ impl TryFrom<RawConfig> for Config {
         Ok(Config {
             state_dir,
             log_format,
+            log_level,
             dhcp,
             boot,
             tftp,
@@ -545,6 +584,57 @@ mod tests {
         ] {
             assert!(keys.contains(&want), "missing {want} in {keys:?}");
         }
+    }
+
+    #[test]
+    fn a_log_level_is_a_filter_or_refused_by_its_key() {
+        let with = |v: &str| {
+            Config::from_toml_with_overrides(DEFAULT_CONFIG_TOML, &[("log_level".into(), v.into())])
+        };
+        let cfg = with("info,shardboot::dhcp=debug").unwrap();
+        assert_eq!(cfg.log_level, "info,shardboot::dhcp=debug");
+        for bad in ["info,shardboot=loudest", " "] {
+            let err = with(bad).unwrap_err().to_string();
+            assert!(err.starts_with("log_level: "), "{err}");
+            assert_eq!(err.lines().count(), 1, "{err}");
+        }
+    }
+
+    #[test]
+    fn structural_and_semantic_problems_are_listed_together() {
+        let text = r#"
+            log_level = "info,shardboot=loudest"
+            [dhcp]
+            portt = 67
+            max_offers = "many"
+            server_id = "300.1.1.1"
+            [[subnet]]
+            network = "192.0.2.0/24"
+            ranges = ["192.0.2.50-192.0.2.40"]
+            lease_time = "an hour"
+        "#;
+        let Err(ConfigError::Invalid(issues)) = Config::from_toml_with_overrides(text, &[]) else {
+            panic!("expected invalid")
+        };
+        let keys: Vec<&str> = issues.iter().map(|i| i.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                // Structural first, in the order serde meets them (keys sorted), then
+                // the semantic ones.
+                "dhcp.max_offers",
+                "dhcp.portt",
+                "subnet[0].lease_time",
+                "log_level",
+                "dhcp.server_id",
+                "subnet[0].ranges[0]",
+            ]
+        );
+        assert!(issues[0].reason.starts_with("invalid type"), "{issues:?}");
+        assert!(
+            issues[1].reason.ends_with("did you mean `port`?"),
+            "{issues:?}"
+        );
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! Live: what the DHCP engines decide with and no socket, store or task was built
 //! from — the `[[subnet]]` and `[[subnet6]]` contents (ranges, exclusions, options,
 //! lease times, router, DNS…) on the same networks and interfaces, the `[[host]]`
-//! entries, `[dhcp] options` and the `[dhcp]` limits and rules listed in [`LIVE_DHCP`].
+//! entries, `[dhcp] options` and the `[dhcp]` limits and rules listed in [`LIVE_DHCP`],
+//! and `log_level` (the running filter is swapped; see `crate::reload`).
 //! Everything else (listeners, interfaces, the store, members and owners, boot, TFTP,
 //! HTTP) is named and left as it runs, because sockets, files and tasks were made from
 //! it at start-up.
@@ -137,6 +138,10 @@ pub fn plan(running: &Config, new: &Config) -> (Config, ReloadReport) {
     if differs(&running.hosts, &new.hosts) {
         next.hosts = new.hosts.clone();
         report.applied.push("host".into());
+    }
+    if running.log_level != new.log_level {
+        next.log_level = new.log_level.clone();
+        report.applied.push("log_level".into());
     }
     for key in LIVE_DHCP {
         if dhcp_field(running, key) != dhcp_field(new, key) {
@@ -287,6 +292,22 @@ mod tests {
         );
         assert!(next.tftp.enabled, "TFTP stays as it runs");
         assert_eq!(next.dhcp.max_offers, 77);
+    }
+
+    #[test]
+    fn the_log_level_applies_at_once() {
+        let running = config("");
+        let new = Config::from_toml_with_overrides(
+            "log_level = \"info,shardboot::dhcp=debug\"\n[dhcp]\ninterfaces = [\"eth1\"]\n\n\
+             [[subnet]]\nnetwork = \"172.22.0.0/24\"\nranges = [\"172.22.0.10-172.22.0.100\"]\n",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(running.log_level, "info", "the default");
+        let (next, report) = plan(&running, &new);
+        assert_eq!(report.applied, ["log_level"]);
+        assert!(report.needs_restart.is_empty(), "{report:?}");
+        assert_eq!(next.log_level, "info,shardboot::dhcp=debug");
     }
 
     #[test]

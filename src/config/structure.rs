@@ -1,9 +1,10 @@
 //! Structural checks of a config table: unknown keys and values of the wrong type, every
-//! one of them reported with its dotted key, not only the first.
+//! one of them reported with its full key path (`subnet[1].ranges`), not only the first.
 //!
 //! serde stops at the first error, so the table is deserialized again after removing
-//! each offending key. toml's error carries the byte span of the offending text; the
-//! key is recovered from the table headers above that line of the (re-serialized) text.
+//! each offending key; `serde_path_to_error` names the key serde was in when it failed.
+//! What remains once every offending key is gone is returned too, so the semantic
+//! checks can run over it and `check-config` lists both kinds of problem in one run.
 
 use serde::de::DeserializeOwned;
 use toml::{Table, Value};
@@ -21,35 +22,47 @@ enum Step {
 }
 
 /// Deserializes `table`, or lists every unknown key and wrongly typed value in it.
-pub(super) fn deserialize_all<T: DeserializeOwned>(
+pub(super) fn deserialize_all<T: DeserializeOwned>(table: Table) -> Result<T, Vec<ConfigIssue>> {
+    match deserialize_lenient(table) {
+        (Some(v), issues) if issues.is_empty() => Ok(v),
+        (_, issues) => Err(issues),
+    }
+}
+
+/// Deserializes `table`, removing each unknown key and wrongly typed value it meets;
+/// returns every such issue and, when the rest deserializes, the rest. `None` when an
+/// error cannot be removed (a missing field, a whole table of the wrong type) or there
+/// are too many to go on.
+pub(super) fn deserialize_lenient<T: DeserializeOwned>(
     mut table: Table,
-) -> Result<T, Vec<ConfigIssue>> {
+) -> (Option<T>, Vec<ConfigIssue>) {
     let mut issues = Vec::new();
     loop {
-        let text = match toml::to_string(&table) {
-            Ok(t) => t,
-            Err(e) => {
-                issues.push(issue(&[], e.to_string()));
-                return Err(issues);
-            }
-        };
-        let err = match toml::from_str::<T>(&text) {
-            Ok(v) if issues.is_empty() => return Ok(v),
-            Ok(_) => return Err(issues),
+        let err = match serde_path_to_error::deserialize::<_, T>(Value::Table(table.clone())) {
+            Ok(v) => return (Some(v), issues),
             Err(e) => e,
         };
-        let path = err
-            .span()
-            .and_then(|span| path_at(&text, span.start))
-            .unwrap_or_default();
-        issues.push(issue(&path, with_suggestion(err.message())));
-        // Only a key's own line can be removed to look further; an error about a whole
+        let path = steps(err.path());
+        issues.push(issue(&path, with_suggestion(err.inner().message())));
+        // Only a key's own value can be removed to look further; an error about a whole
         // table (a missing field) ends the search.
         let removable = matches!(path.last(), Some(Step::Key(_)));
         if !removable || issues.len() >= MAX_ISSUES || !remove(&mut table, &path) {
-            return Err(issues);
+            return (None, issues);
         }
     }
+}
+
+/// serde_path_to_error's path as steps: map keys and sequence indices.
+fn steps(path: &serde_path_to_error::Path) -> Vec<Step> {
+    use serde_path_to_error::Segment;
+    path.iter()
+        .filter_map(|s| match s {
+            Segment::Seq { index } => Some(Step::Index(*index)),
+            Segment::Map { key } | Segment::Enum { variant: key } => Some(Step::Key(key.clone())),
+            Segment::Unknown => None,
+        })
+        .collect()
 }
 
 /// serde's unknown-field message, followed by the accepted key nearest to the unknown
@@ -111,64 +124,6 @@ fn issue(path: &[Step], reason: String) -> ConfigIssue {
         key.push_str("(file)");
     }
     ConfigIssue { key, reason }
-}
-
-/// The key path of the text at byte `offset` of `text`, as `toml::to_string` writes it:
-/// `[a.b]` and `[[a]]` headers, then `key = value` lines.
-fn path_at(text: &str, offset: usize) -> Option<Vec<Step>> {
-    let mut header: Vec<Step> = Vec::new();
-    let mut array_counts: std::collections::HashMap<String, usize> = Default::default();
-    let mut start = 0;
-    for line in text.split_inclusive('\n') {
-        let end = start + line.len();
-        let trimmed = line.trim();
-        let on_line = offset >= start && offset < end;
-        if let Some(name) = trimmed
-            .strip_prefix("[[")
-            .and_then(|l| l.strip_suffix("]]"))
-        {
-            let n = array_counts.entry(name.to_string()).or_default();
-            header = dotted(name);
-            header.push(Step::Index(*n));
-            *n += 1;
-        } else if let Some(name) = trimmed.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
-            header = header_in_arrays(name, &array_counts);
-        } else if on_line {
-            let key = trimmed.split_once('=')?.0.trim().trim_matches('"');
-            let mut path = header;
-            path.push(Step::Key(key.to_string()));
-            return Some(path);
-        }
-        if on_line {
-            return Some(header);
-        }
-        start = end;
-    }
-    None
-}
-
-/// `a.b` as steps; a `[a.b]` header below `[[a]]` belongs to a's latest element.
-fn header_in_arrays(name: &str, arrays: &std::collections::HashMap<String, usize>) -> Vec<Step> {
-    let mut path = Vec::new();
-    let mut prefix = String::new();
-    for part in name.split('.') {
-        let part = part.trim().trim_matches('"');
-        if !prefix.is_empty() {
-            prefix.push('.');
-        }
-        prefix.push_str(part);
-        path.push(Step::Key(part.to_string()));
-        if let Some(n) = arrays.get(&prefix) {
-            path.push(Step::Index(n - 1));
-        }
-    }
-    path
-}
-
-fn dotted(name: &str) -> Vec<Step> {
-    name.split('.')
-        .map(|p| Step::Key(p.trim().trim_matches('"').to_string()))
-        .collect()
 }
 
 /// Removes the value at `path`; false when there is none.
@@ -275,25 +230,39 @@ lease_tme = 60
     }
 
     #[test]
-    fn nested_tables_under_array_elements_are_found() {
-        let text = "[[member]]\nname = \"a\"\n[[member]]\nname = \"b\"\n";
-        let path = path_at(text, text.rfind("name").unwrap()).unwrap();
-        assert_eq!(
-            path,
-            vec![
-                Step::Key("member".into()),
-                Step::Index(1),
-                Step::Key("name".into())
-            ]
+    fn a_wrong_type_deep_in_an_array_is_named_by_its_whole_path() {
+        let got = issues(
+            "[[subnet]]\nnetwork = \"192.0.2.0/24\"\nranges = [\"192.0.2.10 - 192.0.2.20\"]\n\
+             [[subnet]]\nnetwork = \"198.51.100.0/24\"\nlease_time = \"long\"\n\
+             [owner.ironic]\nurl = 5\n",
         );
-        let arrays = [("owner".to_string(), 1usize)].into_iter().collect();
-        assert_eq!(
-            header_in_arrays("owner.ironic", &arrays),
-            vec![
-                Step::Key("owner".into()),
-                Step::Index(0),
-                Step::Key("ironic".into())
-            ]
+        assert!(
+            got.iter()
+                .any(|g| g.starts_with("subnet[1].lease_time: invalid type")),
+            "{got:?}"
+        );
+        assert!(
+            got.iter()
+                .any(|g| g.starts_with("owner.ironic.url: invalid type")),
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn what_is_left_after_the_bad_keys_is_returned() {
+        let table: Table =
+            toml::from_str("[dhcp]\nportt = 67\nmax_offers = \"many\"\nport = 6767\n").unwrap();
+        let (raw, issues) = deserialize_lenient::<RawConfig>(table);
+        assert_eq!(issues.len(), 2, "{issues:?}");
+        assert!(raw.is_some(), "the rest deserializes");
+        // An array element is no key to remove (the next would take its index):
+        // nothing is returned.
+        let table: Table = toml::from_str("[[subnet]]\nranges = [7]\n").unwrap();
+        let (raw, issues) = deserialize_lenient::<RawConfig>(table);
+        assert!(raw.is_none(), "{issues:?}");
+        assert!(
+            issues[0].key.starts_with("subnet[0].ranges[0]"),
+            "{issues:?}"
         );
     }
 }

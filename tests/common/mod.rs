@@ -352,13 +352,14 @@ impl Server {
             .arg(shardboot_bin())
             .arg("serve")
             .args(&self.source)
-            .envs(self.vars.iter().cloned())
             .arg("--state-dir")
             .arg(&self.state_dir)
             .env(
                 "SHARDBOOT_LOG",
                 std::env::var("SB_TEST_LOG").unwrap_or("info".into()),
             )
+            // After SHARDBOOT_LOG, so a test's own value (even an empty one) wins.
+            .envs(self.vars.iter().cloned())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)

@@ -220,3 +220,111 @@ fn a_file_that_does_not_validate_changes_nothing_and_a_listener_change_waits_for
         "the option took effect"
     );
 }
+
+/// The debug line a relayed packet from an untrusted source leaves.
+const DEBUG_LINE: &str = "relayed packet from an untrusted source dropped";
+
+#[test]
+fn a_reload_raises_and_lowers_the_log_level_and_refuses_a_filter_that_is_none() {
+    require_root!();
+    let lab = common::Lab::new(&["198.18.0.1/16"], &["198.18.0.2/16"]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shardboot.toml");
+    let with_level = |level: &str| {
+        format!(
+            "log_level = {level:?}\n{}",
+            file(&lab, "198.18.1.0 - 198.18.1.255", "198.18.0.1", "")
+        )
+    };
+    let mut server = common::Server::start(&lab.server, dir.path(), &with_level("info"));
+    // One probe: a relayed DISCOVER from a port no relay sends from (dropped, with a
+    // debug line), then an exchange through the trusted relay. Once its ACK is back,
+    // the engine has handled the first (one thread, arrival order). Returns what the
+    // server logged meanwhile.
+    let probe = |server: &common::Server, n: u32| -> String {
+        let before = server.log_text().len();
+        let ack = lab
+            .client
+            .run(move || {
+                let mut client =
+                    RelayClient::new(Ipv4Addr::new(198, 18, 0, 2), Ipv4Addr::new(198, 18, 0, 1));
+                let stray = std::net::UdpSocket::bind("198.18.0.2:0").unwrap();
+                let bytes = client.discover_raw(&mac(1000 + n), &[]);
+                stray.send_to(&bytes, "198.18.0.1:67").unwrap();
+                client
+                    .obtain_replies(&[mac(n)], Duration::from_secs(2))
+                    .into_iter()
+                    .map(ack_of)
+                    .next()
+                    .flatten()
+            })
+            .join()
+            .unwrap();
+        assert!(ack.is_some(), "probe {n} was not answered");
+        server.log_text()[before..].to_string()
+    };
+    // Writes `text`, sends SIGHUP and returns the first new log line holding `line`.
+    let reload = |server: &common::Server, text: &str, line: &str| -> String {
+        let before = server.log_text().len();
+        std::fs::write(&path, text).unwrap();
+        common::sh(&["kill", "-HUP", &server.pid().unwrap().to_string()]);
+        common::members::wait_until(line, Duration::from_secs(10), || {
+            server.log_text()[before..].contains(line)
+        });
+        let log = server.log_text();
+        log[before..]
+            .lines()
+            .find(|l| l.contains(line))
+            .unwrap()
+            .to_string()
+    };
+
+    // The harness sets SHARDBOOT_LOG: it wins, and the reload says so.
+    let said = reload(
+        &server,
+        &with_level("info,shardboot=debug"),
+        "need a restart",
+    );
+    assert!(
+        said.contains("log_level (SHARDBOOT_LOG is set and wins)"),
+        "{said}"
+    );
+    assert!(!probe(&server, 1).contains(DEBUG_LINE));
+
+    // Without it, log_level rules.
+    std::fs::write(&path, with_level("info")).unwrap();
+    server.set_env("SHARDBOOT_LOG", Some(""));
+    server.restart();
+    let quiet = probe(&server, 2);
+    assert!(!quiet.contains(DEBUG_LINE), "debug line at info: {quiet}");
+
+    // Raised: the debug line appears.
+    let said = reload(
+        &server,
+        &with_level("info,shardboot=debug"),
+        "configuration reloaded",
+    );
+    assert!(said.contains("applied=log_level"), "{said}");
+    let loud = probe(&server, 3);
+    assert!(
+        loud.contains(DEBUG_LINE),
+        "no debug line after raising: {loud}"
+    );
+
+    // A filter that is none: refused, the key named, the level as it was.
+    let said = reload(
+        &server,
+        &with_level("info,shardboot=loudest"),
+        "configuration reload refused",
+    );
+    assert!(said.contains("log_level: "), "{said}");
+    assert!(probe(&server, 4).contains(DEBUG_LINE), "the level stayed");
+
+    // Lowered: the debug line is gone again.
+    reload(&server, &with_level("info"), "configuration reloaded");
+    let quiet = probe(&server, 5);
+    assert!(
+        !quiet.contains(DEBUG_LINE),
+        "debug line after lowering: {quiet}"
+    );
+}

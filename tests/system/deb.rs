@@ -13,11 +13,11 @@ use std::time::{Duration, Instant};
 
 use common::Lab;
 
-fn repo(path: &str) -> String {
+pub(super) fn repo(path: &str) -> String {
     format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))
 }
 
-fn run(program: &str, args: &[&str]) -> Output {
+pub(super) fn run(program: &str, args: &[&str]) -> Output {
     Command::new(program)
         .args(args)
         .env("CONTAINERS_CONF", repo("deploy/podman/containers.conf"))
@@ -26,7 +26,7 @@ fn run(program: &str, args: &[&str]) -> Output {
         .unwrap_or_else(|e| panic!("run {program}: {e}"))
 }
 
-fn run_ok(program: &str, args: &[&str]) -> String {
+pub(super) fn run_ok(program: &str, args: &[&str]) -> String {
     let out = run(program, args);
     assert!(
         out.status.success(),
@@ -37,7 +37,7 @@ fn run_ok(program: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn installed(program: &str) -> bool {
+pub(super) fn installed(program: &str) -> bool {
     Command::new("sh")
         .args(["-c", &format!("command -v {program}")])
         .stdout(Stdio::null())
@@ -46,7 +46,7 @@ fn installed(program: &str) -> bool {
 }
 
 /// Builds the package from the binary under test into `out`; its path.
-fn build_deb(out: &Path) -> PathBuf {
+pub(super) fn build_deb(out: &Path) -> PathBuf {
     let built = Command::new(repo("deploy/deb.sh"))
         .env("BIN", env!("CARGO_BIN_EXE_shardboot"))
         .env("OUT", out)
@@ -195,9 +195,9 @@ fn check_contents(deb: &Path, dir: &Path) {
 }
 
 /// Removes the container and the image, also when the test fails.
-struct Cleanup {
-    container: String,
-    image: String,
+pub(super) struct Cleanup {
+    pub(super) container: String,
+    pub(super) image: String,
 }
 
 impl Drop for Cleanup {
@@ -207,16 +207,17 @@ impl Drop for Cleanup {
     }
 }
 
-/// A clean Debian root (minbase, with ipxe, which the package recommends), imported
-/// into podman's storage as `tag`: no registry is pulled from.
-fn debian_image(dir: &Path, tag: &str) {
+/// A clean Debian root (minbase, with the packages in `include`, comma-separated: ipxe,
+/// which the package recommends), imported into podman's storage as `tag`: no registry
+/// is pulled from.
+pub(super) fn debian_image(dir: &Path, tag: &str, include: &str) {
     let rootfs = dir.join("rootfs");
     run_ok(
         "mmdebstrap",
         &[
             "--quiet",
             "--variant=minbase",
-            "--include=ipxe",
+            &format!("--include={include}"),
             "--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr",
             "bookworm",
             rootfs.to_str().unwrap(),
@@ -281,7 +282,7 @@ fn deb_has_its_files_and_a_valid_unit_and_installed_in_a_clean_container_serves_
         container: container.clone(),
         image: image.clone(),
     };
-    debian_image(dir.path(), &image);
+    debian_image(dir.path(), &image, "ipxe");
 
     // The built-in default serves 192.0.2.0/24 on the interface that has an address in
     // it: the container runs on a test namespace that has one.

@@ -1,5 +1,6 @@
 //! `check-config --explain` through the binary: the layers as the command line and the
-//! environment give them, each value's source, secrets masked.
+//! environment give them, each value's source, secrets masked; and plain `check-config` on
+//! a file with problems of both kinds: every one listed in one run, each by its key.
 
 use std::process::Command;
 
@@ -86,6 +87,60 @@ fn explain_of_the_built_in_default_says_so() {
     assert!(
         text.lines()
             .any(|l| l == "subnet[0].network = \"192.0.2.0/24\"  # built-in default config"),
+        "{text}"
+    );
+}
+
+#[test]
+fn check_config_lists_structural_and_semantic_problems_in_one_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    std::fs::write(
+        &path,
+        r#"
+log_level = "info,shardboot=loudest"
+[dhcp]
+portt = 67
+server_id = "300.1.1.1"
+[[subnet]]
+network = "192.0.2.0/24"
+ranges = ["192.0.2.10 - 192.0.2.20"]
+[[subnet]]
+network = "198.51.100.0/24"
+ranges = ["198.51.100.50 - 198.51.100.40"]
+lease_time = "an hour"
+"#,
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_shardboot"))
+        .arg("--config")
+        .arg(&path)
+        .arg("check-config")
+        .env_remove("SHARDBOOT_DATABASE")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    // Under the first line, "shardboot: invalid configuration:", one problem a line.
+    let listed: Vec<&str> = text
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_once(": ").map(|(k, _)| k))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            "dhcp.portt",
+            "subnet[1].lease_time",
+            "log_level",
+            "dhcp.server_id",
+            "subnet[1].ranges[0]",
+        ],
+        "{text}"
+    );
+    assert!(text.contains("did you mean `port`?"), "{text}");
+    assert!(
+        text.contains("subnet[1].lease_time: invalid type: string \"an hour\""),
         "{text}"
     );
 }

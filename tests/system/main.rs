@@ -14,6 +14,7 @@ mod cli_generate;
 mod config_fixtures;
 mod container;
 mod deb;
+mod deb_systemd;
 mod docs_paths;
 mod explain;
 mod ironic_env;
