@@ -136,7 +136,12 @@ events { worker_connections 1024; }
 http {
   access_log off;
   client_body_temp_path $work/nginx-tmp;
-  server { listen 127.0.0.1:$nginx_port; root $work/www; }
+  server {
+    listen 127.0.0.1:$nginx_port; root $work/www;
+    # The same file for every /v1/boot/<mac>/boot.ipxe: nginx is then driven by the same
+    # wrk script as shardboot, whose Lua request() costs wrk (on the same cores) CPU.
+    location /v1/boot/ { try_files /boot.ipxe =404; }
+  }
 }
 EOF
 nginx -c "$work/nginx.conf" -g 'daemon off;' &
@@ -185,7 +190,12 @@ echo "wrk -t2 -c$conns -d${secs}s, 2-core machine, everything on 127.0.0.1"
 : >"$work/conductor-heads.log"
 run "shardboot /v1/boot/{mac} (Ironic up)" "http://127.0.0.1:$sb_port" "$work/macs.lua"
 heads "  its checks"
+# One machine asking again and again (its check always cached), and /healthz: what the
+# route costs beyond the HTTP stack itself.
+run "shardboot one MAC's route" "http://127.0.0.1:$sb_port/v1/boot/52:54:01:00:00:01/boot.ipxe"
+run "shardboot /healthz" "http://127.0.0.1:$sb_port/healthz"
 run "nginx static boot.ipxe" "http://127.0.0.1:$nginx_port/boot.ipxe"
+run "nginx static, random /v1/boot URL" "http://127.0.0.1:$nginx_port" "$work/macs.lua"
 run "python http.server boot.ipxe" "http://127.0.0.1:$py_port/boot.ipxe"
 kill "$ironic_pid"; wait "$ironic_pid" 2>/dev/null || true
 # Let a refresh fail so the cache is stale for the whole run.
@@ -196,5 +206,6 @@ done
 run "shardboot /v1/boot/{mac} (Ironic down)" "http://127.0.0.1:$sb_port" "$work/macs.lua"
 heads "  its checks"
 rate_of() { local r; for r in "${results[@]}"; do [ "${r%%=*}" = "$1" ] && echo "${r#*=}"; done; }
-row "HTTP /v1/boot/{mac} (owner from Ironic), requests/s" "$(rate_of "shardboot /v1/boot/{mac} (Ironic up)")" "$(rate_of "nginx static boot.ipxe")" "nginx, a static file" higher
+row "HTTP /v1/boot/{mac} (owner from Ironic), requests/s" "$(rate_of "shardboot /v1/boot/{mac} (Ironic up)")" "$(rate_of "nginx static, random /v1/boot URL")" "nginx, a static file, same wrk script" higher
+row "HTTP /v1/boot/{mac}, one machine (check cached), requests/s" "$(rate_of "shardboot one MAC's route")" "$(rate_of "nginx static boot.ipxe")" "nginx, a static file" higher
 curl -s "http://127.0.0.1:$sb_port/metrics" | grep -E '^shardboot_(owner_ironic_(up|cache_total)|http_chain_checks_total)' || true

@@ -224,6 +224,43 @@ fn uefi_pxe_loads_ipxe_over_tftp_and_boots_to_the_per_node_config() {
         }
     }
     eprintln!("{trace}");
+    // The same boot as exchange lines in the server's log (target `exchange`, at info:
+    // what `kubectl logs` shows, as dnsmasq's log-dhcp does), one per step, in order.
+    let log = lab.server.log_text();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(" exchange") && l.contains(mac))
+        .collect();
+    let steps: [&[&str]; 6] = [
+        &["DISCOVER", ": offer"],
+        &["REQUEST", ": ack"],
+        &["RRQ", ": complete", "snponly.efi"],
+        &["REQUEST", ": ack"],
+        &["GET /boot.ipxe", ": 200"],
+        &[
+            "GET /v1/boot/{mac}/{name}",
+            ": 200",
+            "chain=http://192.0.2.1:8088/pxelinux.cfg/52-54-00-5e-00-02",
+        ],
+    ];
+    let mut next = 0;
+    for step in steps {
+        match lines[next..]
+            .iter()
+            .position(|l| step.iter().all(|w| l.contains(w)))
+        {
+            Some(i) => next += i + 1,
+            None => panic!(
+                "no exchange line with {step:?} after line {next} of:\n{}",
+                lines.join("\n")
+            ),
+        }
+    }
+    assert!(
+        !lines.iter().any(|l| l.contains("Some(")),
+        "Debug text in an exchange line:\n{}",
+        lines.join("\n")
+    );
 }
 
 #[test]
