@@ -187,6 +187,7 @@ pub async fn run(
         store.clone(),
         policies.clone(),
         &resolver,
+        handles.dhcp.clone(),
         &shutdown,
     ) {
         tasks.background(t);

@@ -25,15 +25,19 @@
 //! [`Timeline::set_enrolled`]) are
 //! kept with the answered ones from their first event. `disk` keeps the timeline across
 //! a restart, `merge` joins the members' timelines of one machine, `stage` reads each
-//! machine's boot stage for the board. `event` is what one event holds (and how its
-//! text is made safe), `rings` the two rings that keep them; this file is the API.
+//! machine's boot stage for the board, `board_merge` joins the members' boards and
+//! `pool_fill` keeps the board's hour of pool samples. `event` is what one event
+//! holds (and how its text is made safe), `rings` the two rings that keep them; this
+//! file is the API.
 
 pub mod board;
+pub mod board_merge;
 pub mod disk;
 mod event;
 mod intern;
 pub mod merge;
 pub mod peers;
+pub mod pool_fill;
 mod rings;
 pub mod run;
 pub mod stage;
@@ -109,6 +113,8 @@ pub struct Row {
 #[derive(Debug)]
 pub struct Timeline {
     inner: Mutex<Rings>,
+    /// The board's pool fill over the last hour (apart from the events' lock).
+    pool_fill: Mutex<pool_fill::Ring>,
 }
 
 impl Default for Timeline {
@@ -126,6 +132,7 @@ impl Timeline {
     pub fn new(limits: Limits) -> Self {
         Self {
             inner: Mutex::new(Rings::new(limits)),
+            pool_fill: Mutex::default(),
         }
     }
 
@@ -309,5 +316,21 @@ impl Timeline {
     /// Whether nothing is kept.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Keeps `s`, this minute's pool fill, for the board (the oldest of an hour goes).
+    pub fn sample_pools(&self, s: pool_fill::Sample) {
+        self.pool_fill
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(s);
+    }
+
+    /// The pool fill samples of the last hour, oldest first.
+    pub fn pool_fill(&self) -> Vec<pool_fill::Sample> {
+        self.pool_fill
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .samples()
     }
 }
