@@ -82,7 +82,13 @@ impl SharedStore {
 
     async fn read_or_make_secret(&self) -> Result<String, MemberSecretError> {
         let [create, insert, read] = statements(self.sql.0);
-        sqlx::query(create).execute(&self.pool).await?;
+        if let Err(e) = sqlx::query(create).execute(&self.pool).await {
+            // Two members creating the table at once: PostgreSQL may refuse the second
+            // (a duplicate in its catalogue) though the table now exists.
+            if sqlx::query(read).fetch_optional(&self.pool).await.is_err() {
+                return Err(e.into());
+            }
+        }
         let row = sqlx::query(read).fetch_optional(&self.pool).await?;
         let secret: String = match row {
             Some(r) => r.try_get(0)?,

@@ -1,9 +1,10 @@
 //! Members of one shared lease store need no hand-made member secret: two `shardboot
-//! serve` processes on loopback, no `owner.member_secret_file`, one real MariaDB or
-//! PostgreSQL database. Either member's `/v1/machines/{mac}/events` holds both
-//! members' events (each verified under the secret the store keeps), the store holds
-//! one secret for both, and a member given a secret file of its own uses that file:
-//! the two then refuse each other, and each names the other as not asked.
+//! serve` processes on loopback, started at the same moment, no
+//! `owner.member_secret_file`, one real MariaDB or PostgreSQL database. Either
+//! member's `/v1/machines/{mac}/events` and `/v1/board` hold both members' parts (each
+//! verified under the secret the store keeps), the store holds one secret for both,
+//! and a member given a secret file of its own uses that file: the two then refuse
+//! each other, and each names the other as not asked.
 
 use crate::common;
 
@@ -68,8 +69,13 @@ fn two_members_merge_under_the_stores_secret(kind: Kind) {
     let mut db = DbServer::start(kind, None);
     let store = db.store_table();
     let ports = (free_port(), free_port());
-    let a = member("a", ports, &store, "");
-    let b = member("b", ports, &store, "");
+    // Both start at once: each may find no secret and insert its own; the store keeps
+    // the first, and both read that one.
+    let (a, b) = std::thread::scope(|scope| {
+        let a = scope.spawn(|| member("a", ports, &store, ""));
+        let b = scope.spawn(|| member("b", ports, &store, ""));
+        (a.join().unwrap(), b.join().unwrap())
+    });
     // One boot request to each member: each records what it was asked.
     for m in [&a, &b] {
         let (code, _) = m.get(&format!("/v1/boot/{MAC}/one.ipxe"));
@@ -80,6 +86,19 @@ fn two_members_merge_under_the_stores_secret(kind: Kind) {
         assert_eq!(v["unasked"], serde_json::json!([]), "from {asked}: {v}");
         let (from_a, from_b) = counts(&v);
         assert!(from_a >= 1 && from_b >= 1, "from {asked}: {v}");
+        // The board too: the machine once, seen by both.
+        let (code, body) = m.get_as("/v1/board", Some(TOKEN));
+        assert_eq!(code, 200, "{body}");
+        let board: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            board["unasked"],
+            serde_json::json!([]),
+            "from {asked}: {board}"
+        );
+        assert_eq!(
+            board["machines"][0]["members"],
+            serde_json::json!(["a", "b"])
+        );
     }
     // One secret in the store, made by whichever member came first.
     // (store_table made the server's first database, sb1.)
