@@ -77,6 +77,9 @@ pub enum AppError {
     /// The shared lease store cannot be used.
     #[error(transparent)]
     Shared(#[from] crate::shared::SharedError),
+    /// The member secret cannot be read from the shared lease store.
+    #[error(transparent)]
+    SharedSecret(#[from] crate::shared::member_secret::MemberSecretError),
 }
 
 /// The tasks of a running instance. The first to fail stops the others.
@@ -156,7 +159,15 @@ pub async fn run(
         .store
         .set_aside
         .set((snapshot.set_aside.len() + snapshot.set_aside6.len()) as u64);
-    let (resolver, owner_tasks) = crate::owner::start(&config, &shutdown)?;
+    // Without a secret file, members of one shared store share the secret the store
+    // keeps (`shared::member_secret`): they already trust that database with every
+    // binding. A configured file wins.
+    let stored_secret = match (&shared, &config.owner.member_secret_file) {
+        (Some(s), None) => Some(s.member_secret().await?),
+        _ => None,
+    };
+    let (resolver, owner_tasks) =
+        crate::owner::start(&config, &shutdown, stored_secret.as_deref())?;
     owner_tasks.into_iter().for_each(|t| tasks.background(t));
     // With a shared lease store the database decides every binding before its ACK.
     let arbiter = shared.as_ref().map(|s| {
@@ -176,6 +187,7 @@ pub async fn run(
         store.clone(),
         policies.clone(),
         &resolver,
+        handles.dhcp.clone(),
         &shutdown,
     ) {
         tasks.background(t);

@@ -1,7 +1,9 @@
 //! `shardboot board`: the boot board in a terminal, refreshed every two seconds as `top`
-//! is (`--once` prints it once, for scripts): the member asked, the members and their
-//! liveness, this member's pools, machines per stage, then the machines, stuck first,
-//! from `/v1/board`. Every value is printed escaped.
+//! is (`--once` prints it once, for scripts): the member asked, the members with their
+//! liveness and pool fill over the last hour (a one-line chart), the members that
+//! could not be asked, this member's pools, machines per stage, then every member's
+//! machines, stuck first, each with the members that saw it, from `/v1/board`. Every
+//! value is printed escaped.
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -83,6 +85,15 @@ pub(super) fn duration(ms: u64) -> String {
     }
 }
 
+/// Percentages (0–100) as one line of block characters, one per sample.
+fn sparkline(percent: &[u64]) -> String {
+    const BLOCKS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    percent
+        .iter()
+        .map(|p| BLOCKS[(*p.min(&100) as usize * 7).div_ceil(100)])
+        .collect()
+}
+
 /// The board as text.
 pub(super) fn render(v: &serde_json::Value) -> String {
     let mut o = String::new();
@@ -99,22 +110,37 @@ pub(super) fn render(v: &serde_json::Value) -> String {
         v["stuck"].as_u64().unwrap_or(0),
         duration(v["stuck_after_ms"].as_u64().unwrap_or(0)),
     );
-    let members: Vec<String> = v["members"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|m| {
-            let mut s = text(&m["name"]);
-            s.push_str(match (m["self"].as_bool(), m["alive"].as_bool()) {
-                (Some(true), _) => " (this member)",
-                (_, Some(true)) => " (alive)",
-                _ => " (DEAD)",
-            });
-            s
-        })
-        .collect();
-    if !members.is_empty() {
-        let _ = writeln!(o, "members: {}", members.join(", "));
+    for m in v["members"].as_array().into_iter().flatten() {
+        let state = match (m["self"].as_bool(), m["alive"].as_bool()) {
+            (Some(true), _) => "this member",
+            (_, Some(true)) => "alive",
+            _ => "DEAD",
+        };
+        let fill: Vec<u64> = m["pool_fill"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|f| {
+                let used = f["in_use"].as_u64().unwrap_or(0);
+                let free = f["free"].as_u64().unwrap_or(0);
+                (used * 100).checked_div(used + free).unwrap_or(0)
+            })
+            .collect();
+        let now = fill.last().map_or("-".to_string(), |p| format!("{p}%"));
+        let _ = writeln!(
+            o,
+            "member {} ({state}): pools {now} full, last hour {}",
+            text(&m["name"]),
+            sparkline(&fill)
+        );
+    }
+    for u in v["unasked"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            o,
+            "member {} not asked: {}",
+            text(&u["member"]),
+            text(&u["why"])
+        );
     }
     for p in v["pools"].as_array().into_iter().flatten() {
         let used = p["in_use"].as_u64().unwrap_or(0);
@@ -140,14 +166,14 @@ pub(super) fn render(v: &serde_json::Value) -> String {
     }
     let _ = writeln!(
         o,
-        "{:<17}  {:<11}  {:>8}  {:<5}  {:<5}  {:<39}  WHY",
-        "MAC", "STAGE", "IN STAGE", "STUCK", "KNOWN", "IP"
+        "{:<17}  {:<11}  {:>8}  {:<5}  {:<5}  {:<39}  {:<12}  WHY",
+        "MAC", "STAGE", "IN STAGE", "STUCK", "KNOWN", "IP", "SEEN BY"
     );
     let machines = v["machines"].as_array().cloned().unwrap_or_default();
     for m in &machines {
         let _ = writeln!(
             o,
-            "{:<17}  {:<11}  {:>8}  {:<5}  {:<5}  {:<39}  {}",
+            "{:<17}  {:<11}  {:>8}  {:<5}  {:<5}  {:<39}  {:<12}  {}",
             text(&m["mac"]),
             text(&m["stage"]),
             duration(m["in_stage_ms"].as_u64().unwrap_or(0)),
@@ -162,6 +188,13 @@ pub(super) fn render(v: &serde_json::Value) -> String {
                 "no"
             },
             text(&m["ip"]),
+            m["members"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(text)
+                .collect::<Vec<_>>()
+                .join(","),
             text(&m["why"]),
         );
     }
@@ -186,10 +219,15 @@ mod tests {
             "member": "a", "now_ms": 1_700_000_000_000u64, "window_ms": 3_600_000,
             "stuck_after_ms": 120_000, "seen": 2, "stuck": 1, "matching": 2, "offset": 0,
             "stages": {"bound": {"machines": 1, "stuck": 1}, "chained": {"machines": 1, "stuck": 0}},
-            "members": [{"name": "a", "self": true, "alive": true}, {"name": "b\u{1b}", "self": false, "alive": false}],
+            "members": [
+                {"name": "a", "self": true, "alive": true, "pool_fill": [
+                    {"at_ms": 1, "in_use": 0, "free": 100}, {"at_ms": 2, "in_use": 50, "free": 50},
+                    {"at_ms": 3, "in_use": 25, "free": 75}]},
+                {"name": "b\u{1b}", "self": false, "alive": false, "pool_fill": []}],
+            "unasked": [{"member": "b\u{1b}", "why": "unreachable"}],
             "pools": [{"subnet": "192.0.2.0/24", "in_use": 25, "free_in_share": 75}],
             "machines": [
-                {"mac": "52:54:00:00:00:01", "stage": "bound", "in_stage_ms": 302_000, "stuck": true, "known": true, "ip": "192.0.2.10"},
+                {"mac": "52:54:00:00:00:01", "stage": "bound", "in_stage_ms": 302_000, "stuck": true, "known": true, "ip": "192.0.2.10", "members": ["a", "b"]},
                 {"mac": "52:54:00:00:00:02", "stage": "chained", "in_stage_ms": 4_000, "stuck": false, "known": true}
             ]
         });
@@ -201,9 +239,14 @@ mod tests {
             "{t}"
         );
         assert!(
-            t.contains("members: a (this member), b\\u{1b} (DEAD)"),
+            t.contains("member a (this member): pools 25% full, last hour ▁▅▃\n"),
             "{t}"
         );
+        assert!(
+            t.contains("member b\\u{1b} (DEAD): pools - full, last hour \n"),
+            "{t}"
+        );
+        assert!(t.contains("member b\\u{1b} not asked: unreachable"), "{t}");
         assert!(
             t.contains("pool 192.0.2.0/24: 25 in use, 75 free in this member's share (25% full)"),
             "{t}"
@@ -217,7 +260,10 @@ mod tests {
             .find(|l| l.starts_with("52:54:00:00:00:01"))
             .unwrap();
         assert!(
-            first.contains("bound") && first.contains("5m02s") && first.contains("STUCK"),
+            first.contains("bound")
+                && first.contains("5m02s")
+                && first.contains("STUCK")
+                && first.contains(" a,b "),
             "{first}"
         );
         assert!(t.ends_with("shown 1-2 of 2 matching\n"), "{t}");

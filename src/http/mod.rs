@@ -225,6 +225,7 @@ pub fn router_for(state: Arc<HttpState>, serves: Serves) -> Router {
             .route("/v1/boot/fallback.ipxe", get(boot_fallback))
             .route("/v1/boot/{mac}/{name}", get(boot_mac))
             .route(crate::timeline::peers::PEER_ROUTE, get(peer::events))
+            .route(crate::timeline::peers::PEER_BOARD_ROUTE, get(peer::board))
             .route("/ipxe/{*file}", get(files::ipxe_file));
     }
     app.layer(axum::middleware::from_fn_with_state(

@@ -50,15 +50,21 @@ pub type Background = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + S
 
 /// Builds the resolver and the tasks that keep it current: the Ironic snapshot refresh,
 /// the background lookups of MACs the DHCP path found missing, and (with several
-/// members) the health probes of the other members.
+/// members) the health probes of the other members. `stored_secret`: the member
+/// secret the shared lease store keeps, used when no secret file is configured.
 pub fn start(
     config: &Config,
     shutdown: &CancellationToken,
+    stored_secret: Option<&str>,
 ) -> Result<(Arc<Resolver>, Vec<Background>), OwnerError> {
     let mut tasks: Vec<Background> = Vec::new();
     let mut resolver = Resolver::new(config)?;
     if let Some(path) = &config.owner.member_secret_file {
         resolver = resolver.with_member_secret(Arc::new(MemberSecret::load(path)?));
+    } else if let Some(text) = stored_secret {
+        let secret = MemberSecret::from_lines(text.as_bytes())
+            .ok_or(peer_auth::SecretError::StoredTooShort)?;
+        resolver = resolver.with_member_secret(Arc::new(secret));
     }
     for w in peer_auth::warnings(&config.owner, config.members.len()) {
         warn!(warning = %w, "members");

@@ -14,6 +14,9 @@
 //! mounted into every pod) needs no certificate per member and no clock agreement. The
 //! secret file may hold several lines: the first signs, every line verifies, so a new secret can be rolled
 //! out member by member before the old one is removed.
+//!
+//! With a shared lease store and no secret file, the secret is the one the store keeps
+//! (`shared::member_secret`): members already trust that database with every binding.
 
 use std::path::{Path, PathBuf};
 
@@ -31,6 +34,8 @@ const HEALTH_CONTEXT: &[u8] = b"shardboot/healthz/v1";
 const PROBE_CONTEXT: &[u8] = b"shardboot/healthz-probe/v1";
 const EVENTS_REQUEST_CONTEXT: &[u8] = b"shardboot/events-request/v1";
 const EVENTS_ANSWER_CONTEXT: &[u8] = b"shardboot/events-answer/v1";
+const BOARD_REQUEST_CONTEXT: &[u8] = b"shardboot/board-request/v1";
+const BOARD_ANSWER_CONTEXT: &[u8] = b"shardboot/board-answer/v1";
 
 /// The header a prober sends: the challenge, 32 lowercase hex digits.
 pub const CHALLENGE_HEADER: &str = "x-shardboot-challenge";
@@ -65,6 +70,9 @@ pub enum SecretError {
         /// The configured path.
         path: PathBuf,
     },
+    /// The secret in the shared lease store is not one this build made (too short).
+    #[error("the member secret in the shared lease store (table shardboot_member_secret) is shorter than {MIN_SECRET_LEN} characters; delete its row and restart the members, or set owner.member_secret_file")]
+    StoredTooShort,
 }
 
 /// The keys of the member secret: the first signs, all verify.
@@ -179,6 +187,48 @@ impl MemberSecret {
     ) -> bool {
         let m = message(&[
             EVENTS_ANSWER_CONTEXT,
+            challenge.as_bytes(),
+            member.as_bytes(),
+            body,
+        ]);
+        self.check(&m, proof)
+    }
+
+    /// A member's proof that it asks for the board (its machines, pools and pool
+    /// fill) with `challenge`.
+    pub fn prove_board_request(&self, challenge: &str) -> String {
+        self.sign(&message(&[BOARD_REQUEST_CONTEXT, challenge.as_bytes()]))
+    }
+
+    /// Whether `proof` is a member's request for the board with `challenge`.
+    pub fn verify_board_request(&self, challenge: &str, proof: &str) -> bool {
+        self.check(
+            &message(&[BOARD_REQUEST_CONTEXT, challenge.as_bytes()]),
+            proof,
+        )
+    }
+
+    /// The answering member's proof of its board: the challenge, its name and the
+    /// whole body.
+    pub fn prove_board_answer(&self, challenge: &str, member: &str, body: &[u8]) -> String {
+        self.sign(&message(&[
+            BOARD_ANSWER_CONTEXT,
+            challenge.as_bytes(),
+            member.as_bytes(),
+            body,
+        ]))
+    }
+
+    /// Whether `proof` is `member`'s proof of its board `body` for `challenge`.
+    pub fn verify_board_answer(
+        &self,
+        challenge: &str,
+        member: &str,
+        body: &[u8],
+        proof: &str,
+    ) -> bool {
+        let m = message(&[
+            BOARD_ANSWER_CONTEXT,
             challenge.as_bytes(),
             member.as_bytes(),
             body,
@@ -368,6 +418,22 @@ mod tests {
             b"{\"events\":[]}",
             &p
         ));
+    }
+
+    #[test]
+    fn a_board_request_or_answer_is_no_events_proof_and_binds_its_body() {
+        let s = MemberSecret::from_lines(A).unwrap();
+        let c = new_challenge().unwrap();
+        let req = s.prove_board_request(&c);
+        assert!(s.verify_board_request(&c, &req));
+        assert!(!s.verify_board_request(&new_challenge().unwrap(), &req));
+        assert!(!s.verify_probe(&c, &req) && !s.verify_events_request(&c, "", &req));
+        let body = b"{\"rows\":[]}";
+        let p = s.prove_board_answer(&c, "b", body);
+        assert!(s.verify_board_answer(&c, "b", body, &p));
+        assert!(!s.verify_board_answer(&c, "a", body, &p));
+        assert!(!s.verify_board_answer(&c, "b", b"{\"rows\":[1]}", &p));
+        assert!(!s.verify_events_answer(&c, "b", body, &p), "contexts apart");
     }
 
     #[test]

@@ -15,6 +15,7 @@
 mod bindings;
 pub mod follow;
 pub mod hook;
+pub mod member_secret;
 mod metrics;
 mod script;
 mod sql;

@@ -8,6 +8,10 @@
 //! (connect and read), an answer is read up to [`MAX_ANSWER`] octets and at most
 //! `merge::MAX_PEER_EVENTS` events are taken from it. Without a member secret no member
 //! is asked (an unauthenticated answer is no evidence), and the answer says so.
+//!
+//! The board is asked the same way (`ask_boards`): each member's own machines, at
+//! most `board_merge::MAX_PEER_ROWS`, its pools and its pool fill; the member route
+//! answers its own view only, so asking never recurses.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -16,13 +20,20 @@ use crate::config::Member;
 use crate::mac::MacAddr;
 use crate::owner::peer_auth::{self, MemberSecret};
 
+use super::board_merge::{MemberBoard, MAX_PEER_ROWS};
 use super::merge::{MemberEvent, PeerAnswer, Unasked, MAX_PEER_EVENTS};
+use super::pool_fill;
 
 /// The route a member serves its events of one machine on, to members only.
 pub const PEER_ROUTE: &str = "/v1/peer/machines/{mac}/events";
-/// Largest answer read from a member: its events of one machine, at most 1,000 of
-/// about 400 octets.
-pub const MAX_ANSWER: usize = 1024 * 1024;
+/// The route a member serves its own board on (its machines, pools and pool fill),
+/// to members only.
+pub const PEER_BOARD_ROUTE: &str = "/v1/peer/board";
+/// Largest answer read from a member: its board, at most [`MAX_PEER_ROWS`] machines of
+/// about 150 octets (its events of one machine are far less).
+pub const MAX_ANSWER: usize = 4 * 1024 * 1024;
+/// Most pools taken from a member's board.
+const MAX_PEER_POOLS: usize = 1_024;
 
 /// The path for `mac`.
 pub fn peer_path(mac: &MacAddr) -> String {
@@ -102,14 +113,105 @@ async fn ask(
 ) -> Result<Vec<MemberEvent>, &'static str> {
     let challenge = peer_auth::new_challenge().ok_or("unreachable")?;
     let mac_text = mac.to_string();
-    let url = format!("{}{}", member.http_url, peer_path(&mac));
+    let proof = secret.prove_events_request(&challenge, &mac_text);
+    let verify =
+        |body: &[u8], p: &str| secret.verify_events_answer(&challenge, &member.name, body, p);
+    let body = signed_get(client, member, &peer_path(&mac), &challenge, &proof, verify).await?;
+    let answer: PeerAnswer = serde_json::from_slice(&body).map_err(|_| "unreadable")?;
+    if answer.mac.parse::<MacAddr>().ok() != Some(mac) {
+        return Err("unreadable");
+    }
+    Ok(answer
+        .events
+        .into_iter()
+        .rev()
+        .take(MAX_PEER_EVENTS)
+        .rev()
+        .map(|e| MemberEvent::from_peer(&member.name, e))
+        .collect())
+}
+
+/// What asking every other member for its board gave: each answering member's
+/// board, and the members that could not be asked.
+#[derive(Debug, Default)]
+pub struct AskedBoards {
+    /// Each member that answered, with its board.
+    pub boards: Vec<(String, MemberBoard)>,
+    /// The others, with why.
+    pub unasked: Vec<Unasked>,
+}
+
+/// Asks every member of `members` but `me` for its own board (never merged again:
+/// the member route answers one member's view only).
+pub async fn ask_boards(
+    members: &[Member],
+    me: Option<&str>,
+    secret: Option<&MemberSecret>,
+    timeout: Duration,
+) -> AskedBoards {
+    let others: Vec<&Member> = members
+        .iter()
+        .filter(|m| Some(m.name.as_str()) != me)
+        .collect();
+    let mut out = AskedBoards::default();
+    let (Some(secret), Some(client)) = (secret, client()) else {
+        out.unasked = others
+            .iter()
+            .map(|m| Unasked {
+                member: m.name.clone(),
+                why: "no_member_secret",
+            })
+            .collect();
+        return out;
+    };
+    let asks = others.iter().map(|m| async move {
+        let r = tokio::time::timeout(timeout, ask_board(client, m, secret)).await;
+        (m.name.clone(), r.unwrap_or(Err("timeout")))
+    });
+    for (member, result) in futures_util::future::join_all(asks).await {
+        match result {
+            Ok(board) => out.boards.push((member, board)),
+            Err(why) => out.unasked.push(Unasked { member, why }),
+        }
+    }
+    out
+}
+
+/// One member's board, or why not.
+async fn ask_board(
+    client: &reqwest::Client,
+    member: &Member,
+    secret: &MemberSecret,
+) -> Result<MemberBoard, &'static str> {
+    let challenge = peer_auth::new_challenge().ok_or("unreachable")?;
+    let proof = secret.prove_board_request(&challenge);
+    let verify =
+        |body: &[u8], p: &str| secret.verify_board_answer(&challenge, &member.name, body, p);
+    let body = signed_get(client, member, PEER_BOARD_ROUTE, &challenge, &proof, verify).await?;
+    let mut board: MemberBoard = serde_json::from_slice(&body).map_err(|_| "unreadable")?;
+    board.rows.truncate(MAX_PEER_ROWS);
+    board.pools.truncate(MAX_PEER_POOLS);
+    let keep = board.pool_fill.len().saturating_sub(pool_fill::SAMPLES);
+    board.pool_fill.drain(..keep);
+    Ok(board)
+}
+
+/// GETs `path` from `member` with `challenge` and the asker's `proof`; the body, read
+/// up to [`MAX_ANSWER`] octets, when the answer names `member` and `verify` accepts
+/// its proof over the body.
+async fn signed_get(
+    client: &reqwest::Client,
+    member: &Member,
+    path: &str,
+    challenge: &str,
+    proof: &str,
+    verify: impl Fn(&[u8], &str) -> bool,
+) -> Result<Vec<u8>, &'static str> {
+    let url = format!("{}{path}", member.http_url);
     let mut r = client
         .get(url)
-        .header(peer_auth::CHALLENGE_HEADER, &challenge)
-        .header(
-            peer_auth::PROBER_PROOF_HEADER,
-            secret.prove_events_request(&challenge, &mac_text),
-        )
+        .header(peer_auth::CHALLENGE_HEADER, challenge)
+        .header(peer_auth::PROBER_PROOF_HEADER, proof)
         .send()
         .await
         .map_err(|e| {
@@ -140,21 +242,10 @@ async fn ask(
         body.extend_from_slice(&chunk);
     }
     // The member asked must be the one that answered, and the answer must be whole.
-    let verified = named.as_deref() == Some(member.name.as_str())
-        && proof.is_some_and(|p| secret.verify_events_answer(&challenge, &member.name, &body, &p));
+    let verified =
+        named.as_deref() == Some(member.name.as_str()) && proof.is_some_and(|p| verify(&body, &p));
     if !verified {
         return Err("unverified");
     }
-    let answer: PeerAnswer = serde_json::from_slice(&body).map_err(|_| "unreadable")?;
-    if answer.mac.parse::<MacAddr>().ok() != Some(mac) {
-        return Err("unreadable");
-    }
-    Ok(answer
-        .events
-        .into_iter()
-        .rev()
-        .take(MAX_PEER_EVENTS)
-        .rev()
-        .map(|e| MemberEvent::from_peer(&member.name, e))
-        .collect())
+    Ok(body)
 }

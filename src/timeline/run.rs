@@ -1,7 +1,8 @@
-//! The timeline's start-up and its two background tasks: the disk writer (every
-//! `timeline.flush_ms`, and once more at shutdown) and the enrolled machines (leases,
+//! The timeline's start-up and its background tasks: the disk writer (every
+//! `timeline.flush_ms`, and once more at shutdown), the enrolled machines (leases,
 //! reservations, `[[host]]`s, host policies and the MACs of Ironic's ports, read again
-//! every [`ENROLLED_EVERY`]), which the timeline keeps with the known machines.
+//! every [`ENROLLED_EVERY`]), which the timeline keeps with the known machines, and
+//! the board's pool fill sample (every `pool_fill::EVERY`).
 //!
 //! A timeline that cannot be kept on disk never stops shardboot: it is logged once and
 //! the timeline stays in memory.
@@ -15,9 +16,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::disk::{self, Disk};
+use super::pool_fill::{self, Sample};
 use super::{Limits, Timeline};
 use crate::config::Config;
 use crate::dhcp::host_policy::HostPolicies;
+use crate::dhcp::metrics::DhcpMetrics;
 use crate::mac::MacAddr;
 use crate::owner::Resolver;
 use crate::store::{LeaseQuery, Store};
@@ -31,13 +34,15 @@ const MAX_ENROLLED: usize = 500_000;
 pub type Background = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 /// Sets the timeline's limits, reads it back from `<state_dir>/timeline/` and returns
-/// the tasks that keep it on disk and keep its enrolled machines current.
+/// the tasks that keep it on disk, keep its enrolled machines current and sample the
+/// pools `dhcp` publishes for the board.
 pub fn start(
     config: &Config,
     timeline: &Arc<Timeline>,
     store: Arc<dyn Store>,
     policies: Arc<HostPolicies>,
     resolver: &Arc<Resolver>,
+    dhcp: Arc<DhcpMetrics>,
     shutdown: &CancellationToken,
 ) -> Vec<Background> {
     let settings = &config.timeline;
@@ -55,6 +60,11 @@ pub fn start(
     tasks.push(Box::pin(follow_enrolled(
         timeline.clone(),
         Arc::new(sources),
+        shutdown.clone(),
+    )));
+    tasks.push(Box::pin(sample_pools(
+        timeline.clone(),
+        dhcp,
         shutdown.clone(),
     )));
     if settings.persist {
@@ -163,5 +173,26 @@ async fn follow_enrolled(
         if let Ok(macs) = tokio::task::spawn_blocking(move || sources.enrolled()).await {
             timeline.set_enrolled(macs);
         }
+    }
+}
+
+/// Samples the pools every [`pool_fill::EVERY`] (the first a minute after start: the
+/// board adds the pools of the moment to what it shows).
+async fn sample_pools(
+    timeline: Arc<Timeline>,
+    dhcp: Arc<DhcpMetrics>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(pool_fill::EVERY) => {}
+            _ = shutdown.cancelled() => return,
+        }
+        let pools = dhcp.pools.lock().map(|p| p.clone()).unwrap_or_default();
+        let sample = Sample::of(
+            crate::clock::unix_now_ms(),
+            pools.iter().map(|p| (p.in_use, p.free)),
+        );
+        timeline.sample_pools(sample);
     }
 }

@@ -2,7 +2,8 @@
 //! with a real DHCP client: a machine's history survives a crash and restart; a flood
 //! of random MACs leaves an enrolled machine's events alone; `/v1/board`, `shardboot
 //! board --once` and `/ui` in headless Chromium show a boot storm of thousands of
-//! machines, stuck ones first, one page at a time, and nothing without the token.
+//! machines, stuck ones first, one page at a time, with the member's pool fill over
+//! the last hour as a chart, and nothing without the token.
 
 use crate::common;
 
@@ -79,7 +80,22 @@ fn a_machines_history_survives_a_crash_and_restart_and_the_board_shows_it() {
     assert_eq!(m["stage"], "bound");
     assert_eq!(m["known"], true);
     assert_eq!(m["ip"], offer.yiaddr.to_string());
+    assert_eq!(m["members"], serde_json::json!(["local"]));
     assert_eq!(board["stages"]["bound"]["machines"], 1);
+    // The pool fill of the moment closes the member's hour of samples: the address
+    // leased is in use (once the DHCP loop has published its pools).
+    let in_use_now = || {
+        let b = api.json("GET", "/v1/board", None);
+        b["members"][0]["pool_fill"]
+            .as_array()
+            .and_then(|f| f.last())
+            .and_then(|s| s["in_use"].as_u64())
+    };
+    common::members::wait_until(
+        "the pool fill counts the lease",
+        Duration::from_secs(10),
+        || in_use_now().is_some_and(|n| n >= 1),
+    );
 
     // The same view in a terminal.
     let out = lab
@@ -348,6 +364,10 @@ fn the_board_at_a_boot_storm_of_three_thousand_machines_in_json_and_in_a_browser
         "shown 1-100 of 3000 matching",
         "<tr class=\"stuck\">",
         "silent 429",
+        // Each member's pool fill over the last hour, drawn as an inline SVG chart.
+        "<svg class=\"fill-chart\"",
+        "<polyline points=\"",
+        "full now; ",
     ] {
         assert!(dom.contains(want), "{want} missing from the page");
     }

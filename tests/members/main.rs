@@ -15,4 +15,5 @@ mod health;
 mod ironic;
 mod ironic_routing;
 mod shared;
+mod shared_secret;
 mod timeline_merge;

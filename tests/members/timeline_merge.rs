@@ -2,7 +2,8 @@
 //! the member secret between them): either member's `/v1/machines/{mac}/events`
 //! returns both members' events, complete and in time order, each naming its member;
 //! a member that is down is named with why; the member route refuses a caller
-//! without the secret; a restart keeps each member's part.
+//! without the secret; a restart keeps each member's part. The board merges the same
+//! way: the machine once, with the members that saw it.
 
 use crate::common;
 
@@ -58,6 +59,12 @@ self = "{name}"
 
 fn timeline(m: &Member) -> serde_json::Value {
     let (code, body) = m.get_as(&format!("/v1/machines/{MAC}/events"), Some(TOKEN));
+    assert_eq!(code, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+fn board(m: &Member, path: &str) -> serde_json::Value {
+    let (code, body) = m.get_as(path, Some(TOKEN));
     assert_eq!(code, 200, "{body}");
     serde_json::from_str(&body).unwrap()
 }
@@ -136,6 +143,29 @@ fn a_machine_answered_by_two_members_has_one_ordered_timeline() {
     assert_eq!(steps(&local).len(), 4);
     assert!(steps(&local).iter().all(|(m, _)| m == "a"));
 
+    // The board, merged the same way: the machine once, with both members that saw
+    // it, and every member with its pool fill; `?local=1` is one member's view.
+    for (asked, m) in [("a", &a), ("b", &b)] {
+        let v = board(m, "/v1/board");
+        assert_eq!(v["unasked"], serde_json::json!([]), "from {asked}: {v}");
+        assert_eq!(
+            (v["seen"].as_u64(), v["local"].as_bool()),
+            (Some(1), Some(false))
+        );
+        assert_eq!(v["machines"][0]["mac"], MAC);
+        assert_eq!(v["machines"][0]["members"], serde_json::json!(["a", "b"]));
+        for member in v["members"].as_array().unwrap() {
+            assert_eq!(member["answered"], true, "{member}");
+            assert!(!member["pool_fill"].as_array().unwrap().is_empty());
+        }
+    }
+    let v = board(&a, "/v1/board?local=1");
+    assert_eq!(v["machines"][0]["members"], serde_json::json!(["a"]));
+    assert_eq!(v["members"][1]["answered"], false, "{v}");
+    let (code, body) = b.get("/v1/peer/board");
+    assert_eq!(code, 401);
+    assert!(!body.contains(MAC), "{body}");
+
     // The member route: nothing without the secret's proof, nothing to a wrong one.
     let (code, body) = b.get(&format!("/v1/peer/machines/{MAC}/events"));
     assert_eq!(code, 401);
@@ -170,6 +200,12 @@ fn a_machine_answered_by_two_members_has_one_ordered_timeline() {
         v["unasked"],
         serde_json::json!([{"member": "b", "why": "unreachable"}])
     );
+    let v = board(&a, "/v1/board");
+    assert_eq!(
+        v["unasked"],
+        serde_json::json!([{"member": "b", "why": "unreachable"}])
+    );
+    assert_eq!(v["machines"][0]["members"], serde_json::json!(["a"]));
     let b = member("b", ports, &state_b);
     wait_until("b's part is back", Duration::from_secs(10), || {
         steps(&timeline(&a)).len() == 6

@@ -1,6 +1,8 @@
-// shardboot /ui: a read-only view of the operator API: the boot board (refreshed every
-// three seconds, one page of machines at a time), the members, the pools, the leases
-// and one machine's timeline from every member. The token comes from the form or
+// shardboot /ui: a read-only view of the operator API: the boot board of every member
+// (refreshed every three seconds, one page of machines at a time, each machine with
+// the members that saw it), the members with each one's pool fill over the last hour
+// as a small line chart (inline SVG, no library), the pools, the leases and one
+// machine's timeline from every member. The token comes from the form or
 // the page fragment (#token=..., which browsers never send to the server) and is kept
 // in sessionStorage only. Everything shown is set with textContent: host names and
 // DUIDs come from DHCP clients and must never become markup.
@@ -105,6 +107,63 @@
     $("status6").textContent = shown + " DHCPv6 leases" + (cursor ? " (first " + MAX_ROWS + " shown)" : "");
   }
 
+  // Addresses in use of all the pool holds, in percent.
+  function percent(s) {
+    const total = s.in_use + s.free;
+    return total ? Math.round((100 * s.in_use) / total) : 0;
+  }
+
+  // A member's pool fill over the last hour as a small line chart: time across (the
+  // member's own newest sample at the right edge, so members' clocks do not matter),
+  // 0-100 % up. Built with DOM calls; nothing from the answer becomes markup.
+  const SVG = "http://www.w3.org/2000/svg";
+  const HOUR_MS = 3600000;
+  function fillChart(samples) {
+    const w = 180;
+    const h = 36;
+    const svg = document.createElementNS(SVG, "svg");
+    svg.setAttribute("class", "fill-chart");
+    svg.setAttribute("width", w);
+    svg.setAttribute("height", h);
+    svg.setAttribute("viewBox", "0 0 " + w + " " + h);
+    svg.setAttribute("role", "img");
+    const title = document.createElementNS(SVG, "title");
+    svg.appendChild(title);
+    for (const p of [0, 50, 100]) {
+      const grid = document.createElementNS(SVG, "line");
+      const y = h - 2 - (p * (h - 4)) / 100;
+      grid.setAttribute("x1", 0);
+      grid.setAttribute("x2", w);
+      grid.setAttribute("y1", y);
+      grid.setAttribute("y2", y);
+      svg.appendChild(grid);
+    }
+    if (!samples.length) {
+      title.textContent = "no pool fill samples";
+      return svg;
+    }
+    const end = samples[samples.length - 1].at_ms;
+    const points = samples
+      .filter((s) => s.at_ms >= end - HOUR_MS)
+      .map((s) => {
+        const x = w - ((end - s.at_ms) * w) / HOUR_MS;
+        const y = h - 2 - (percent(s) * (h - 4)) / 100;
+        return x.toFixed(1) + "," + y.toFixed(1);
+      });
+    const line = document.createElementNS(SVG, "polyline");
+    line.setAttribute("points", points.join(" "));
+    svg.appendChild(line);
+    const [x, y] = points[points.length - 1].split(",");
+    const dot = document.createElementNS(SVG, "circle");
+    dot.setAttribute("cx", x);
+    dot.setAttribute("cy", y);
+    dot.setAttribute("r", 2.5);
+    svg.appendChild(dot);
+    title.textContent = percent(samples[samples.length - 1]) + "% full now; " + points.length +
+      " samples over the last hour";
+    return svg;
+  }
+
   // The boot board (/v1/board): one page at a time, the page's rows kept and
   // refilled in place, so a refresh at thousands of machines touches only the page.
   const STAGES = ["silent", "offered", "bound", "boot_file", "first_stage", "chained", "fallback"];
@@ -130,7 +189,7 @@
       const first = document.createElement("td");
       first.appendChild(link);
       tr.appendChild(first);
-      for (let c = 1; c < 7; c++) {
+      for (let c = 1; c < 8; c++) {
         tr.appendChild(document.createElement("td"));
       }
       boardRows.push(tr);
@@ -172,16 +231,28 @@
     });
     const members = $("members");
     members.replaceChildren();
+    const unasked = {};
+    for (const u of v.unasked || []) unasked[u.member] = u.why;
     for (const m of v.members) {
-      row(members, [m.name + (m.self ? " (this member)" : ""), m.alive ? "alive" : "DEAD"]);
+      const fill = m.pool_fill || [];
+      const last = fill.length ? fill[fill.length - 1] : null;
+      row(members, [
+        m.name + (m.self ? " (this member)" : ""),
+        m.alive ? "alive" : "DEAD",
+        m.answered ? "merged" : "not asked: " + (unasked[m.name] || (v.local ? "local view" : "unknown")),
+        last ? percent(last) + "%" : "",
+        "",
+      ]);
       if (!m.alive) members.lastChild.className = "dead";
+      members.lastChild.lastChild.appendChild(fillChart(fill));
     }
     const body = $("board");
     v.machines.forEach((m, i) => {
       const tr = boardRow(i);
       const cells = tr.children;
       cells[0].firstChild.textContent = m.mac;
-      const values = [m.stage, duration(m.in_stage_ms), m.stuck ? "stuck" : "", m.known ? "yes" : "no", m.ip, m.why];
+      const values = [m.stage, duration(m.in_stage_ms), m.stuck ? "stuck" : "", m.known ? "yes" : "no", m.ip,
+        (m.members || []).join(", "), m.why];
       values.forEach((val, c) => {
         const text = val === null || val === undefined ? "" : String(val);
         if (cells[c + 1].textContent !== text) cells[c + 1].textContent = text;
