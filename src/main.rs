@@ -142,6 +142,9 @@ enum Command {
         /// Only stuck machines.
         #[arg(long)]
         stuck: bool,
+        /// Only the answering member's own view (no other member is asked).
+        #[arg(long)]
+        local: bool,
         /// Machines shown.
         #[arg(long, default_value_t = 40)]
         limit: usize,
@@ -450,6 +453,7 @@ fn main() -> ExitCode {
             search,
             stage,
             stuck,
+            local,
             limit,
             server,
             token_file,
@@ -459,6 +463,7 @@ fn main() -> ExitCode {
                 search,
                 stage,
                 stuck,
+                local,
                 limit,
             },
             once,

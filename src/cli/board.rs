@@ -19,6 +19,8 @@ pub struct BoardArgs {
     pub stage: Option<String>,
     /// Only stuck machines.
     pub stuck: bool,
+    /// Only the answering member's own view (`?local=1`).
+    pub local: bool,
     /// Rows shown.
     pub limit: usize,
 }
@@ -43,6 +45,9 @@ impl BoardArgs {
         }
         if self.stuck {
             p.push_str("&stuck=1");
+        }
+        if self.local {
+            p.push_str("&local=1");
         }
         p
     }
@@ -276,8 +281,12 @@ mod tests {
             search: Some("52:54&x=<b>".into()),
             stage: Some("Bound!".into()),
             stuck: true,
+            local: true,
             limit: 9999,
         };
-        assert_eq!(a.path(), "/v1/board?limit=500&q=52:54xb&stage=ound&stuck=1");
+        assert_eq!(
+            a.path(),
+            "/v1/board?limit=500&q=52:54xb&stage=ound&stuck=1&local=1"
+        );
     }
 }
