@@ -115,7 +115,7 @@ conductor = "127.0.0.2:8090"
 conductor_url = "http://127.0.0.1:$conductor_port/c2"
 EOF
 SHARDBOOT_LOG=warn "$bin" -c "$work/shardboot.toml" serve 2>"$work/shardboot.log" &
-pids+=($!)
+sb_pid=$!; pids+=("$sb_pid")
 wait_http "http://127.0.0.1:$sb_port/healthz"
 for _ in $(seq 100); do
   curl -s "http://127.0.0.1:$sb_port/metrics" | grep -q "^shardboot_owner_ironic_snapshot_macs $macs" && break
@@ -145,7 +145,7 @@ http {
 }
 EOF
 nginx -c "$work/nginx.conf" -g 'daemon off;' &
-pids+=($!)
+nginx_pid=$!; pids+=("$nginx_pid")
 py_port=$(free_port)
 (cd "$work/www" && exec python3 -m http.server -b 127.0.0.1 "$py_port" >/dev/null 2>&1) &
 pids+=($!)
@@ -163,14 +163,27 @@ end
 EOF
 
 results=()
-run() { # NAME URL [lua]
-  local name=$1 url=$2 out rps p99
-  out=$(wrk -t2 -c"$conns" -d"${secs}s" --latency ${3:+-s "$3"} "$url")
+# CPU time (user + system ticks) of a server: its process and, for nginx, its workers.
+ticks_of() { # PID
+  local p t=0
+  for p in "$1" $(pgrep -P "$1" || true); do
+    t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0)))
+  done
+  echo "$t"
+}
+run() { # NAME SERVER_PID URL [lua]: requests/s, p99 and the server's CPU per request
+  local name=$1 pid=$2 url=$3 out rps p99 before after n cpu
+  before=$(ticks_of "$pid")
+  out=$(wrk -t2 -c"$conns" -d"${secs}s" --latency ${4:+-s "$4"} "$url")
+  after=$(ticks_of "$pid")
   rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
   p99=$(awk '$1 == "99%" {print $2}' <<<"$out")
+  n=$(awk '/requests in/ {print $1}' <<<"$out")
+  cpu=$(awk -v t="$((after - before))" -v hz="$(getconf CLK_TCK)" -v n="${n:-0}" \
+    'BEGIN { if (n > 0) printf "%.1f", t / hz * 1e6 / n; else print "n/a" }')
   if grep -q "Non-2xx" <<<"$out"; then echo "http_bench: $name answered non-2xx" >&2; echo "$out" >&2; exit 1; fi
-  printf '%-34s %12s req/s   p99 %s\n' "$name" "$rps" "$p99"
-  results+=("$name=$rps")
+  printf '%-38s %12s req/s   p99 %-9s server CPU %s µs/request\n' "$name" "$rps" "$p99" "$cpu"
+  results+=("$name=$rps" "$name cpu=$cpu")
 }
 
 # The conductor's HEADs during one run: how many, for how many URLs, and the shortest
@@ -188,24 +201,25 @@ heads() { # NAME
 
 echo "wrk -t2 -c$conns -d${secs}s, 2-core machine, everything on 127.0.0.1"
 : >"$work/conductor-heads.log"
-run "shardboot /v1/boot/{mac} (Ironic up)" "http://127.0.0.1:$sb_port" "$work/macs.lua"
+run "shardboot /v1/boot/{mac} (Ironic up)" "$sb_pid" "http://127.0.0.1:$sb_port" "$work/macs.lua"
 heads "  its checks"
 # One machine asking again and again (its check always cached), and /healthz: what the
 # route costs beyond the HTTP stack itself.
-run "shardboot one MAC's route" "http://127.0.0.1:$sb_port/v1/boot/52:54:01:00:00:01/boot.ipxe"
-run "shardboot /healthz" "http://127.0.0.1:$sb_port/healthz"
-run "nginx static boot.ipxe" "http://127.0.0.1:$nginx_port/boot.ipxe"
-run "nginx static, random /v1/boot URL" "http://127.0.0.1:$nginx_port" "$work/macs.lua"
-run "python http.server boot.ipxe" "http://127.0.0.1:$py_port/boot.ipxe"
+run "shardboot one MAC's route" "$sb_pid" "http://127.0.0.1:$sb_port/v1/boot/52:54:01:00:00:01/boot.ipxe"
+run "shardboot /healthz" "$sb_pid" "http://127.0.0.1:$sb_port/healthz"
+run "nginx static boot.ipxe" "$nginx_pid" "http://127.0.0.1:$nginx_port/boot.ipxe"
+run "nginx static, random /v1/boot URL" "$nginx_pid" "http://127.0.0.1:$nginx_port" "$work/macs.lua"
+run "python http.server boot.ipxe" "$(pgrep -f "http.server -b 127.0.0.1 $py_port" | head -1)" "http://127.0.0.1:$py_port/boot.ipxe"
 kill "$ironic_pid"; wait "$ironic_pid" 2>/dev/null || true
 # Let a refresh fail so the cache is stale for the whole run.
 for _ in $(seq 40); do
   curl -s "http://127.0.0.1:$sb_port/metrics" | grep -q '^shardboot_owner_ironic_up 0' && break
   sleep 0.5
 done
-run "shardboot /v1/boot/{mac} (Ironic down)" "http://127.0.0.1:$sb_port" "$work/macs.lua"
+run "shardboot /v1/boot/{mac} (Ironic down)" "$sb_pid" "http://127.0.0.1:$sb_port" "$work/macs.lua"
 heads "  its checks"
 rate_of() { local r; for r in "${results[@]}"; do [ "${r%%=*}" = "$1" ] && echo "${r#*=}"; done; }
 row "HTTP /v1/boot/{mac} (owner from Ironic), requests/s" "$(rate_of "shardboot /v1/boot/{mac} (Ironic up)")" "$(rate_of "nginx static, random /v1/boot URL")" "nginx, a static file, same wrk script" higher
+row "HTTP /v1/boot/{mac} (owner from Ironic), server CPU per request" "$(rate_of "shardboot /v1/boot/{mac} (Ironic up) cpu")" "$(rate_of "nginx static, random /v1/boot URL cpu")" "nginx, a static file, same wrk script" lower " µs"
 row "HTTP /v1/boot/{mac}, one machine (check cached), requests/s" "$(rate_of "shardboot one MAC's route")" "$(rate_of "nginx static boot.ipxe")" "nginx, a static file" higher
 curl -s "http://127.0.0.1:$sb_port/metrics" | grep -E '^shardboot_(owner_ironic_(up|cache_total)|http_chain_checks_total)' || true
