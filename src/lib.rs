@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod net_error;
 pub mod options;
 pub mod owner;
+pub mod process_metrics;
 pub mod ra;
 pub mod reload;
 pub mod secret_file;

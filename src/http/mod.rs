@@ -521,6 +521,7 @@ async fn healthz(State(s): State<Arc<HttpState>>, headers: axum::http::HeaderMap
 async fn metrics(State(s): State<Arc<HttpState>>) -> Response {
     let mut out = String::with_capacity(8192);
     crate::build_info::render_prometheus(&mut out);
+    crate::process_metrics::render_prometheus(&mut out);
     s.handles.dhcp.render_prometheus(&mut out);
     s.handles.store.render_prometheus(&mut out);
     s.handles.tftp.render_prometheus(&mut out);
