@@ -15,6 +15,8 @@ const MAX_BOOT_FILE: usize = 127;
 pub(super) struct RawBoot {
     tftp_server: Option<String>,
     http_url: Option<String>,
+    https_url: Option<String>,
+    ipxe_tls: Option<bool>,
     ipxe_script: Option<String>,
     bios: Option<String>,
     uefi_ia32: Option<String>,
@@ -31,6 +33,16 @@ pub struct BootSettings {
     pub tftp_server: Option<Ipv4Addr>,
     /// Base URL of shardboot's HTTP listener; `None` means `http://<interface address>:8080`.
     pub http_url: Option<String>,
+    /// Base URL of shardboot's TLS boot listener for the site's own iPXE build; `None`
+    /// means `https://<interface address>:<https_port>`.
+    pub https_url: Option<String>,
+    /// The port of `http.tls_listen` (8084, ironic-image's `IPXE_TLS_PORT`, without one).
+    pub https_port: u16,
+    /// iPXE boots over TLS (`boot.ipxe_tls`; on by default with `http.tls_listen`): the
+    /// site's iPXE build (user class [`crate::client_class::TLS_USER_CLASS`]) gets
+    /// `https_url`, and any other iPXE (a NIC's own ROM, a stock build that does not
+    /// trust the site's CA) is sent that build over TFTP first, as PXE firmware is.
+    pub ipxe_tls: bool,
     /// Path of the first-stage iPXE script below `http_url`.
     pub ipxe_script: String,
     /// TFTP file for legacy BIOS PXE (arch 0).
@@ -60,14 +72,23 @@ pub(super) fn check_boot_value(key: &str, value: &str, issues: &mut Issues) {
     }
 }
 
-/// Validates `[boot]`.
-pub(super) fn validate(raw: RawBoot, issues: &mut Issues) -> BootSettings {
+/// Validates `[boot]`; the second value is `boot.ipxe_tls` as written, settled by
+/// [`apply_http`] once `[http]` is known.
+pub(super) fn validate(raw: RawBoot, issues: &mut Issues) -> (BootSettings, Option<bool>) {
     let tftp_server = issues.opt_ip("boot.tftp_server", &raw.tftp_server);
     let http_url = raw.http_url.map(|u| u.trim_end_matches('/').to_string());
     if let Some(u) = &http_url {
         check_boot_value("boot.http_url", u, issues);
         if !(u.starts_with("http://") || u.starts_with("https://")) {
             issues.add("boot.http_url", "must start with http:// or https://");
+        }
+    }
+    let https_url = raw.https_url.map(|u| u.trim_end_matches('/').to_string());
+    if let Some(u) = &https_url {
+        check_boot_value("boot.https_url", u, issues);
+        // Only TLS: the firmware that asks for it trusts the site's CA and nothing else.
+        if !u.starts_with("https://") {
+            issues.add("boot.https_url", "must start with https://");
         }
     }
     let mut file = |key: &str, value: Option<String>, default: &str| {
@@ -85,9 +106,40 @@ pub(super) fn validate(raw: RawBoot, issues: &mut Issues) -> BootSettings {
         http_arm64: file("http_arm64", raw.http_arm64, "snponly-arm64.efi"),
         tftp_server,
         http_url,
+        https_url,
+        https_port: 8084,
+        ipxe_tls: false,
     };
     check_composed_urls(&settings, issues);
-    settings
+    (settings, raw.ipxe_tls)
+}
+
+/// Settles what `[boot]` takes from `[http]`: the TLS port, and `ipxe_tls` (on by
+/// default when `http.tls_listen` is set). iPXE sent to TLS needs somewhere to go: this
+/// member's TLS listener or a configured `boot.https_url`.
+pub(super) fn apply_http(
+    boot: &mut BootSettings,
+    ipxe_tls: Option<bool>,
+    http: &super::HttpSettings,
+    issues: &mut Issues,
+) {
+    if let Some(addr) = http.tls_listen {
+        boot.https_port = addr.port();
+    }
+    boot.ipxe_tls = ipxe_tls.unwrap_or(http.tls_listen.is_some());
+    if boot.ipxe_tls && http.tls_listen.is_none() && boot.https_url.is_none() {
+        issues.add(
+            "boot.ipxe_tls",
+            "needs http.tls_listen or boot.https_url: the URL the site's iPXE is sent to",
+        );
+    }
+    if !http.plain_boot && !boot.ipxe_tls {
+        issues.add(
+            "boot.ipxe_tls",
+            "false with http.plain_boot = false: iPXE would be sent to boot routes no \
+             listener serves",
+        );
+    }
 }
 
 /// The URLs iPXE and UEFI HTTP Boot get are composed from `http_url` and a file name;
@@ -100,7 +152,16 @@ fn check_composed_urls(b: &BootSettings, issues: &mut Issues) {
         .http_url
         .as_ref()
         .map_or("http://255.255.255.255:65535".len(), String::len);
+    let https = b
+        .https_url
+        .as_ref()
+        .map_or("https://255.255.255.255:65535".len(), String::len);
     let composed = [
+        (
+            "boot.https_url",
+            https + 1 + b.ipxe_script.len(),
+            &b.ipxe_script,
+        ),
         (
             "boot.ipxe_script",
             base + 1 + b.ipxe_script.len(),
