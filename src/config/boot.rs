@@ -189,3 +189,113 @@ fn check_composed_urls(b: &BootSettings, issues: &mut Issues) {
         }
     }
 }
+
+/// With `boot.ipxe_tls`, every URL a boot route may chain must be `https://`: a script
+/// fetched over TLS may chain any URL, and iPXE follows a plain one in clear, with
+/// nothing proving the server (docs/tls-boot.md).
+pub(super) fn check_tls_chains(
+    boot: &BootSettings,
+    members: &[super::Member],
+    owner: &super::OwnerSettings,
+    issues: &mut Issues,
+) {
+    if !boot.ipxe_tls {
+        return;
+    }
+    let mut plain = |key: String, url: &str| {
+        if !url.starts_with("https://") {
+            issues.add(
+                key,
+                "must be https:// with boot.ipxe_tls: iPXE would chain it in clear",
+            );
+        }
+    };
+    for (i, m) in members.iter().enumerate() {
+        plain(format!("member[{i}].http_url"), &m.http_url);
+        if let Some(c) = &m.conductor_url {
+            plain(format!("member[{i}].conductor_url"), c);
+        }
+    }
+    if let super::MembersSource::Ironic(ironic) = &owner.members {
+        plain("owner.member_http_url".into(), &ironic.http_url);
+        if let Some(c) = &ironic.conductor_url {
+            plain("owner.member_conductor_url".into(), c);
+        }
+    }
+    if let super::Fallback::Chain(url) = &owner.fallback {
+        plain("owner.fallback".into(), url);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{Config, ConfigError};
+
+    /// The issues of `[http]` with a TLS boot listener plus `rest`.
+    fn issues(rest: &str) -> Vec<String> {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
+        std::fs::write(&cert, "x").unwrap();
+        std::fs::write(&key, "x").unwrap();
+        let toml = format!(
+            "[http]\ntls_listen = \"0.0.0.0:8084\"\ntls_cert = \"{}\"\ntls_key = \"{}\"\n{rest}",
+            cert.display(),
+            key.display()
+        );
+        match Config::from_toml_with_overrides(&toml, &[]) {
+            Ok(_) => vec![],
+            Err(ConfigError::Invalid(v)) => v.iter().map(|i| i.to_string()).collect(),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    const MEMBER: &str = "[owner]\nself = \"a\"\n[[member]]\nname = \"a\"\n";
+
+    #[test]
+    fn with_ipxe_tls_every_url_a_route_chains_is_https() {
+        let https =
+            format!("{MEMBER}http_url = \"https://a:8084\"\nconductor_url = \"https://a:8084\"");
+        assert_eq!(issues(&https), Vec::<String>::new());
+        let plain =
+            format!("{MEMBER}http_url = \"http://a:8080\"\nconductor_url = \"http://a:6180\"");
+        let got = issues(&plain);
+        for key in ["member[0].http_url", "member[0].conductor_url"] {
+            assert!(
+                got.iter()
+                    .any(|g| g.starts_with(key) && g.contains("in clear")),
+                "{key} not in {got:?}"
+            );
+        }
+        // Turned off explicitly, plain URLs are the operator's choice again.
+        let off = plain.replace("[owner]", "[boot]\nipxe_tls = false\n[owner]");
+        assert_eq!(issues(&off), Vec::<String>::new());
+        let fallback = "[owner]\nfallback = \"http://inspector.example/inspector.ipxe\"";
+        assert!(
+            issues(fallback)
+                .iter()
+                .any(|g| g.starts_with("owner.fallback")),
+            "{:?}",
+            issues(fallback)
+        );
+    }
+
+    #[test]
+    fn plain_boot_off_needs_the_tls_listener_and_tls_ipxe() {
+        let got = issues("plain_boot = false\n[boot]\nipxe_tls = false");
+        assert!(
+            got.iter()
+                .any(|g| g.starts_with("boot.ipxe_tls: false with http.plain_boot")),
+            "{got:?}"
+        );
+        let no_tls = Config::from_toml_with_overrides("[http]\nplain_boot = false", &[]);
+        let Err(ConfigError::Invalid(v)) = no_tls else {
+            panic!("accepted")
+        };
+        assert!(v.iter().any(|i| i.key == "http.plain_boot"), "{v:?}");
+        let no_url = Config::from_toml_with_overrides("[boot]\nipxe_tls = true", &[]);
+        let Err(ConfigError::Invalid(v)) = no_url else {
+            panic!("accepted")
+        };
+        assert!(v.iter().any(|i| i.key == "boot.ipxe_tls"), "{v:?}");
+    }
+}

@@ -321,6 +321,7 @@ impl TryFrom<RawConfig> for Config {
         boot::apply_http(&mut boot, ipxe_tls, &http, &mut issues);
         let members = member::validate_all(raw.members, &mut issues);
         let owner = owner::validate(raw.owner, &members, raw.store.has_shared(), &mut issues);
+        boot::check_tls_chains(&boot, &members, &owner, &mut issues);
         let health = health::validate(raw.health, &mut issues);
         let ra = ra::validate(raw.ra, !raw.subnets6.is_empty(), &mut issues);
         let store = store::validate(raw.store, &mut issues);
