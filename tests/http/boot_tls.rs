@@ -252,3 +252,105 @@ fn boot_routes_over_tls_trust_the_site_ca_and_nothing_else() {
     );
     assert_eq!(code, 200, "{body}");
 }
+
+/// A machine whose firmware does not trust the member's certificate fails in the
+/// handshake, before any request: the timeline still shows it, as the last event of the
+/// machine that holds the address (here a lease on 127.0.0.1).
+#[test]
+fn a_failed_handshake_is_the_last_event_of_the_machine_at_that_address() {
+    use shardboot::timeline::{Report, Source};
+    use std::sync::Arc;
+
+    let dir = tempfile::tempdir().unwrap();
+    let pki = dir.path();
+    let (site, other) = (ca("site CA"), ca("somebody else's CA"));
+    std::fs::write(pki.join("other-ca.pem"), other.pem()).unwrap();
+    std::fs::write(pki.join("site-ca.pem"), site.pem()).unwrap();
+    server_cert(pki, "member-a", &site);
+    let config = shardboot::config::Config::from_toml_with_overrides(
+        &format!("state_dir = \"{}\"\n[dhcp]\nenabled = false", pki.display()),
+        &[],
+    )
+    .unwrap();
+    let handles = shardboot::handles::Handles::default();
+    let mac: shardboot::mac::MacAddr = "52:54:00:12:34:56".parse().unwrap();
+    let ip: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+    handles.timeline.record(
+        mac,
+        Report {
+            source: Source::Dhcp,
+            what: "REQUEST",
+            outcome: "ack",
+            why: None,
+            ip: Some(ip),
+            detail: None,
+        },
+    );
+    let store = shardboot::store::open(&pki.join("state")).unwrap();
+    let committer = shardboot::store::Committer::start(store.clone(), Default::default()).unwrap();
+    let state = Arc::new(shardboot::http::HttpState::new(
+        Arc::new(config.clone()),
+        store,
+        committer,
+        Arc::new(shardboot::dhcp::host_policy::HostPolicies::in_memory()),
+        None,
+        shardboot::tftp::FileRoot::new(config.tftp.settings.clone()),
+        Arc::new(shardboot::owner::Resolver::new(&config).unwrap()),
+        handles.clone(),
+    ));
+    let acceptor = shardboot::http::tls::acceptor(&shardboot::config::TlsFiles {
+        cert: pki.join("member-a.pem"),
+        key: pki.join("member-a.key"),
+        client_ca: None,
+    })
+    .unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let s = stop.clone();
+    let server = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(listener.local_addr().unwrap().port()).unwrap();
+            shardboot::http::run_with(
+                listener,
+                state,
+                shardboot::http::Serves::Boot,
+                Some(acceptor),
+                s,
+            )
+            .await
+            .unwrap();
+        });
+    });
+    let port = rx.recv().unwrap();
+    let url = format!("https://127.0.0.1:{port}/boot.ipxe");
+
+    // The right CA: a request, and no handshake failure.
+    assert_eq!(curl(&url, Some(&pki.join("site-ca.pem"))).1, 200);
+    let failed = |h: &shardboot::handles::Handles| {
+        h.timeline
+            .events(&mac, 0)
+            .into_iter()
+            .filter(|e| e.what == "TLS handshake")
+            .count()
+    };
+    assert_eq!(failed(&handles), 0);
+    // Another CA: no connection, and the timeline says why.
+    assert_eq!(curl(&url, Some(&pki.join("other-ca.pem"))).1, 0);
+    wait_until("the handshake failure", Duration::from_secs(5), || {
+        failed(&handles) == 1
+    });
+    let last = handles.timeline.events(&mac, 0).pop().unwrap();
+    assert_eq!(
+        (last.what, last.outcome, last.ip),
+        ("TLS handshake", "failed", Some(ip))
+    );
+    let why = last.detail.as_deref().unwrap_or("");
+    assert!(why.to_ascii_lowercase().contains("alert"), "{why}");
+    stop.cancel();
+    server.join().unwrap();
+}
