@@ -18,9 +18,10 @@
 # verifies ECDSA (upstream since late 2025), the member certificates must be RSA.
 # --source: an ipxe source tree already unpacked by `apt-get source` / `dpkg-source
 # -x` (for a build host without a deb-src line); nothing else is ever downloaded.
+# Needs the Debian packages dpkg-dev, gcc, make, perl, liblzma-dev and openssl.
 set -eu
 
-ca= out= suite=trixie source=
+ca='' out='' suite=trixie source=''
 while [ $# -gt 0 ]; do
     case "$1" in
     --ca) ca=$2; shift 2 ;;
@@ -30,7 +31,10 @@ while [ $# -gt 0 ]; do
     *) echo "usage: $0 --ca site-ca.pem --out DIR [--suite SUITE] [--source DIR]" >&2; exit 2 ;;
     esac
 done
-[ -n "$ca" ] && [ -n "$out" ] || { echo "$0: --ca and --out are required" >&2; exit 2; }
+if [ -z "$ca" ] || [ -z "$out" ]; then
+    echo "$0: --ca and --out are required" >&2
+    exit 2
+fi
 [ -r "$ca" ] || { echo "$0: cannot read $ca" >&2; exit 1; }
 here=$(cd "$(dirname "$0")" && pwd)
 ca=$(cd "$(dirname "$ca")" && pwd)/$(basename "$ca")
