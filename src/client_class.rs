@@ -2,6 +2,12 @@
 //! HTTP Boot, or none), whether it is iPXE, and its architecture (RFC 4578 §2.1). Both
 //! families' boot selection and the option language's built-in tags read it.
 
+/// The user class (option 77) the site's iPXE build sends: its embedded script sets
+/// it before `dhcp`, which iPXE copies into every request in place of `iPXE`. Its
+/// option 175 still marks it as iPXE. A feature flag of option 175 (HTTPS, 0x14) would
+/// not do: a NIC's own iPXE may speak HTTPS yet trust only iPXE's public CA.
+pub const TLS_USER_CLASS: &str = "shardboot-tls";
+
 /// Which firmware is asking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Firmware {
@@ -20,6 +26,10 @@ pub struct ClientClass {
     pub firmware: Firmware,
     /// The client is iPXE (user class `iPXE` or option 175 present).
     pub ipxe: bool,
+    /// The client is the site's own iPXE build, with the site's CA built in: its
+    /// embedded script sets the user class [`TLS_USER_CLASS`] before `dhcp`
+    /// (`deploy/ipxe/build.sh`). Only then is it sent to an `https://` URL.
+    pub ipxe_tls: bool,
     /// Client system architecture (option 93, RFC 4578 §2.1).
     pub arch: Option<u16>,
 }

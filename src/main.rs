@@ -258,6 +258,8 @@ fn host_facts(vars: &BTreeMap<String, String>) -> HostFacts {
         macs: shardboot::dhcp6::shell::socket::host_macs(),
         custom_firmware_readable: custom_firmware_dir(vars).read_dir().is_ok(),
         database_ca_readable: std::fs::File::open(DATABASE_CA_FILE).is_ok(),
+        ipxe_cert_readable: std::fs::File::open(shardboot::config::IPXE_CERT_FILE).is_ok(),
+        ironic_ca_readable: std::fs::File::open(shardboot::config::IRONIC_CA_FILE).is_ok(),
     }
 }
 

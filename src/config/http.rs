@@ -21,6 +21,9 @@ pub(super) struct RawHttp {
     tls_cert: Option<String>,
     tls_key: Option<String>,
     client_ca: Option<String>,
+    tls_listen: Option<String>,
+    plain_boot: Option<bool>,
+    chain_ca: Option<String>,
     header_timeout_ms: Option<u32>,
     idle_timeout_ms: Option<u32>,
     request_timeout_ms: Option<u32>,
@@ -43,8 +46,20 @@ pub struct HttpSettings {
     pub chain_retries: u32,
     /// Bearer tokens of the operator API, one per line; `None`: the API is off.
     pub token_file: Option<PathBuf>,
-    /// TLS: for the operator listener when there is one, else for the only listener.
+    /// TLS: for the operator listener when there is one, for `tls_listen`, else for the
+    /// only listener.
     pub tls: Option<TlsFiles>,
+    /// A TLS listener for the boot routes (`http.tls_listen`, ironic-image's
+    /// `IPXE_TLS_PORT`); the operator API moves there too when it has no listener of
+    /// its own, and `listen` stays plain HTTP.
+    pub tls_listen: Option<SocketAddr>,
+    /// Whether the plain `listen` serves the boot routes too (`http.plain_boot`); with
+    /// `false` it keeps only health and public metrics.
+    pub plain_boot: bool,
+    /// Extra trusted CA certificates (PEM) for the HEAD a boot route sends before it
+    /// chains an `https://` URL (a conductor's per-node config, another member's TLS
+    /// boot route): the site's CA, the one built into its iPXE.
+    pub chain_ca: Option<PathBuf>,
     /// A separate listener for the operator API; the main one then serves boot routes.
     pub operator_listen: Option<SocketAddr>,
     /// Connection limits and timeouts of every HTTP listener.
@@ -141,6 +156,7 @@ pub(super) fn validate(raw: RawHttp, issues: &mut Issues) -> HttpSettings {
     let cert = file("http.tls_cert", raw.tls_cert);
     let key = file("http.tls_key", raw.tls_key);
     let client_ca = file("http.client_ca", raw.client_ca);
+    let chain_ca = file("http.chain_ca", raw.chain_ca);
     let tls = match (cert, key) {
         (Some(cert), Some(key)) => Some(TlsFiles {
             cert,
@@ -176,6 +192,20 @@ pub(super) fn validate(raw: RawHttp, issues: &mut Issues) -> HttpSettings {
         }
         parsed
     });
+    let tls_listen = validate_tls_listen(
+        raw.tls_listen.as_deref(),
+        listen,
+        operator_listen,
+        tls.is_some(),
+        issues,
+    );
+    let plain_boot = raw.plain_boot.unwrap_or(true);
+    if !plain_boot && tls_listen.is_none() {
+        issues.add(
+            "http.plain_boot",
+            "false needs http.tls_listen: no listener would serve the boot routes",
+        );
+    }
     let insecure_operator_api = raw.insecure_operator_api.unwrap_or(false);
     // Bearer tokens in clear on the segment would be readable by every machine on it.
     if token_file.is_some() && tls.is_none() && !insecure_operator_api {
@@ -214,10 +244,41 @@ pub(super) fn validate(raw: RawHttp, issues: &mut Issues) -> HttpSettings {
         chain_retries,
         token_file,
         tls,
+        tls_listen,
+        plain_boot,
+        chain_ca,
         operator_listen,
         limits,
         insecure_operator_api,
     }
+}
+
+/// `http.tls_listen`: an address of its own, and the certificate to serve it with.
+fn validate_tls_listen(
+    v: Option<&str>,
+    listen: SocketAddr,
+    operator_listen: Option<SocketAddr>,
+    has_tls: bool,
+    issues: &mut Issues,
+) -> Option<SocketAddr> {
+    let v = v?;
+    let Ok(addr) = v.parse::<SocketAddr>() else {
+        issues.add(
+            "http.tls_listen",
+            "must be an address:port such as 0.0.0.0:8084",
+        );
+        return None;
+    };
+    if addr == listen || Some(addr) == operator_listen {
+        issues.add(
+            "http.tls_listen",
+            "must differ from http.listen and http.operator_listen",
+        );
+    }
+    if !has_tls {
+        issues.add("http.tls_listen", "needs http.tls_cert and http.tls_key");
+    }
+    Some(addr)
 }
 
 /// The timeouts and caps of `[http]`, each checked against its range.

@@ -48,7 +48,8 @@ pub use http::{ConnLimits, HttpSettings, MetricsExposure, TlsFiles};
 pub use ironic::{IronicSettings, MIN_API_VERSION};
 pub use ironic_env::{
     awaited_address, custom_firmware_dir, HostFacts, BUILTIN_FIRMWARE_DIR, CUSTOM_FIRMWARE_DIR,
-    DATABASE_CA_FILE, DATABASE_CREDENTIALS_DIR, DATABASE_NAME, DATABASE_VAR,
+    DATABASE_CA_FILE, DATABASE_CREDENTIALS_DIR, DATABASE_NAME, DATABASE_VAR, IPXE_CERT_FILE,
+    IPXE_KEY_FILE, IRONIC_CA_FILE,
 };
 pub use issues::ConfigIssue;
 pub use member::{member_name_for_conductor, Member};
@@ -352,11 +353,13 @@ impl TryFrom<RawConfig> for Config {
         // The order issues are listed in; owner after members (`owner.self` names
         // one) and hosts after subnets (a reservation must lie in one).
         let dhcp = dhcp::validate(raw.dhcp, &mut issues);
-        let boot = boot::validate(raw.boot, &mut issues);
+        let (mut boot, ipxe_tls) = boot::validate(raw.boot, &mut issues);
         let tftp = tftp::validate(raw.tftp, &mut issues);
         let http = http::validate(raw.http, &mut issues);
+        boot::apply_http(&mut boot, ipxe_tls, &http, &mut issues);
         let members = member::validate_all(raw.members, &mut issues);
         let owner = owner::validate(raw.owner, &members, raw.store.has_shared(), &mut issues);
+        boot::check_tls_chains(&boot, &members, &owner, &mut issues);
         let health = health::validate(raw.health, &mut issues);
         let ra = ra::validate(raw.ra, !raw.subnets6.is_empty(), &mut issues);
         let store = store::validate(raw.store, &mut issues);

@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 
 use dhcproto::v4::{DhcpOption, DhcpOptions, OptionCode};
 
-use crate::client_class::{ClientClass, Firmware};
+use crate::client_class::{ClientClass, Firmware, TLS_USER_CLASS};
 use crate::config::BootSettings;
 
 /// iPXE's encapsulated option space (iPXE sends it in every request).
@@ -46,6 +46,13 @@ pub fn classify(opts: &DhcpOptions) -> ClientClass {
         Some(DhcpOption::UserClass(v)) if v.windows(4).any(|w| w == b"iPXE")
     );
     let ipxe = user_class_ipxe || opts.get(OptionCode::Unknown(IPXE_ENCAP_OPTION)).is_some();
+    // The site's TLS build replaces the user class with its own (`TLS_USER_CLASS`), raw
+    // like iPXE's, or length-prefixed (RFC 3004 §4) by a build that sets it that way.
+    let ipxe_tls = ipxe
+        && matches!(
+            opts.get(OptionCode::UserClass),
+            Some(DhcpOption::UserClass(v)) if is_tls_user_class(v)
+        );
     let arch = match opts.get(OptionCode::ClientSystemArchitecture) {
         Some(DhcpOption::ClientSystemArchitecture(a)) => Some(a.0),
         _ => None,
@@ -53,8 +60,33 @@ pub fn classify(opts: &DhcpOptions) -> ClientClass {
     ClientClass {
         firmware,
         ipxe,
+        ipxe_tls,
         arch,
     }
+}
+
+/// Whether option 77 is exactly [`TLS_USER_CLASS`], bare or as one RFC 3004 item.
+fn is_tls_user_class(v: &[u8]) -> bool {
+    let want = TLS_USER_CLASS.as_bytes();
+    v == want || (v.len() == want.len() + 1 && usize::from(v[0]) == want.len() && &v[1..] == want)
+}
+
+/// The HTTPS base URL the site's TLS iPXE build is sent to.
+pub fn https_base(settings: &BootSettings, server: Ipv4Addr) -> String {
+    match &settings.https_url {
+        Some(u) => u.clone(),
+        None => format!("https://{server}:{}", settings.https_port),
+    }
+}
+
+/// The boot file of the site's TLS build: the script's URL without its scheme, which
+/// the build's embedded script puts back (`chain https://${filename}`). The scheme is
+/// in the firmware, so a rogue DHCP server cannot send it to plain `http://`; the host
+/// comes from the answering member, and TLS with the built-in CA proves it.
+pub fn tls_file(settings: &BootSettings, server: Ipv4Addr) -> String {
+    let base = https_base(settings, server);
+    let host = base.strip_prefix("https://").unwrap_or(&base);
+    format!("{host}/{}", settings.ipxe_script)
 }
 
 /// The HTTP base URL clients are sent to.
@@ -96,10 +128,31 @@ pub fn select(
     host_file: Option<&str>,
 ) -> Option<BootDirective> {
     let next_server = settings.tftp_server.unwrap_or(server);
-    if class.ipxe {
+    if class.ipxe && settings.ipxe_tls && !class.ipxe_tls {
+        // An iPXE that may not trust the site's CA (a NIC's own ROM, a stock build):
+        // it loads the site's build over TFTP first, as PXE firmware does. That build
+        // answers with the TLS user class, so it is never sent here again.
+        let file = host_file
+            .map(str::to_string)
+            .or_else(|| pxe_file(settings, class.arch).cloned())?;
         return Some(BootDirective {
             next_server,
-            file: format!("{}/{}", http_base(settings, server), settings.ipxe_script),
+            file,
+            vendor_class: None,
+            ipxe: true,
+        });
+    }
+    if class.ipxe {
+        let file = if class.ipxe_tls && (settings.ipxe_tls || settings.https_url.is_some()) {
+            tls_file(settings, server)
+        } else {
+            // Also the site's build at a member without TLS: it prefixes `https://`, so
+            // this fails closed rather than boot in clear.
+            format!("{}/{}", http_base(settings, server), settings.ipxe_script)
+        };
+        return Some(BootDirective {
+            next_server,
+            file,
             vendor_class: None,
             ipxe: true,
         });
@@ -251,6 +304,62 @@ mod tests {
             let got = got.as_ref().map(|d| (d.file.as_str(), d.vendor_class));
             assert_eq!(got, want, "case {i}");
         }
+    }
+
+    #[test]
+    fn with_ipxe_tls_only_the_site_build_gets_https_and_other_ipxe_loads_it() {
+        // The site's build gets the URL without its scheme: it chains https:// + it.
+        let mut s = settings();
+        s.ipxe_tls = true;
+        let srv = Ipv4Addr::new(192, 0, 2, 1);
+        let tls = |arch| {
+            opts(
+                Some("PXEClient:Arch:00000"),
+                Some(TLS_USER_CLASS),
+                Some(arch),
+                true,
+            )
+        };
+        let rom = |arch| opts(Some("PXEClient:Arch:00000"), Some("iPXE"), Some(arch), true);
+        let file =
+            |s: &BootSettings, o: &DhcpOptions| select(classify(o), s, srv, None).map(|d| d.file);
+        assert_eq!(
+            file(&s, &tls(0)).as_deref(),
+            Some("192.0.2.1:8084/boot.ipxe")
+        );
+        assert_eq!(
+            file(&s, &tls(7)).as_deref(),
+            Some("192.0.2.1:8084/boot.ipxe")
+        );
+        // The NIC's own iPXE: the site's build, by architecture, over TFTP.
+        assert_eq!(file(&s, &rom(0)).as_deref(), Some("undionly.kpxe"));
+        assert_eq!(file(&s, &rom(7)).as_deref(), Some("snponly.efi"));
+        // Length-prefixed (RFC 3004) is the same class; a longer one is not.
+        let prefixed = format!("\x0d{TLS_USER_CLASS}");
+        let o = opts(None, Some(&prefixed), Some(0), true);
+        assert!(classify(&o).ipxe_tls);
+        let o = opts(None, Some("shardboot-tls-x"), Some(0), true);
+        assert!(!classify(&o).ipxe_tls);
+        // The user class alone, without iPXE's option 175, is not iPXE.
+        let o = opts(None, Some(TLS_USER_CLASS), Some(0), false);
+        assert!(!classify(&o).ipxe);
+        s.https_url = Some("https://boot.example:9443".into());
+        assert_eq!(
+            file(&s, &tls(0)).as_deref(),
+            Some("boot.example:9443/boot.ipxe")
+        );
+        // Without ipxe_tls other iPXE gets the plain script; so does the TLS build when
+        // no https_url is known (it prefixes https://, so it fails closed).
+        s.ipxe_tls = false;
+        assert_eq!(
+            file(&s, &rom(0)).as_deref(),
+            Some("http://192.0.2.1:8080/boot.ipxe")
+        );
+        s.https_url = None;
+        assert_eq!(
+            file(&s, &tls(0)).as_deref(),
+            Some("http://192.0.2.1:8080/boot.ipxe")
+        );
     }
 
     #[test]

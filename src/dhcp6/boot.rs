@@ -45,9 +45,11 @@ pub fn classify(opts: &DhcpOptions) -> ClientClass {
         _ => None,
     }
     .or_else(|| vendor.and_then(arch_from_vendor_class));
+    // The TLS build's user class is read in DHCPv4 only; over IPv6 it boots plain.
     ClientClass {
         firmware,
         ipxe,
+        ipxe_tls: false,
         arch,
     }
 }
@@ -219,6 +221,7 @@ mod tests {
         let class = |firmware, arch, ipxe| ClientClass {
             firmware,
             ipxe,
+            ipxe_tls: false,
             arch,
         };
         let pxe = select(class(Firmware::Pxe, Some(7), false), &s, SERVER, None).unwrap();

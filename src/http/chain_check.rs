@@ -71,16 +71,55 @@ struct Known {
     in_flight: HashMap<String, watch::Receiver<Option<Check>>>,
 }
 
+/// The CA file of `http.chain_ca` cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("http.chain_ca {path}: {reason}")]
+pub struct ChainCaError {
+    /// The file.
+    pub path: std::path::PathBuf,
+    /// What is wrong.
+    pub reason: String,
+}
+
 impl Default for ChainChecker {
     fn default() -> Self {
-        let client = reqwest::Client::builder()
+        Self::with_client(Self::builder().build().ok())
+    }
+}
+
+impl ChainChecker {
+    fn builder() -> reqwest::ClientBuilder {
+        reqwest::Client::builder()
             .timeout(TIMEOUT)
             .connect_timeout(TIMEOUT)
             // iPXE follows redirects; a redirect is an answer, not a miss.
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
-            .build()
-            .ok();
+    }
+
+    /// A checker that also trusts the CA certificates in `ca` (PEM), the site's CA that
+    /// its iPXE build trusts, so an `https://` URL is checked as iPXE will fetch it.
+    pub fn with_ca(ca: Option<&std::path::Path>) -> Result<Self, ChainCaError> {
+        let Some(path) = ca else {
+            return Ok(Self::default());
+        };
+        let err = |reason: String| ChainCaError {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let pem = std::fs::read(path).map_err(|e| err(e.to_string()))?;
+        let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| err(e.to_string()))?;
+        if certs.is_empty() {
+            return Err(err("no PEM certificate in the file".into()));
+        }
+        let builder = certs
+            .into_iter()
+            .fold(Self::builder(), |b, c| b.add_root_certificate(c));
+        let client = builder.build().map_err(|e| err(e.to_string()))?;
+        Ok(Self::with_client(Some(client)))
+    }
+
+    fn with_client(client: Option<reqwest::Client>) -> Self {
         Self {
             client,
             slots: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),

@@ -83,6 +83,10 @@ impl HttpState {
         resolver: Arc<Resolver>,
         handles: Handles,
     ) -> Self {
+        // A CA that cannot be read stops `start` (below); here it only means checks of
+        // https:// URLs go without it.
+        let chain_check =
+            ChainChecker::with_ca(config.http.chain_ca.as_deref()).unwrap_or_default();
         Self {
             auth: auth::TokenAuth::new(config.http.token_file.clone()),
             files,
@@ -94,7 +98,7 @@ impl HttpState {
             dhcp,
             resolver,
             handles,
-            chain_check: ChainChecker::default(),
+            chain_check,
             shared: None,
             dhcp6: None,
         }
@@ -115,6 +119,9 @@ pub enum HttpError {
     /// A TLS certificate, key or CA file cannot be used.
     #[error(transparent)]
     Tls(#[from] tls::TlsError),
+    /// `http.chain_ca` cannot be used.
+    #[error(transparent)]
+    ChainCa(#[from] chain_check::ChainCaError),
 }
 
 /// One listener serving until shutdown.
@@ -132,6 +139,9 @@ pub async fn start(
         Some(files) => Some(tls::acceptor(files)?),
         None => None,
     };
+    if let Some(ca) = &state.settings.chain_ca {
+        ChainChecker::with_ca(Some(ca))?;
+    }
     for w in [
         auth::token_file_warning(&state.settings),
         auth::insecure_api_warning(&state.settings),
@@ -141,16 +151,7 @@ pub async fn start(
     {
         tracing::warn!(warning = %w, "operator API");
     }
-    // With a separate operator listener, TLS (if any) goes there and the boot listener
-    // stays plain HTTP, which every firmware speaks.
-    let mut plan = Vec::new();
-    match state.settings.operator_listen {
-        Some(op) => {
-            plan.push((state.settings.listen, Serves::Boot, None));
-            plan.push((op, Serves::Operator, tls));
-        }
-        None => plan.push((state.settings.listen, Serves::Everything, tls)),
-    }
+    let plan = tls::listener_plan(&state.settings, tls);
     let mut serving: Vec<Serving> = Vec::with_capacity(plan.len());
     for (addr, serves, tls) in plan {
         let listener = TcpListener::bind(addr)
@@ -160,7 +161,7 @@ pub async fn start(
             Serves::Operator => {
                 info!(listen = %addr, tls = tls.is_some(), "operator API listening")
             }
-            _ => info!(listen = %addr, "HTTP listening"),
+            _ => info!(listen = %addr, tls = tls.is_some(), routes = ?serves, "HTTP listening"),
         }
         let (state, stop) = (state.clone(), shutdown.clone());
         serving.push(Box::pin(async move {
@@ -181,6 +182,19 @@ pub enum Serves {
     Boot,
     /// The operator API, health, metrics and the OpenAPI document.
     Operator,
+    /// Health and public metrics only (`http.plain_boot = false`: the boot routes are
+    /// on the TLS listener).
+    Health,
+}
+
+impl Serves {
+    fn boot(self) -> bool {
+        matches!(self, Self::Everything | Self::Boot)
+    }
+
+    fn operator(self) -> bool {
+        matches!(self, Self::Everything | Self::Operator)
+    }
 }
 
 /// The router of one listener.
@@ -197,9 +211,9 @@ pub fn router_for(state: Arc<HttpState>, serves: Serves) -> Router {
             false
         }
         (MetricsExposure::Operator, Serves::Everything) => true,
-        (MetricsExposure::Operator, Serves::Boot) => false,
+        (MetricsExposure::Operator, Serves::Boot | Serves::Health) => false,
     };
-    if serves != Serves::Boot {
+    if serves.operator() {
         let mut operator = Router::new();
         for (path, _, handler) in api::routes() {
             operator = operator.route(path, handler);
@@ -219,7 +233,7 @@ pub fn router_for(state: Arc<HttpState>, serves: Serves) -> Router {
             .route("/ui", get(ui::page))
             .route("/ui/app.js", get(ui::script));
     }
-    if serves != Serves::Operator {
+    if serves.boot() {
         app = app
             .route("/boot.ipxe", get(first_stage))
             .route("/v1/boot/fallback.ipxe", get(boot_fallback))
@@ -275,8 +289,33 @@ pub async fn run_with(
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let (limits, metrics) = (state.settings.limits, state.handles.http.clone());
+    let timeline = state.handles.timeline.clone();
+    // A machine is known here only by its address; the timeline keeps the failure
+    // under the MAC that holds the address (its text is escaped and cut there).
+    let on_tls_failure: serve::TlsFailure = Arc::new(move |peer, why| {
+        timeline.record_for_ip(
+            peer.ip(),
+            crate::timeline::Report {
+                source: crate::timeline::Source::Http,
+                what: "TLS handshake",
+                outcome: "failed",
+                why: None,
+                ip: Some(peer.ip()),
+                detail: Some(why.to_string()),
+            },
+        );
+    });
     let app = router_for(state, serves);
-    serve::serve(listener, app, tls, limits, metrics, shutdown).await
+    serve::serve(
+        listener,
+        app,
+        tls,
+        limits,
+        metrics,
+        Some(on_tls_failure),
+        shutdown,
+    )
+    .await
 }
 
 fn ipxe_script(body: String) -> Response {

@@ -313,6 +313,11 @@ impl Drop for Open {
     }
 }
 
+/// Told of each TLS handshake that fails (the client and rustls's reason): a machine
+/// whose firmware does not trust this member's certificate fails here, before any
+/// request, so this is the last thing the server saw of it.
+pub type TlsFailure = Arc<dyn Fn(std::net::SocketAddr, &str) + Send + Sync>;
+
 /// Serves `app` (over TLS when an acceptor is given) until `shutdown`, within `limits`;
 /// then stops accepting, lets open connections finish their request and returns when
 /// all are closed (the timeouts bound the wait).
@@ -322,6 +327,7 @@ pub async fn serve(
     tls: Option<TlsAcceptor>,
     limits: ConnLimits,
     metrics: Arc<HttpMetrics>,
+    on_tls_failure: Option<TlsFailure>,
     shutdown: CancellationToken,
 ) -> io::Result<()> {
     let gate = Gate::new(limits.max_connections, limits.max_connections_per_source);
@@ -353,6 +359,7 @@ pub async fn serve(
         };
         let (app, tls, metrics, stop) =
             (app.clone(), tls.clone(), metrics.clone(), shutdown.clone());
+        let on_tls_failure = on_tls_failure.clone();
         tokio::spawn(async move {
             let _place = place;
             let _open = Open::new(metrics.clone());
@@ -373,11 +380,17 @@ pub async fn serve(
                             Ok(Ok(s)) => s,
                             Ok(Err(e)) => {
                                 debug!(%peer, error = %e, "TLS handshake failed");
+                                if let Some(f) = &on_tls_failure {
+                                    f(peer, &e.to_string());
+                                }
                                 return;
                             }
                             Err(_) => {
                                 metrics.timed_out.inc(Timeout::Header.label());
                                 debug!(%peer, "TLS handshake timed out");
+                                if let Some(f) = &on_tls_failure {
+                                    f(peer, "timed out");
+                                }
                                 return;
                             }
                         };

@@ -12,7 +12,8 @@ use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::TlsAcceptor;
 
-use crate::config::TlsFiles;
+use crate::config::{HttpSettings, TlsFiles};
+use crate::http::Serves;
 
 /// A TLS file that cannot be used; names the config key.
 #[derive(Debug, thiserror::Error)]
@@ -84,4 +85,103 @@ pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, TlsError> {
     })?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// Which listeners `[http]` asks for: (address, routes, TLS). TLS goes to the operator
+/// listener and to `tls_listen`; `listen` stays plain HTTP, which every firmware
+/// speaks, unless it is the only listener. With `tls_listen` and no operator listener,
+/// the operator API is on the TLS listener, never on the plain one.
+pub fn listener_plan(
+    http: &HttpSettings,
+    tls: Option<TlsAcceptor>,
+) -> Vec<(std::net::SocketAddr, Serves, Option<TlsAcceptor>)> {
+    let plain_boot = if http.plain_boot {
+        Serves::Boot
+    } else {
+        Serves::Health
+    };
+    let mut plan = Vec::new();
+    match (http.operator_listen, http.tls_listen) {
+        (None, None) => plan.push((http.listen, Serves::Everything, tls)),
+        (Some(op), tls_listen) => {
+            plan.push((http.listen, plain_boot, None));
+            if let Some(t) = tls_listen {
+                plan.push((t, Serves::Boot, tls.clone()));
+            }
+            plan.push((op, Serves::Operator, tls));
+        }
+        (None, Some(t)) => {
+            plan.push((http.listen, plain_boot, None));
+            plan.push((t, Serves::Everything, tls));
+        }
+    }
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(http: &str) -> Vec<(String, Serves, bool)> {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
+        std::fs::write(&cert, "x").unwrap();
+        std::fs::write(&key, "x").unwrap();
+        let toml = format!(
+            "[http]\ntls_cert = \"{}\"\ntls_key = \"{}\"\n{http}",
+            cert.display(),
+            key.display()
+        );
+        let c = crate::config::Config::from_toml_with_overrides(&toml, &[]).unwrap();
+        // Any acceptor stands for "TLS" here; only its presence is looked at.
+        let acceptor = test_acceptor();
+        listener_plan(&c.http, Some(acceptor))
+            .into_iter()
+            .map(|(a, s, t)| (a.to_string(), s, t.is_some()))
+            .collect()
+    }
+
+    fn test_acceptor() -> TlsAcceptor {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["localhost".into()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let config = rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.der().clone()],
+                PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
+            )
+            .unwrap();
+        TlsAcceptor::from(Arc::new(config))
+    }
+
+    #[test]
+    fn the_tls_boot_listener_keeps_plain_http_beside_it_and_the_api_off_it() {
+        let one = |a: &str, s, t| (a.to_string(), s, t);
+        assert_eq!(plan(""), [one("0.0.0.0:8080", Serves::Everything, true)]);
+        assert_eq!(
+            plan("tls_listen = \"0.0.0.0:8084\""),
+            [
+                one("0.0.0.0:8080", Serves::Boot, false),
+                one("0.0.0.0:8084", Serves::Everything, true)
+            ]
+        );
+        assert_eq!(
+            plan("tls_listen = \"0.0.0.0:8084\"\nplain_boot = false"),
+            [
+                one("0.0.0.0:8080", Serves::Health, false),
+                one("0.0.0.0:8084", Serves::Everything, true)
+            ]
+        );
+        assert_eq!(
+            plan("tls_listen = \"0.0.0.0:8084\"\noperator_listen = \"127.0.0.1:8443\""),
+            [
+                one("0.0.0.0:8080", Serves::Boot, false),
+                one("0.0.0.0:8084", Serves::Boot, true),
+                one("127.0.0.1:8443", Serves::Operator, true)
+            ]
+        );
+    }
 }

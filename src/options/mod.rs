@@ -223,6 +223,7 @@ mod tests {
                 &ClientClass {
                     firmware,
                     ipxe,
+                    ipxe_tls: false,
                     arch,
                 },
                 &mut out,

@@ -9,6 +9,7 @@
 mod common;
 
 mod boot;
+mod boot_tls;
 mod hostile;
 mod operator_api;
 mod operator_leases6;

@@ -16,6 +16,7 @@ mod hosts;
 mod subnets;
 #[cfg(test)]
 mod tests;
+mod tls;
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -28,6 +29,7 @@ use super::issues::Issues;
 use super::ConfigIssue;
 
 pub use database::{DATABASE_CA_FILE, DATABASE_CREDENTIALS_DIR, DATABASE_NAME, DATABASE_VAR};
+pub use tls::{IPXE_CERT_FILE, IPXE_KEY_FILE, IRONIC_CA_FILE};
 
 /// Where ironic-image looks for a user's iPXE binaries unless `IPXE_CUSTOM_FIRMWARE_DIR`
 /// says otherwise.
@@ -48,6 +50,11 @@ pub struct HostFacts {
     /// Whether [`DATABASE_CA_FILE`] is readable (then the shared store requires TLS
     /// verified with it).
     pub database_ca_readable: bool,
+    /// Whether [`IPXE_CERT_FILE`] is readable (then iPXE boots over TLS, as in
+    /// ironic-image).
+    pub ipxe_cert_readable: bool,
+    /// Whether [`IRONIC_CA_FILE`] is readable (then chain checks trust it).
+    pub ironic_ca_readable: bool,
 }
 
 /// The interface holding the first of `macs` (comma- or space-separated) that this
@@ -333,12 +340,6 @@ pub(super) fn derive(
         origin("boot.http_url".into(), var, None);
         origin("boot.ipxe_script".into(), var, None);
     }
-    if get(vars, "IPXE_TLS_SETUP").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
-        issues.add(
-            "IPXE_TLS_SETUP",
-            "true (no boot URL for iPXE clients) is not supported yet",
-        );
-    }
     if get(vars, "DNS_PORT").is_some_and(|p| p != "0") {
         issues.add("DNS_PORT", "shardboot serves no DNS; leave it unset or 0");
     }
@@ -377,6 +378,25 @@ pub(super) fn derive(
             format!("{other:?}: must be true or false"),
         ),
     }
+
+    // The TLS listener beside the plain one, on the same address.
+    let listen_ip = match http.get("listen").and_then(Value::as_str) {
+        Some(l) => l
+            .rsplit_once(':')
+            .map_or("0.0.0.0", |(ip, _)| ip)
+            .to_string(),
+        None if ironic_ip6.is_some() => "[::]".into(),
+        None => "0.0.0.0".into(),
+    };
+    tls::tls(
+        vars,
+        host,
+        &listen_ip,
+        &mut http,
+        &mut boot,
+        &mut issues,
+        &mut origin,
+    );
 
     let store = database::store(vars, host, &mut issues);
     if store.is_some() {

@@ -38,6 +38,8 @@ fn host() -> HostFacts {
         ],
         custom_firmware_readable: false,
         database_ca_readable: false,
+        ipxe_cert_readable: false,
+        ironic_ca_readable: false,
     }
 }
 
