@@ -113,6 +113,10 @@ pub async fn run(
 ) -> Result<(), AppError> {
     let mut tasks = Tasks(JoinSet::new());
     crate::limits::raise_open_files();
+    // Before any HTTPS client is built (member probes, checks, timeline asks).
+    if let Some(ca) = &config.http.chain_ca {
+        crate::site_ca::install(ca).map_err(HttpError::from)?;
+    }
     let config = Arc::new(config);
     let store_err = |source| AppError::Store {
         path: store::path_in(&config.state_dir),

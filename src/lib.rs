@@ -24,6 +24,7 @@ pub mod ra;
 pub mod reload;
 pub mod secret_file;
 pub mod shared;
+pub mod site_ca;
 pub mod sockopt;
 pub mod store;
 pub mod tftp;

@@ -6,7 +6,7 @@
 //! from — the `[[subnet]]` and `[[subnet6]]` contents (ranges, exclusions, options,
 //! lease times, router, DNS…) on the same networks and interfaces, the `[[host]]`
 //! entries, `[dhcp] options` and the `[dhcp]` limits and rules listed in [`LIVE_DHCP`],
-//! and `log_level` (the running filter is swapped; see `crate::reload`).
+//! and `log_level` (the running filter is swapped; see `src/reload.rs`).
 //! Everything else (listeners, interfaces, the store, members and owners, boot, TFTP,
 //! HTTP) is named and left as it runs, because sockets, files and tasks were made from
 //! it at start-up.

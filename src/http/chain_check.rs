@@ -71,16 +71,6 @@ struct Known {
     in_flight: HashMap<String, watch::Receiver<Option<Check>>>,
 }
 
-/// The CA file of `http.chain_ca` cannot be used.
-#[derive(Debug, thiserror::Error)]
-#[error("http.chain_ca {path}: {reason}")]
-pub struct ChainCaError {
-    /// The file.
-    pub path: std::path::PathBuf,
-    /// What is wrong.
-    pub reason: String,
-}
-
 impl Default for ChainChecker {
     fn default() -> Self {
         Self::with_client(Self::builder().build().ok())
@@ -89,7 +79,7 @@ impl Default for ChainChecker {
 
 impl ChainChecker {
     fn builder() -> reqwest::ClientBuilder {
-        reqwest::Client::builder()
+        crate::site_ca::client_builder()
             .timeout(TIMEOUT)
             .connect_timeout(TIMEOUT)
             // iPXE follows redirects; a redirect is an answer, not a miss.
@@ -99,23 +89,19 @@ impl ChainChecker {
 
     /// A checker that also trusts the CA certificates in `ca` (PEM), the site's CA that
     /// its iPXE build trusts, so an `https://` URL is checked as iPXE will fetch it.
-    pub fn with_ca(ca: Option<&std::path::Path>) -> Result<Self, ChainCaError> {
+    /// (The running server installs the CA for every client, `crate::site_ca`; this
+    /// builds a checker with it explicitly.)
+    pub fn with_ca(ca: Option<&std::path::Path>) -> Result<Self, crate::site_ca::SiteCaError> {
         let Some(path) = ca else {
             return Ok(Self::default());
         };
-        let err = |reason: String| ChainCaError {
-            path: path.to_path_buf(),
-            reason,
-        };
-        let pem = std::fs::read(path).map_err(|e| err(e.to_string()))?;
-        let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| err(e.to_string()))?;
-        if certs.is_empty() {
-            return Err(err("no PEM certificate in the file".into()));
-        }
-        let builder = certs
+        let builder = crate::site_ca::load(path)?
             .into_iter()
             .fold(Self::builder(), |b, c| b.add_root_certificate(c));
-        let client = builder.build().map_err(|e| err(e.to_string()))?;
+        let client = builder.build().map_err(|e| crate::site_ca::SiteCaError {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
         Ok(Self::with_client(Some(client)))
     }
 

@@ -121,7 +121,7 @@ pub enum HttpError {
     Tls(#[from] tls::TlsError),
     /// `http.chain_ca` cannot be used.
     #[error(transparent)]
-    ChainCa(#[from] chain_check::ChainCaError),
+    ChainCa(#[from] crate::site_ca::SiteCaError),
 }
 
 /// One listener serving until shutdown.

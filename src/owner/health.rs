@@ -218,7 +218,8 @@ pub struct MemberListMismatch {
 }
 
 fn probe_client(timeout: Duration) -> reqwest::Result<reqwest::Client> {
-    reqwest::Client::builder()
+    // Members' URLs are https:// with the site's certificates under boot.ipxe_tls.
+    crate::site_ca::client_builder()
         .timeout(timeout)
         .connect_timeout(timeout)
         .redirect(reqwest::redirect::Policy::none())

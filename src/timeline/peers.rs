@@ -44,7 +44,7 @@ fn client() -> Option<&'static reqwest::Client> {
     static CLIENT: OnceLock<Option<reqwest::Client>> = OnceLock::new();
     CLIENT
         .get_or_init(|| {
-            reqwest::Client::builder()
+            crate::site_ca::client_builder()
                 .redirect(reqwest::redirect::Policy::none())
                 .no_proxy()
                 .build()
