@@ -11,6 +11,8 @@ mod allocate;
 mod configure;
 pub mod decided;
 pub mod decision;
+pub mod gate;
+pub mod held;
 mod limits;
 mod members;
 pub mod pool;
@@ -30,13 +32,15 @@ use super::option_fit::Fit;
 use super::peek::{Peek, PeekKind};
 use crate::config::{BootSettings, Config, DhcpSettings, Host, Subnet};
 use crate::mac::MacAddr;
-use crate::store::{Lease, LeaseEffect, LeaseState};
+use crate::store::{Lease, LeaseEffect, LeaseState, SetAside};
 use allocate::{new_lease, requested_ip};
 use configure::{may_know, reserved_of, subnet_states};
 pub use decision::{
     Decision, DnsmasqDirs, IgnoreReason, Interface, Outcome, PacketContext, PoolUsage, Reply,
     Responsibility,
 };
+pub use gate::{Inputs, Path, Refused};
+pub use held::HeldBack;
 use limits::Limits;
 use members::PastList;
 use pool::Pool;
@@ -93,6 +97,25 @@ pub struct Engine {
 }
 
 impl Engine {
+    /// Builds the engine from configuration and what the store held: its leases, and
+    /// the records that did not decode, whose addresses are held back ([`held`]).
+    /// Returns what was held back, for the shell to report.
+    pub fn load(
+        config: &Config,
+        mut stored: Vec<Lease>,
+        set_aside: &[SetAside],
+        now: u64,
+    ) -> (Self, Vec<HeldBack<Ipv4Addr>>) {
+        let span = crate::owner::membership::transition_span(config);
+        let held = held::held_back(set_aside, span);
+        stored.extend(
+            held.iter()
+                .map(|(h, since)| held::holding_lease(*h, *since)),
+        );
+        let engine = Self::new(config, stored, now);
+        (engine, held.into_iter().map(|(h, _)| h).collect())
+    }
+
     /// Builds the engine from configuration and the leases loaded from the store.
     pub fn new(config: &Config, stored: Vec<Lease>, now: u64) -> Self {
         let members = crate::owner::MemberList::of(&config.members);

@@ -24,6 +24,9 @@ mod conformance_tests;
 #[path = "flood_tests.rs"]
 mod flood_tests;
 
+#[path = "inputs_tests.rs"]
+mod inputs_tests;
+
 const SERVER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 const T0: u64 = 1_000_000;
 

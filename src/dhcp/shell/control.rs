@@ -176,15 +176,9 @@ impl DhcpHandle {
 
 /// Applies one change on the engine thread. A reservation change is checked, made
 /// durable (waiting for its flush: operator changes are rare) and only then applied, so
-/// the engine never holds a reservation the store lacks.
-/// Applies one change on the engine thread. Returns the configuration a
-/// [`Control::Reconfigure`] brought, for the parts the loop itself holds (the relays).
-pub(super) fn apply(
-    engine: &mut Engine,
-    cmd: Control,
-    committer: &Committer,
-    now: u64,
-) -> Option<std::sync::Arc<crate::config::Config>> {
+/// the engine never holds a reservation the store lacks. A reload's relays
+/// (`dhcp.relays`) are the engine's too (`Engine::relay_path`).
+pub(super) fn apply(engine: &mut Engine, cmd: Control, committer: &Committer, now: u64) {
     let stored = |change: Change| {
         committer.commit_blocking(vec![change]).map_err(|e| {
             tracing::error!(error = %e, "reservation not stored");
@@ -195,7 +189,6 @@ pub(super) fn apply(
         Control::Reconfigure { config, done } => {
             engine.reconfigure(&config, now);
             let _ = done.send(());
-            return Some(config);
         }
         Control::Reserve { reservation, done } => {
             let result = engine
@@ -231,7 +224,7 @@ pub(super) fn apply(
             let names = list.names().to_vec();
             let Some(mut record) = engine.change_members(list, now) else {
                 let _ = done.send(None);
-                return None;
+                return;
             };
             let until = engine.transition_until();
             if until.is_some_and(|u| u > now) {
@@ -280,5 +273,4 @@ pub(super) fn apply(
             }
         },
     }
-    None
 }

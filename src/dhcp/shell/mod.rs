@@ -70,8 +70,6 @@ pub struct Server {
     pub owners: Option<Arc<crate::owner::Resolver>>,
     /// The operator's run-time allow/deny per MAC.
     pub policies: Arc<HostPolicies>,
-    /// The relays whose giaddr is believed.
-    pub relays: Vec<crate::config::RelayRule>,
     /// Every machine's timeline, told of each decision.
     pub timeline: Arc<crate::timeline::Timeline>,
     /// Operator changes to apply; `None`: no operator API.

@@ -19,6 +19,8 @@ mod decision;
 #[cfg(test)]
 mod host_tests;
 mod hosts;
+#[cfg(test)]
+mod inputs_tests;
 mod lifecycle;
 #[cfg(test)]
 mod option_tests;
@@ -34,7 +36,7 @@ use dhcproto::v6::{DhcpOption, Message, MessageType, OptionCode, Status};
 use super::relay::RelayHop;
 use crate::config::{BootSettings, Config, Subnet6};
 use crate::dhcp::engine::pool::Pool;
-use crate::dhcp::engine::Responsibility;
+use crate::dhcp::engine::{gate, HeldBack, Inputs, Path, Refused, Responsibility};
 use crate::owner::shares::Split;
 use crate::owner::MemberList;
 use crate::store::{Lease6, LeaseState};
@@ -93,6 +95,37 @@ pub struct Engine6 {
 }
 
 impl Engine6 {
+    /// Builds the engine from configuration, this server's DUID and what the store
+    /// held: the v6 leases, and the addresses of the records that did not decode, held
+    /// back from `now` for a longest lease (`dhcp::engine::held`). Returns what was held
+    /// back, for the shell to report.
+    pub fn load(
+        config: &Config,
+        duid: Vec<u8>,
+        stored: Vec<Lease6>,
+        set_aside: &[Ipv6Addr],
+        now: u64,
+    ) -> (Self, Vec<HeldBack<Ipv6Addr>>) {
+        let mut engine = Self::new(config, duid, stored, now);
+        let longest = engine
+            .subnets
+            .iter()
+            .map(|s| u64::from(s.cfg.lease_time))
+            .max()
+            .unwrap_or(0);
+        let held: Vec<HeldBack<Ipv6Addr>> = set_aside
+            .iter()
+            .map(|ip| HeldBack {
+                ip: *ip,
+                until: now + longest,
+            })
+            .collect();
+        for h in &held {
+            engine.hold_back(h.ip, h.until);
+        }
+        (engine, held)
+    }
+
     /// Builds the engine from configuration, this server's DUID and the v6 leases
     /// loaded from the store.
     pub fn new(config: &Config, duid: Vec<u8>, stored: Vec<Lease6>, now: u64) -> Self {
@@ -178,7 +211,7 @@ impl Engine6 {
     }
 
     /// Keeps `ip` from every client until `until` (its stored record is unreadable).
-    pub fn hold_back(&mut self, ip: Ipv6Addr, until: u64) {
+    fn hold_back(&mut self, ip: Ipv6Addr, until: u64) {
         self.bindings.insert(Lease6 {
             ip,
             duid: Vec::new(),
@@ -192,6 +225,23 @@ impl Engine6 {
             arch: None,
         });
         self.set_used(ip, true);
+    }
+
+    /// How a message reached this server: directly, or in Relay-forward layers.
+    /// Every relay is trusted: unlike `dhcp.relays` for v4, no setting names the
+    /// DHCPv6 relays, so a Relay-forward's link-address is believed from any sender.
+    pub fn relay_path(&self, hops: &[RelayHop]) -> Path {
+        if hops.is_empty() {
+            Path::Direct
+        } else {
+            Path::Relayed { trusted: true }
+        }
+    }
+
+    /// Whether a message is decided at all (`dhcp::engine::gate`, the v4 rule): a
+    /// Solicit gets no Advertise while the store cannot write.
+    pub fn admit(&self, inputs: Inputs, kind: MessageType) -> Result<(), Refused> {
+        gate::admit(inputs, kind == MessageType::Solicit)
     }
 
     /// Whether `ip` lies in this member's share of a range (where it hands out fresh
