@@ -6,21 +6,20 @@ use std::collections::HashMap;
 use std::net::Ipv4Addr;
 
 use super::pool::Pool;
-use super::{Engine, SubnetState};
-use crate::config::{Config, Host};
+use super::{Engine, EngineSettings, SubnetState};
+use crate::config::{Host, Subnet};
 use crate::mac::MacAddr;
 use crate::store::Lease;
 
 /// Each configured subnet with its pools: this member's share of every range under
 /// `members`.
 pub(super) fn subnet_states(
-    config: &Config,
+    subnets: &[Subnet],
     members: &crate::owner::MemberList,
     me: Option<&str>,
 ) -> Vec<SubnetState> {
     let split = crate::owner::shares::Split::CURRENT;
-    config
-        .subnets
+    subnets
         .iter()
         .map(|s| SubnetState {
             cfg: s.clone(),
@@ -41,20 +40,6 @@ pub(super) fn reserved_of(hosts: &HashMap<MacAddr, Host>) -> HashMap<Ipv4Addr, M
         .collect()
 }
 
-/// Whether any machine can be known (`limits::reserve_for_known`).
-pub(super) fn may_know(config: &Config) -> bool {
-    !config.hosts.is_empty()
-        || config.dhcp.hostsdir.is_some()
-        || config.owner.ironic.is_some()
-        || config.owner.inventory.is_some()
-        || config.http.token_file.is_some()
-        || config
-            .http
-            .tls
-            .as_ref()
-            .is_some_and(|t| t.client_ca.is_some())
-}
-
 impl Engine {
     /// Takes a reloaded configuration's live parts (docs/configuration.md, "Reload"):
     /// subnets and their ranges, options, hosts and the `[dhcp]` limits. Every lease,
@@ -62,10 +47,10 @@ impl Engine {
     /// and any transition from a list change stay as they were: the result is the
     /// engine a restart on the new file would build, without what a restart loses. A
     /// lease outside every new range stays bound and is answered as after a restart.
-    pub fn reconfigure(&mut self, config: &Config, now: u64) {
-        self.settings = config.dhcp.clone();
-        self.subnets = subnet_states(config, &self.members, self.me.as_deref());
-        self.may_know = may_know(config);
+    pub fn reconfigure(&mut self, settings: EngineSettings, now: u64) {
+        self.settings = settings.dhcp;
+        self.subnets = subnet_states(&settings.subnets, &self.members, self.me.as_deref());
+        self.may_know = settings.may_know;
         // Run-time reservations stay over the new file, unless it now configures that
         // MAC's address or gives the address to another MAC: the file wins.
         let runtime: Vec<Host> = self
@@ -73,7 +58,7 @@ impl Engine {
             .iter()
             .filter_map(|m| self.hosts.get(m).cloned())
             .collect();
-        self.config_hosts = config.hosts.iter().map(|h| (h.mac, h.clone())).collect();
+        self.config_hosts = settings.hosts.iter().map(|h| (h.mac, h.clone())).collect();
         self.hosts = self.config_hosts.clone();
         self.reserved = reserved_of(&self.hosts);
         self.runtime_reserved.clear();
@@ -98,9 +83,9 @@ impl Engine {
             merged.hostname = host.hostname.clone().or(merged.hostname);
             self.hosts.insert(host.mac, merged);
         }
-        self.block_configured(config);
+        self.block_configured();
         let known: Vec<Lease> = self.table.iter().cloned().collect();
-        self.track_fresh(config, &known);
+        self.track_fresh(settings.shared_store, &known);
         for lease in &known {
             self.set_used(lease.ip, lease.is_active(now));
         }
@@ -108,11 +93,11 @@ impl Engine {
     }
 
     /// Keeps the excluded and reserved addresses out of the pools.
-    pub(super) fn block_configured(&mut self, config: &Config) {
-        let blocked: Vec<Ipv4Addr> = config
+    pub(super) fn block_configured(&mut self) {
+        let blocked: Vec<Ipv4Addr> = self
             .subnets
             .iter()
-            .flat_map(|s| s.exclude.iter().copied())
+            .flat_map(|s| s.cfg.exclude.iter().copied())
             .chain(self.reserved.keys().copied())
             .collect();
         for ip in blocked {
@@ -127,11 +112,8 @@ impl Engine {
     /// bindings, and only what a member gains at a membership change is probed
     /// (`probe`): a first deployment would otherwise probe every address of every
     /// member.
-    pub(super) fn track_fresh(&mut self, config: &Config, known: &[Lease]) {
-        if config.dhcp.conflict_probe.is_some()
-            && config.store.shared.is_none()
-            && self.members.len() <= 1
-        {
+    pub(super) fn track_fresh(&mut self, shared_store: bool, known: &[Lease]) {
+        if self.settings.conflict_probe.is_some() && !shared_store && self.members.len() <= 1 {
             for pool in self.subnets.iter_mut().flat_map(|s| s.pools.iter_mut()) {
                 pool.track_fresh();
             }

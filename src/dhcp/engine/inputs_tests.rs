@@ -109,12 +109,12 @@ fn no_relay_is_trusted_by_default_and_a_reload_changes_which_are() {
         e.relay_path(gi, Some(R1), "br0"),
         Path::Relayed { trusted: false }
     );
-    e.reconfigure(&with_relays(&["198.18.0.2"]), T0 + 1);
+    e.reconfigure(EngineSettings::of(&with_relays(&["198.18.0.2"])), T0 + 1);
     assert_eq!(
         e.relay_path(gi, Some(R1), "br0"),
         Path::Relayed { trusted: true }
     );
-    e.reconfigure(&config(""), T0 + 2);
+    e.reconfigure(EngineSettings::of(&config("")), T0 + 2);
     assert_eq!(
         e.relay_path(gi, Some(R1), "br0"),
         Path::Relayed { trusted: false }
@@ -173,7 +173,7 @@ fn set_aside_addresses_go_to_no_client_until_a_longest_lease_after_they_were_set
             since,
         },
     ];
-    let (mut e, held) = Engine::load(&cfg, Vec::new(), &records, T0);
+    let (mut e, held) = Engine::load(EngineSettings::of(&cfg), Vec::new(), &records, T0);
     assert_eq!(
         held,
         [
@@ -203,7 +203,12 @@ fn set_aside_addresses_go_to_no_client_until_a_longest_lease_after_they_were_set
 fn a_hold_from_a_damaged_since_saturates() {
     let cfg = three_addresses();
     let ip = Ipv4Addr::new(192, 0, 2, 100);
-    let (_, held) = Engine::load(&cfg, Vec::new(), &[aside(ip, u64::MAX - 1)], T0);
+    let (_, held) = Engine::load(
+        EngineSettings::of(&cfg),
+        Vec::new(),
+        &[aside(ip, u64::MAX - 1)],
+        T0,
+    );
     assert_eq!(
         held,
         [HeldBack {

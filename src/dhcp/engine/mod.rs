@@ -21,6 +21,7 @@ pub mod probe;
 pub mod proxy;
 pub mod reply;
 pub mod reserve;
+pub mod settings;
 pub mod table;
 
 #[cfg(test)]
@@ -34,7 +35,7 @@ use crate::config::{BootSettings, Config, DhcpSettings, Host, Subnet};
 use crate::mac::MacAddr;
 use crate::store::{Lease, LeaseEffect, LeaseState, SetAside};
 use allocate::{new_lease, requested_ip};
-use configure::{may_know, reserved_of, subnet_states};
+use configure::{reserved_of, subnet_states};
 pub use decision::{
     Decision, DnsmasqDirs, IgnoreReason, Interface, Outcome, PacketContext, PoolUsage, Reply,
     Responsibility,
@@ -46,6 +47,7 @@ use members::PastList;
 use pool::Pool;
 pub use probe::ProbeResult;
 use reply::{ReplyParts, Timers};
+pub use settings::EngineSettings;
 use table::LeaseTable;
 
 #[derive(Debug)]
@@ -97,42 +99,55 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Builds the engine from configuration and what the store held: its leases, and
+    /// Builds the engine from its settings and what the store held: its leases, and
     /// the records that did not decode, whose addresses are held back ([`held`]).
     /// Returns what was held back, for the shell to report.
     pub fn load(
-        config: &Config,
+        settings: EngineSettings,
         mut stored: Vec<Lease>,
         set_aside: &[SetAside],
         now: u64,
     ) -> (Self, Vec<HeldBack<Ipv4Addr>>) {
-        let span = crate::owner::membership::transition_span(config);
-        let held = held::held_back(set_aside, span);
+        let held = held::held_back(set_aside, settings.transition_span);
         stored.extend(
             held.iter()
                 .map(|(h, since)| held::holding_lease(*h, *since)),
         );
-        let engine = Self::new(config, stored, now);
+        let engine = Self::with_settings(settings, stored, now);
         (engine, held.into_iter().map(|(h, _)| h).collect())
     }
 
-    /// Builds the engine from configuration and the leases loaded from the store.
+    /// Builds the engine from the whole configuration (its [`EngineSettings`]) and the
+    /// leases loaded from the store.
     pub fn new(config: &Config, stored: Vec<Lease>, now: u64) -> Self {
-        let members = crate::owner::MemberList::of(&config.members);
-        let me = config.owner.self_name.as_deref();
-        let hosts: HashMap<MacAddr, Host> =
-            config.hosts.iter().map(|h| (h.mac, h.clone())).collect();
+        Self::with_settings(EngineSettings::of(config), stored, now)
+    }
+
+    /// Builds the engine from its settings and the leases loaded from the store.
+    pub fn with_settings(settings: EngineSettings, stored: Vec<Lease>, now: u64) -> Self {
+        let EngineSettings {
+            dhcp,
+            boot,
+            subnets,
+            hosts,
+            members,
+            me,
+            transition_span,
+            may_know,
+            shared_store,
+        } = settings;
+        let hosts: HashMap<MacAddr, Host> = hosts.into_iter().map(|h| (h.mac, h)).collect();
         let mut engine = Self {
-            settings: config.dhcp.clone(),
-            boot: config.boot.clone(),
-            subnets: subnet_states(config, &members, me),
+            settings: dhcp,
+            boot,
+            subnets: subnet_states(&subnets, &members, me.as_deref()),
             reserved: reserved_of(&hosts),
             hosts: hosts.clone(),
             table: LeaseTable::default(),
             transition_until: None,
-            me: me.map(str::to_string),
+            me,
             members,
-            transition_span: crate::owner::membership::transition_span(config),
+            transition_span,
             past: Vec::new(),
             members_since: None,
             members_before: None,
@@ -140,14 +155,14 @@ impl Engine {
             runtime_reserved: std::collections::HashSet::new(),
             limits: Limits::default(),
             shared_up: false,
-            may_know: may_know(config),
+            may_know,
             unknown_offers: Default::default(),
             degraded: false,
             // Off until the shell says it can send them (`set_probing`).
             probes: probe::Probes::new(false),
         };
-        engine.block_configured(config);
-        engine.track_fresh(config, &stored);
+        engine.block_configured();
+        engine.track_fresh(shared_store, &stored);
         let mut stored = stored;
         // Oldest first, so a MAC's newest lease wins its by-MAC slot.
         stored.sort_by_key(|l| l.starts);

@@ -8,7 +8,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::info;
 
 use crate::dhcp::engine::reserve::{Reservation, ReserveError};
-use crate::dhcp::engine::Engine;
+use crate::dhcp::engine::{Engine, EngineSettings};
 use crate::mac::MacAddr;
 use crate::store::{Change, CommitFailed, Committer, LeaseEffect};
 
@@ -187,7 +187,7 @@ pub(super) fn apply(engine: &mut Engine, cmd: Control, committer: &Committer, no
     };
     match cmd {
         Control::Reconfigure { config, done } => {
-            engine.reconfigure(&config, now);
+            engine.reconfigure(EngineSettings::of(&config), now);
             let _ = done.send(());
         }
         Control::Reserve { reservation, done } => {

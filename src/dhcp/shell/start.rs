@@ -11,7 +11,7 @@ use super::socket::{self, SocketError};
 use super::{ControlReceiver, Listener, Server};
 use crate::clock::unix_now;
 use crate::config::Config;
-use crate::dhcp::engine::{Engine, Interface};
+use crate::dhcp::engine::{Engine, EngineSettings, Interface};
 use crate::dhcp::host_policy::HostPolicies;
 use crate::dhcp::metrics::DhcpMetrics;
 use crate::dhcp::responsibility::Responder;
@@ -198,7 +198,12 @@ pub async fn prepare(config: &Config, parts: Parts) -> Result<Server, StartError
     // An address whose record could not be read may still be in use by a client we
     // cannot name: the engine holds it back (`dhcp::engine::held`).
     let span = transition_span(config);
-    let (mut engine, held) = Engine::load(config, stored.leases, &stored.set_aside, now);
+    let (mut engine, held) = Engine::load(
+        EngineSettings::of(config),
+        stored.leases,
+        &stored.set_aside,
+        now,
+    );
     for h in held {
         warn!(ip = %h.ip, until = h.until, "address held back: its lease record was set aside");
     }

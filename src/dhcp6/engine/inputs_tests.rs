@@ -70,7 +70,13 @@ fn set_aside_addresses_go_to_no_client_for_a_longest_lease() {
     // The range is fd00:1::10 - ::13; three of its addresses had unreadable records.
     let aside = [ip("fd00:1::10"), ip("fd00:1::11"), ip("fd00:1::13")];
     let now = 1_000;
-    let (mut e, held) = Engine6::load(&config(""), SERVER_DUID.to_vec(), Vec::new(), &aside, now);
+    let (mut e, held) = Engine6::load(
+        Engine6Settings::of(&config("")),
+        SERVER_DUID.to_vec(),
+        Vec::new(),
+        &aside,
+        now,
+    );
     let until = now + 1000;
     let want: Vec<HeldBack<Ipv6Addr>> = aside.iter().map(|&ip| HeldBack { ip, until }).collect();
     assert_eq!(held, want);

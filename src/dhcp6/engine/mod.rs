@@ -26,6 +26,7 @@ mod lifecycle;
 mod option_tests;
 mod options;
 pub mod reply;
+mod settings;
 #[cfg(test)]
 mod tests;
 
@@ -41,6 +42,7 @@ use crate::owner::shares::Split;
 use crate::owner::MemberList;
 use crate::store::{Lease6, LeaseState};
 use bindings::Bindings;
+pub use settings::Engine6Settings;
 
 pub use decision::{Arrival, Context6, Decision6, Ignore6, Outcome6};
 use lifecycle::{client_fqdn_flags, Assign};
@@ -100,13 +102,13 @@ impl Engine6 {
     /// back from `now` for a longest lease (`dhcp::engine::held`). Returns what was held
     /// back, for the shell to report.
     pub fn load(
-        config: &Config,
+        settings: Engine6Settings,
         duid: Vec<u8>,
         stored: Vec<Lease6>,
         set_aside: &[Ipv6Addr],
         now: u64,
     ) -> (Self, Vec<HeldBack<Ipv6Addr>>) {
-        let mut engine = Self::new(config, duid, stored, now);
+        let mut engine = Self::with_settings(settings, duid, stored, now);
         let longest = engine
             .subnets
             .iter()
@@ -126,26 +128,35 @@ impl Engine6 {
         (engine, held)
     }
 
-    /// Builds the engine from configuration, this server's DUID and the v6 leases
-    /// loaded from the store.
+    /// Builds the engine from the whole configuration (its [`Engine6Settings`]), this
+    /// server's DUID and the v6 leases loaded from the store.
     pub fn new(config: &Config, duid: Vec<u8>, stored: Vec<Lease6>, now: u64) -> Self {
-        let members = MemberList::of(&config.members);
-        let me = config.owner.self_name.clone();
+        Self::with_settings(Engine6Settings::of(config), duid, stored, now)
+    }
+
+    /// Builds the engine from its settings, this server's DUID and the v6 leases
+    /// loaded from the store.
+    pub fn with_settings(
+        settings: Engine6Settings,
+        duid: Vec<u8>,
+        stored: Vec<Lease6>,
+        now: u64,
+    ) -> Self {
         let mut engine = Self {
             duid,
-            boot: config.boot.clone(),
+            boot: settings.boot.clone(),
             subnets: Vec::new(),
             bindings: Bindings::default(),
             offer_hold: 0,
             decline_hold: 0,
-            members,
-            me,
+            members: settings.members.clone(),
+            me: settings.me.clone(),
             hosts: hosts::Hosts6::new(&[]),
             known_only: false,
             server_options: Vec::new(),
             degraded: false,
         };
-        engine.take_settings(config);
+        engine.take_settings(settings);
         let mut stored = stored;
         // Oldest first, so an IA's newest lease wins its slot.
         stored.sort_by_key(|l| l.starts);
@@ -163,9 +174,9 @@ impl Engine6 {
     /// Takes the configuration's parts that a reload may change: the `[[subnet6]]`
     /// ranges and options, the hosts, `known_only`, the server options and the holds.
     /// The pools start empty; the caller marks what the bindings hold.
-    fn take_settings(&mut self, config: &Config) {
-        self.subnets = config
-            .subnets6
+    fn take_settings(&mut self, settings: Engine6Settings) {
+        self.subnets = settings
+            .subnets
             .iter()
             .map(|s| {
                 let mut pools: Vec<_> = s
@@ -182,11 +193,11 @@ impl Engine6 {
                 }
             })
             .collect();
-        self.offer_hold = u64::from(config.dhcp.offer_hold_secs);
-        self.decline_hold = u64::from(config.dhcp.decline_hold_secs);
-        self.hosts = hosts::Hosts6::new(&config.hosts);
-        self.known_only = config.dhcp.known_only;
-        self.server_options = config.dhcp.options6.clone();
+        self.offer_hold = settings.offer_hold;
+        self.decline_hold = settings.decline_hold;
+        self.hosts = hosts::Hosts6::new(&settings.hosts);
+        self.known_only = settings.known_only;
+        self.server_options = settings.options;
         // A reserved address inside a range is never handed out dynamically.
         let reserved: Vec<Ipv6Addr> = self.hosts.reserved().collect();
         for ip in reserved {
@@ -198,8 +209,8 @@ impl Engine6 {
 
     /// Takes a reloaded configuration's live parts ([`Engine6::take_settings`]), keeping
     /// every binding, offer and hold, and the member list as it is.
-    pub fn reconfigure(&mut self, config: &Config, now: u64) {
-        self.take_settings(config);
+    pub fn reconfigure(&mut self, settings: Engine6Settings, now: u64) {
+        self.take_settings(settings);
         let held: Vec<(Ipv6Addr, bool)> = self
             .bindings
             .iter()

@@ -4,7 +4,7 @@
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::super::engine::Engine6;
+use super::super::engine::{Engine6, Engine6Settings};
 use crate::dhcp::shell::{ask, take_decided, ControlError};
 use crate::store::{Change, CommitFailed, Committer, Lease6Effect};
 
@@ -64,7 +64,7 @@ pub(super) fn apply(engine: &mut Engine6, cmd: Control6, committer: &Committer, 
             });
         }
         Control6::Reconfigure { config, done } => {
-            engine.reconfigure(&config, now);
+            engine.reconfigure(Engine6Settings::of(&config), now);
             let _ = done.send(());
         }
     }

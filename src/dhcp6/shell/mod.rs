@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::client_mac::{client_mac, Clues};
-use super::engine::{Arrival, Context6, Decision6, Engine6};
+use super::engine::{Arrival, Context6, Decision6, Engine6, Engine6Settings};
 use super::metrics::Dhcp6Metrics;
 use super::relay;
 use super::wire;
@@ -147,7 +147,13 @@ pub async fn run(
     }
     let now = crate::clock::unix_now();
     let leases = std::mem::take(&mut parts.leases);
-    let (mut engine, held) = Engine6::load(&config, duid, leases, &parts.set_aside, now);
+    let (mut engine, held) = Engine6::load(
+        Engine6Settings::of(&config),
+        duid,
+        leases,
+        &parts.set_aside,
+        now,
+    );
     for h in held {
         warn!(ip = %h.ip, until = h.until, "IPv6 address held back: its lease record was set aside");
     }
