@@ -26,10 +26,10 @@ use super::wire;
 use crate::config::Config;
 use crate::dhcp::engine::{Inputs, Refused, Responsibility};
 use crate::dhcp::responsibility::Responder;
+pub use crate::dhcp6::control::{Control6Receiver, Dhcp6Handle};
 use crate::mac::MacAddr;
 use crate::store::{Change, Committer, Lease6, StoreError};
 use crate::udp_batch::Counted;
-pub use control::{Control6Receiver, Dhcp6Handle};
 use socket::{
     bind6, host_addresses6, interface_mac, resolve_interfaces6, Interface6, Socket6Error,
 };
@@ -233,8 +233,8 @@ pub async fn run(
 }
 
 async fn next_control(
-    control: &mut Option<tokio::sync::mpsc::Receiver<control::Control6>>,
-) -> Option<control::Control6> {
+    control: &mut Option<tokio::sync::mpsc::Receiver<crate::dhcp6::control::Control6>>,
+) -> Option<crate::dhcp6::control::Control6> {
     match control {
         Some(c) => c.recv().await,
         None => std::future::pending().await,
