@@ -1,15 +1,20 @@
 //! The engine's configured state: subnets and their pools (this member's share of
-//! every range), host entries and reservations, built at start and again on a reload
-//! (`config::reload`), keeping every lease, offer and run-time reservation.
+//! every range), host entries and reservations, built at start from its settings and
+//! what the store held, and again on a reload (`config::reload`), keeping every lease,
+//! offer and run-time reservation.
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
 
+use super::held::{self, HeldBack};
+use super::limits::Limits;
 use super::pool::Pool;
+use super::probe;
+use super::table::LeaseTable;
 use super::{Engine, EngineSettings, SubnetState};
-use crate::config::{Host, Subnet};
+use crate::config::{Config, Host, Subnet};
 use crate::mac::MacAddr;
-use crate::store::Lease;
+use crate::store::{Lease, LeaseState, SetAside};
 
 /// Each configured subnet with its pools: this member's share of every range under
 /// `members`.
@@ -41,6 +46,88 @@ pub(super) fn reserved_of(hosts: &HashMap<MacAddr, Host>) -> HashMap<Ipv4Addr, M
 }
 
 impl Engine {
+    /// Builds the engine from its settings and what the store held: its leases, and
+    /// the records that did not decode, whose addresses are held back ([`held`]).
+    /// Returns what was held back, for the shell to report.
+    pub fn load(
+        settings: EngineSettings,
+        mut stored: Vec<Lease>,
+        set_aside: &[SetAside],
+        now: u64,
+    ) -> (Self, Vec<HeldBack<Ipv4Addr>>) {
+        let held = held::held_back(set_aside, settings.transition_span);
+        stored.extend(
+            held.iter()
+                .map(|(h, since)| held::holding_lease(*h, *since)),
+        );
+        let engine = Self::with_settings(settings, stored, now);
+        (engine, held.into_iter().map(|(h, _)| h).collect())
+    }
+
+    /// Builds the engine from the whole configuration (its [`EngineSettings`]) and the
+    /// leases loaded from the store.
+    pub fn new(config: &Config, stored: Vec<Lease>, now: u64) -> Self {
+        Self::with_settings(EngineSettings::of(config), stored, now)
+    }
+
+    /// Builds the engine from its settings and the leases loaded from the store.
+    pub fn with_settings(settings: EngineSettings, stored: Vec<Lease>, now: u64) -> Self {
+        let EngineSettings {
+            dhcp,
+            boot,
+            subnets,
+            hosts,
+            members,
+            me,
+            transition_span,
+            may_know,
+            shared_store,
+        } = settings;
+        let hosts: HashMap<MacAddr, Host> = hosts.into_iter().map(|h| (h.mac, h)).collect();
+        let mut engine = Self {
+            settings: dhcp,
+            boot,
+            subnets: subnet_states(&subnets, &members, me.as_deref()),
+            reserved: reserved_of(&hosts),
+            hosts: hosts.clone(),
+            table: LeaseTable::default(),
+            transition_until: None,
+            me,
+            members,
+            transition_span,
+            past: Vec::new(),
+            members_since: None,
+            members_before: None,
+            config_hosts: hosts,
+            runtime_reserved: std::collections::HashSet::new(),
+            limits: Limits::default(),
+            shared_up: false,
+            may_know,
+            unknown_offers: Default::default(),
+            degraded: false,
+            // Off until the shell says it can send them (`set_probing`).
+            probes: probe::Probes::new(false),
+        };
+        engine.block_configured();
+        engine.track_fresh(shared_store, &stored);
+        let mut stored = stored;
+        // Oldest first, so a MAC's newest lease wins its by-MAC slot.
+        stored.sort_by_key(|l| l.starts);
+        for lease in stored
+            .into_iter()
+            .filter(|l| l.state != LeaseState::Offered)
+        {
+            let active = lease.is_active(now);
+            let ip = lease.ip;
+            if lease.state == LeaseState::Declined && active {
+                engine.limits.declined(lease.expires);
+            }
+            engine.table.insert(lease);
+            engine.set_used(ip, active);
+        }
+        engine
+    }
+
     /// Takes a reloaded configuration's live parts (docs/configuration.md, "Reload"):
     /// subnets and their ranges, options, hosts and the `[dhcp]` limits. Every lease,
     /// offer, quarantine, probe and run-time reservation is kept, and the member list
