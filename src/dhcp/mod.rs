@@ -2,6 +2,7 @@
 //! socket server that persists lease changes before replying.
 
 pub mod boot;
+pub mod control;
 pub mod dnsmasq_leases;
 pub mod engine;
 pub mod host_policy;

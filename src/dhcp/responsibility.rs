@@ -15,7 +15,8 @@ use dhcproto::v4::{Message, MessageType};
 use super::engine::Responsibility;
 use super::metrics::DhcpMetrics;
 use crate::mac::MacAddr;
-use crate::owner::{responsible_member, Resolver};
+pub use crate::owner::responsible;
+use crate::owner::Resolver;
 
 /// Why this member answers or not, for metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,22 +48,6 @@ pub fn effective_secs(raw: u16) -> u16 {
         raw.swap_bytes()
     } else {
         raw
-    }
-}
-
-/// The member responsible for `mac`: the resolver's `owner` if it is alive, else the
-/// RFC 3074 bucket over `live` (sorted names).
-pub fn responsible<'a>(
-    owner: Option<&'a str>,
-    live: &'a [String],
-    mac: &MacAddr,
-) -> Option<&'a str> {
-    match owner {
-        Some(o) if live.iter().any(|l| l == o) => Some(o),
-        _ => {
-            let names: Vec<&str> = live.iter().map(String::as_str).collect();
-            responsible_member(mac, &names)
-        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! The RFC 3074 load-balancing hash ("DHC Load Balancing Algorithm", §6): a Pearson
 //! hash of the client's hardware address. Every member computes the same bucket for a MAC
-//! without talking to the others, as Kea's HA load balancing and ISC dhcpd do.
+//! without talking to the others, as Kea's HA load balancing and ISC dhcpd do. Here too
+//! the rule that names the member responsible for a machine from it and the owner.
 
 use crate::mac::MacAddr;
 
@@ -41,6 +42,23 @@ pub fn responsible_member<'a>(mac: &MacAddr, live: &[&'a str]) -> Option<&'a str
     sorted.dedup();
     let bucket = usize::from(rfc3074_hash(&mac.0)) % sorted.len();
     Some(sorted[bucket])
+}
+
+/// The member responsible for `mac` (docs/design.md, "DHCP decisions" 2): the
+/// resolver's `owner` if it is alive, else the RFC 3074 bucket over `live` (sorted
+/// names). DHCP asks it through `dhcp::responsibility`; the live set is `LiveSet`'s.
+pub fn responsible<'a>(
+    owner: Option<&'a str>,
+    live: &'a [String],
+    mac: &MacAddr,
+) -> Option<&'a str> {
+    match owner {
+        Some(o) if live.iter().any(|l| l == o) => Some(o),
+        _ => {
+            let names: Vec<&str> = live.iter().map(String::as_str).collect();
+            responsible_member(mac, &names)
+        }
+    }
 }
 
 #[cfg(test)]

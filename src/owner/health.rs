@@ -93,7 +93,7 @@ impl LiveSet {
     }
 
     /// Calls `f` with the member responsible for `mac`, as
-    /// [`crate::dhcp::responsibility::responsible`] names it over [`Self::alive`] (the
+    /// [`super::responsible`] names it over [`Self::alive`] (the
     /// resolver's `owner` if alive, else the RFC 3074 bucket over the live members in
     /// name order), without copying the live set: the DHCP path asks for every packet.
     pub fn with_responsible<R>(
@@ -450,7 +450,7 @@ mod tests {
             let mac = crate::mac::MacAddr(mac);
             let owner = owner.map(|o| names[o]);
             let alive = live.alive();
-            let want = crate::dhcp::responsibility::responsible(owner, &alive, &mac);
+            let want = crate::owner::responsible(owner, &alive, &mac);
             proptest::prop_assert_eq!(live.with_responsible(owner, &mac, |r| r.map(str::to_string)), want.map(str::to_string));
         }
     }

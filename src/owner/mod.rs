@@ -22,7 +22,7 @@ use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-pub use hash::{responsible_member, rfc3074_hash};
+pub use hash::{responsible, responsible_member, rfc3074_hash};
 pub use inventory::Inventory;
 pub use members::{slice_of, MemberList};
 

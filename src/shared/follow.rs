@@ -19,8 +19,8 @@ use tracing::{debug, info, warn};
 use super::bindings::{Decided, KeyValue};
 use super::sql::Family;
 use super::{SharedStore, TOMBSTONE_MS};
-use crate::dhcp::shell::DhcpHandle;
-use crate::dhcp6::shell::Dhcp6Handle;
+use crate::dhcp::control::DhcpHandle;
+use crate::dhcp6::control::Dhcp6Handle;
 
 /// How often tombstones and long-ended bindings are purged.
 const PURGE_EVERY: Duration = Duration::from_secs(60);

@@ -11,6 +11,8 @@ mod allocate;
 mod configure;
 pub mod decided;
 pub mod decision;
+pub mod gate;
+pub mod held;
 mod limits;
 mod members;
 pub mod pool;
@@ -19,6 +21,7 @@ pub mod probe;
 pub mod proxy;
 pub mod reply;
 pub mod reserve;
+pub mod settings;
 pub mod table;
 
 #[cfg(test)]
@@ -28,20 +31,22 @@ use super::boot::{self, BootDirective};
 use super::host_policy::HostPolicy;
 use super::option_fit::Fit;
 use super::peek::{Peek, PeekKind};
-use crate::config::{BootSettings, Config, DhcpSettings, Host, Subnet};
+use crate::config::{BootSettings, DhcpSettings, Host, Subnet};
 use crate::mac::MacAddr;
 use crate::store::{Lease, LeaseEffect, LeaseState};
 use allocate::{new_lease, requested_ip};
-use configure::{may_know, reserved_of, subnet_states};
 pub use decision::{
     Decision, DnsmasqDirs, IgnoreReason, Interface, Outcome, PacketContext, PoolUsage, Reply,
     Responsibility,
 };
+pub use gate::{Inputs, Path, Refused};
+pub use held::HeldBack;
 use limits::Limits;
 use members::PastList;
 use pool::Pool;
 pub use probe::ProbeResult;
 use reply::{ReplyParts, Timers};
+pub use settings::EngineSettings;
 use table::LeaseTable;
 
 #[derive(Debug)]
@@ -93,56 +98,6 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Builds the engine from configuration and the leases loaded from the store.
-    pub fn new(config: &Config, stored: Vec<Lease>, now: u64) -> Self {
-        let members = crate::owner::MemberList::of(&config.members);
-        let me = config.owner.self_name.as_deref();
-        let hosts: HashMap<MacAddr, Host> =
-            config.hosts.iter().map(|h| (h.mac, h.clone())).collect();
-        let mut engine = Self {
-            settings: config.dhcp.clone(),
-            boot: config.boot.clone(),
-            subnets: subnet_states(config, &members, me),
-            reserved: reserved_of(&hosts),
-            hosts: hosts.clone(),
-            table: LeaseTable::default(),
-            transition_until: None,
-            me: me.map(str::to_string),
-            members,
-            transition_span: crate::owner::membership::transition_span(config),
-            past: Vec::new(),
-            members_since: None,
-            members_before: None,
-            config_hosts: hosts,
-            runtime_reserved: std::collections::HashSet::new(),
-            limits: Limits::default(),
-            shared_up: false,
-            may_know: may_know(config),
-            unknown_offers: Default::default(),
-            degraded: false,
-            // Off until the shell says it can send them (`set_probing`).
-            probes: probe::Probes::new(false),
-        };
-        engine.block_configured(config);
-        engine.track_fresh(config, &stored);
-        let mut stored = stored;
-        // Oldest first, so a MAC's newest lease wins its by-MAC slot.
-        stored.sort_by_key(|l| l.starts);
-        for lease in stored
-            .into_iter()
-            .filter(|l| l.state != LeaseState::Offered)
-        {
-            let active = lease.is_active(now);
-            let ip = lease.ip;
-            if lease.state == LeaseState::Declined && active {
-                engine.limits.declined(lease.expires);
-            }
-            engine.table.insert(lease);
-            engine.set_used(ip, active);
-        }
-        engine
-    }
-
     /// The lease or offer on `ip`.
     pub fn lease(&self, ip: Ipv4Addr) -> Option<&Lease> {
         self.table.get(ip)

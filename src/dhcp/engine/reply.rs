@@ -280,3 +280,68 @@ pub fn destination(req: &Message, kind: MessageType, yiaddr: Ipv4Addr) -> Destin
         _ => Destination::Broadcast,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use dhcproto::v4::relay::{RelayAgentInformation, RelayInfo};
+
+    use super::*;
+
+    fn parts(kind: MessageType) -> ReplyParts<'static> {
+        ReplyParts {
+            kind,
+            yiaddr: Ipv4Addr::new(198, 51, 100, 10),
+            server_id: Ipv4Addr::new(192, 0, 2, 1),
+            subnet: None,
+            host: None,
+            timers: None,
+            boot: None,
+            server_options: &[],
+            dnsmasq: Default::default(),
+        }
+    }
+
+    /// A request carrying option 82 (circuit-id, remote-id), with `giaddr`.
+    fn request(giaddr: Ipv4Addr) -> (Message, RelayAgentInformation) {
+        let mut info = RelayAgentInformation::default();
+        info.insert(RelayInfo::AgentCircuitId(b"rack4-port7".to_vec()));
+        info.insert(RelayInfo::AgentRemoteId(b"switch-2".to_vec()));
+        let z = Ipv4Addr::UNSPECIFIED;
+        let mut req = Message::new_with_id(7, z, z, z, giaddr, &[0x52, 0x54, 0, 0, 0, 1]);
+        req.opts_mut()
+            .insert(DhcpOption::MessageType(MessageType::Discover));
+        req.opts_mut()
+            .insert(DhcpOption::RelayAgentInformation(info.clone()));
+        (req, info)
+    }
+
+    #[test]
+    fn option_82_goes_back_unchanged_to_the_relay_in_offers_acks_and_naks() {
+        // RFC 3046 §2.2: the server copies the relay agent information option into
+        // its reply, unchanged, for the relay to strip before forwarding.
+        let (req, info) = request(Ipv4Addr::new(203, 0, 113, 1));
+        for kind in [MessageType::Offer, MessageType::Ack, MessageType::Nak] {
+            let reply = build(&req, &parts(kind));
+            assert_eq!(
+                reply.opts().get(OptionCode::RelayAgentInformation),
+                Some(&DhcpOption::RelayAgentInformation(info.clone())),
+                "{kind:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn option_82_from_a_client_that_came_through_no_relay_is_not_echoed() {
+        // Without giaddr no relay sits between: the reply goes to the client, and
+        // RFC 3046 §2.2 says the option is for the relay agent only.
+        let (req, _) = request(Ipv4Addr::UNSPECIFIED);
+        for kind in [MessageType::Offer, MessageType::Ack, MessageType::Nak] {
+            let reply = build(&req, &parts(kind));
+            assert_eq!(
+                reply.opts().get(OptionCode::RelayAgentInformation),
+                None,
+                "{kind:?}"
+            );
+        }
+    }
+}

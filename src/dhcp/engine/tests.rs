@@ -24,6 +24,9 @@ mod conformance_tests;
 #[path = "flood_tests.rs"]
 mod flood_tests;
 
+#[path = "inputs_tests.rs"]
+mod inputs_tests;
+
 const SERVER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 const T0: u64 = 1_000_000;
 
@@ -1156,7 +1159,7 @@ fn a_reload_keeps_leases_and_run_time_reservations_and_serves_the_new_range() {
     // and a new client is offered from the new range only.
     let mut moved = config("");
     moved.subnets[0].ranges = vec![(Ipv4Addr::new(192, 0, 2, 200), Ipv4Addr::new(192, 0, 2, 201))];
-    e.reconfigure(&moved, T0 + 1);
+    e.reconfigure(EngineSettings::of(&moved), T0 + 1);
     let kept = e.lease(held).expect("the bound lease is kept");
     assert_eq!((kept.mac, kept.state), (mac(1), LeaseState::Bound));
     assert_eq!(e.reservations(), std::slice::from_ref(&r));
@@ -1180,7 +1183,7 @@ fn a_reload_keeps_leases_and_run_time_reservations_and_serves_the_new_range() {
     let mut host = crate::config::Host::bare(mac(6));
     host.ip = Some(fixed);
     taken.hosts.push(host);
-    e.reconfigure(&taken, later);
+    e.reconfigure(EngineSettings::of(&taken), later);
     assert!(e.reservations().is_empty());
     let d = e.handle_message(&msg(MessageType::Discover, mac(6)), &ctx(&i, later));
     assert_eq!(offered(&d), fixed);

@@ -1,5 +1,6 @@
-//! One datagram to one decision: the raw-packet peek, relay trust, decode, the
-//! engine's decision, the reply's encoding and destination.
+//! One datagram to one decision: the engine's gate (relay trust, a store that
+//! writes), the raw-packet peek, decode, the engine's decision, the reply's encoding
+//! and destination.
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
@@ -11,7 +12,7 @@ use super::report::{silent_report, timeline_report};
 use super::{arp, probe};
 use crate::dhcp::engine::reply::Destination;
 use crate::dhcp::engine::{
-    DnsmasqDirs, Engine, Interface, Outcome, PacketContext, Reply, Responsibility,
+    DnsmasqDirs, Engine, Inputs, Interface, Outcome, PacketContext, Refused, Reply, Responsibility,
 };
 use crate::dhcp::host_policy::HostPolicies;
 use crate::dhcp::metrics::DhcpMetrics;
@@ -28,8 +29,6 @@ pub(super) struct LoopState<'a> {
     pub(super) responder: Option<&'a Responder>,
     pub(super) owners: Option<&'a crate::owner::Resolver>,
     pub(super) policies: &'a HostPolicies,
-    /// The relays whose giaddr is believed (a reload may change them).
-    pub(super) relays: Vec<crate::config::RelayRule>,
     pub(super) timeline: &'a crate::timeline::Timeline,
     pub(super) port: u16,
     /// Encoded reply of the last `Action::Send`.
@@ -63,7 +62,7 @@ impl LoopState<'_> {
         let mac = MacAddr::from_chaddr(msg.chaddr());
         use dhcproto::v4::MessageType as T;
         let discover = msg.opts().msg_type() == Some(T::Discover);
-        if !self.admit(msg.giaddr(), discover, listener, from) {
+        if !self.admit(engine, msg.giaddr(), discover, listener, from) {
             return Action::Nothing;
         }
         // One span per packet (docs/style.md §8). At debug level: a span per datagram at the
@@ -124,7 +123,7 @@ impl LoopState<'_> {
         p: &Peek,
     ) -> Action {
         let discover = p.kind == PeekKind::Discover;
-        if !self.admit(p.giaddr, discover, listener, from) {
+        if !self.admit(engine, p.giaddr, discover, listener, from) {
             return Action::Nothing;
         }
         self.metrics
@@ -180,41 +179,40 @@ impl LoopState<'_> {
         self.decide(engine, listener, socket, data, from, &msg, &ctx)
     }
 
-    /// Whether a request goes on to be decided: its relay is trusted (when relayed) and,
-    /// for a DISCOVER, the store takes writes. A refusal is counted here.
+    /// Whether a request goes on to be decided, as the engine's gate says
+    /// (`dhcp::engine::gate`: a relayed request only from a trusted relay, a DISCOVER
+    /// only while the store takes writes). A refusal is counted here.
     pub(super) fn admit(
         &self,
+        engine: &Engine,
         giaddr: Ipv4Addr,
         discover: bool,
         listener: usize,
         from: SocketAddr,
     ) -> bool {
-        // RFC 3046 §2.1 / RFC 2131 §4.1: giaddr is a relay agent's statement. Anyone on
-        // the link can set it, so it is believed only from a configured relay, sending
-        // from the server port: otherwise it would choose the subnet (and the reply's
-        // destination) for the sender.
-        if !giaddr.is_unspecified() {
-            let trusted = match from {
-                SocketAddr::V4(src) if src.port() == self.port => self
-                    .relays
-                    .iter()
-                    .any(|r| r.allows(*src.ip(), &self.interfaces[listener].name)),
-                _ => false,
-            };
-            if !trusted {
+        // Relay agents send from the server port (RFC 2131 §4.1); a relayed request
+        // from any other source is nobody's relay.
+        let sender = match from {
+            SocketAddr::V4(src) if src.port() == self.port => Some(*src.ip()),
+            _ => None,
+        };
+        let inputs = Inputs {
+            path: engine.relay_path(giaddr, sender, &self.interfaces[listener].name),
+            store_writable: self.store.offers_fresh(),
+        };
+        match engine.admit(inputs, discover) {
+            Ok(()) => true,
+            Err(Refused::UntrustedRelay) => {
                 self.metrics.untrusted_relay.inc();
                 debug!(%from, "relayed packet from an untrusted source dropped");
-                return false;
+                false
+            }
+            Err(Refused::StoreUnwritable) => {
+                self.metrics.store_failing.inc();
+                debug!("DISCOVER unanswered: the lease store fails writes or the shared store is unreachable");
+                false
             }
         }
-        if !self.store.offers_fresh() && discover {
-            // No OFFER that could never be ACKed: another server, or this one once the
-            // store writes again, serves the client.
-            self.metrics.store_failing.inc();
-            debug!("DISCOVER unanswered: the lease store fails writes or the shared store is unreachable");
-            return false;
-        }
-        true
     }
 
     /// Runs the engine on a decoded request and turns its decision into an action.

@@ -1,12 +1,12 @@
 //! Members from Ironic or a file: every change of the roster is handed to the engine thread,
-//! which reshares the ranges and starts a transition (`control::Control::Members`).
+//! which reshares the ranges and starts a transition (`dhcp::control::Control::Members`).
 
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use super::control::DhcpHandle;
+use crate::dhcp::control::DhcpHandle;
 use crate::dhcp::metrics::DhcpMetrics;
 use crate::owner::roster::Roster;
 

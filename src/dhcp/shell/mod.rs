@@ -30,9 +30,8 @@ use super::engine::{Engine, Interface};
 use super::host_policy::HostPolicies;
 use super::metrics::DhcpMetrics;
 use super::responsibility::Responder;
+pub use crate::dhcp::control::{ControlError, ControlReceiver, DhcpHandle};
 use crate::store::{Committer, StoreMetrics};
-pub(crate) use control::{ask, take_decided};
-pub use control::{ControlError, ControlReceiver, DhcpHandle};
 pub use follow::follow_members;
 pub use probe::ProbeError;
 pub use start::{prepare, Parts, StartError, Stored};
@@ -70,8 +69,6 @@ pub struct Server {
     pub owners: Option<Arc<crate::owner::Resolver>>,
     /// The operator's run-time allow/deny per MAC.
     pub policies: Arc<HostPolicies>,
-    /// The relays whose giaddr is believed.
-    pub relays: Vec<crate::config::RelayRule>,
     /// Every machine's timeline, told of each decision.
     pub timeline: Arc<crate::timeline::Timeline>,
     /// Operator changes to apply; `None`: no operator API.

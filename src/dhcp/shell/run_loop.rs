@@ -39,7 +39,6 @@ pub(super) async fn engine_loop(
         responder,
         owners,
         policies,
-        relays,
         timeline,
         control,
         shared,
@@ -73,7 +72,6 @@ pub(super) async fn engine_loop(
         responder: responder.as_ref(),
         owners: owners.as_deref(),
         policies: &policies,
-        relays,
         timeline: &timeline,
         port,
         out: Vec::with_capacity(600),
@@ -127,9 +125,7 @@ pub(super) async fn engine_loop(
         // Operator changes are applied between bursts, also under load.
         if let Some(rx) = control.as_mut() {
             while let Ok(cmd) = rx.try_recv() {
-                if let Some(config) = control::apply(&mut engine, cmd, &committer, unix_now()) {
-                    ctx.relays = config.dhcp.relays.clone();
-                }
+                control::apply(&mut engine, cmd, &committer, unix_now());
                 stats_dirty = true;
             }
         }
@@ -204,9 +200,7 @@ pub(super) async fn engine_loop(
             _ = readable => {}
             replies = prober.replies(&metrics) => ended.extend(replies),
             Some(cmd) = command => {
-                if let Some(config) = control::apply(&mut engine, cmd, &committer, unix_now()) {
-                    ctx.relays = config.dhcp.relays.clone();
-                }
+                control::apply(&mut engine, cmd, &committer, unix_now());
                 publish(&engine, &metrics);
             }
             Some(w) = withdrawals.recv() => take_back(&mut engine, w, &committer),

@@ -11,17 +11,15 @@ use super::socket::{self, SocketError};
 use super::{ControlReceiver, Listener, Server};
 use crate::clock::unix_now;
 use crate::config::Config;
-use crate::dhcp::engine::{Engine, Interface};
+use crate::dhcp::engine::{Engine, EngineSettings, Interface};
 use crate::dhcp::host_policy::HostPolicies;
 use crate::dhcp::metrics::DhcpMetrics;
 use crate::dhcp::responsibility::Responder;
-use crate::mac::MacAddr;
 use crate::owner::health::{check_member_lists, MemberListMismatch};
 use crate::owner::membership::{settle, transition_span};
 use crate::owner::Resolver;
 use crate::store::{
-    Change, CommitFailed, Committer, Lease, LeaseState, Membership, Reservation, SetAside,
-    StoreMetrics,
+    Change, CommitFailed, Committer, Lease, Membership, Reservation, SetAside, StoreMetrics,
 };
 
 /// Why the DHCP server cannot start.
@@ -198,30 +196,17 @@ pub async fn prepare(config: &Config, parts: Parts) -> Result<Server, StartError
     info!(leases = stored.leases.len(), state_dir = %config.state_dir.display(), "lease store open");
     let now = unix_now();
     // An address whose record could not be read may still be in use by a client we
-    // cannot name: held back like a declined address, for a longest lease.
+    // cannot name: the engine holds it back (`dhcp::engine::held`).
     let span = transition_span(config);
-    let mut leases = stored.leases;
-    for (ip, since) in stored
-        .set_aside
-        .iter()
-        .filter_map(|r| Some((r.address()?, r.since)))
-    {
-        // `since` comes from the damaged record itself: saturate, never wrap.
-        let until = since.saturating_add(span);
-        warn!(%ip, until, "address held back: its lease record was set aside");
-        leases.push(Lease {
-            ip,
-            mac: MacAddr([0; 6]),
-            state: LeaseState::Declined,
-            starts: since,
-            expires: until,
-            hostname: None,
-            client_id: None,
-            machine_id: None,
-            arch: None,
-        });
+    let (mut engine, held) = Engine::load(
+        EngineSettings::of(config),
+        stored.leases,
+        &stored.set_aside,
+        now,
+    );
+    for h in held {
+        warn!(ip = %h.ip, until = h.until, "address held back: its lease record was set aside");
     }
-    let mut engine = Engine::new(config, leases, now);
     // The DHCP loop sends the probes (`shell::probe`); it turns them off again if it
     // cannot open an ICMP socket.
     engine.set_probing(true);
@@ -312,7 +297,6 @@ pub async fn prepare(config: &Config, parts: Parts) -> Result<Server, StartError
         port: config.dhcp.port,
         reclaim_interval: Duration::from_secs(config.dhcp.reclaim_interval_secs.into()),
         policies,
-        relays: config.dhcp.relays.clone(),
         timeline,
         control,
         shared: config.store.shared.is_some(),

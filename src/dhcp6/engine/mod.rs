@@ -19,11 +19,14 @@ mod decision;
 #[cfg(test)]
 mod host_tests;
 mod hosts;
+#[cfg(test)]
+mod inputs_tests;
 mod lifecycle;
 #[cfg(test)]
 mod option_tests;
 mod options;
 pub mod reply;
+mod settings;
 #[cfg(test)]
 mod tests;
 
@@ -34,11 +37,12 @@ use dhcproto::v6::{DhcpOption, Message, MessageType, OptionCode, Status};
 use super::relay::RelayHop;
 use crate::config::{BootSettings, Config, Subnet6};
 use crate::dhcp::engine::pool::Pool;
-use crate::dhcp::engine::Responsibility;
+use crate::dhcp::engine::{gate, HeldBack, Inputs, Path, Refused, Responsibility};
 use crate::owner::shares::Split;
 use crate::owner::MemberList;
 use crate::store::{Lease6, LeaseState};
 use bindings::Bindings;
+pub use settings::Engine6Settings;
 
 pub use decision::{Arrival, Context6, Decision6, Ignore6, Outcome6};
 use lifecycle::{client_fqdn_flags, Assign};
@@ -93,26 +97,66 @@ pub struct Engine6 {
 }
 
 impl Engine6 {
-    /// Builds the engine from configuration, this server's DUID and the v6 leases
-    /// loaded from the store.
+    /// Builds the engine from configuration, this server's DUID and what the store
+    /// held: the v6 leases, and the addresses of the records that did not decode, held
+    /// back from `now` for a longest lease (`dhcp::engine::held`). Returns what was held
+    /// back, for the shell to report.
+    pub fn load(
+        settings: Engine6Settings,
+        duid: Vec<u8>,
+        stored: Vec<Lease6>,
+        set_aside: &[Ipv6Addr],
+        now: u64,
+    ) -> (Self, Vec<HeldBack<Ipv6Addr>>) {
+        let mut engine = Self::with_settings(settings, duid, stored, now);
+        let longest = engine
+            .subnets
+            .iter()
+            .map(|s| u64::from(s.cfg.lease_time))
+            .max()
+            .unwrap_or(0);
+        let held: Vec<HeldBack<Ipv6Addr>> = set_aside
+            .iter()
+            .map(|ip| HeldBack {
+                ip: *ip,
+                until: now + longest,
+            })
+            .collect();
+        for h in &held {
+            engine.hold_back(h.ip, h.until);
+        }
+        (engine, held)
+    }
+
+    /// Builds the engine from the whole configuration (its [`Engine6Settings`]), this
+    /// server's DUID and the v6 leases loaded from the store.
     pub fn new(config: &Config, duid: Vec<u8>, stored: Vec<Lease6>, now: u64) -> Self {
-        let members = MemberList::of(&config.members);
-        let me = config.owner.self_name.clone();
+        Self::with_settings(Engine6Settings::of(config), duid, stored, now)
+    }
+
+    /// Builds the engine from its settings, this server's DUID and the v6 leases
+    /// loaded from the store.
+    pub fn with_settings(
+        settings: Engine6Settings,
+        duid: Vec<u8>,
+        stored: Vec<Lease6>,
+        now: u64,
+    ) -> Self {
         let mut engine = Self {
             duid,
-            boot: config.boot.clone(),
+            boot: settings.boot.clone(),
             subnets: Vec::new(),
             bindings: Bindings::default(),
             offer_hold: 0,
             decline_hold: 0,
-            members,
-            me,
+            members: settings.members.clone(),
+            me: settings.me.clone(),
             hosts: hosts::Hosts6::new(&[]),
             known_only: false,
             server_options: Vec::new(),
             degraded: false,
         };
-        engine.take_settings(config);
+        engine.take_settings(settings);
         let mut stored = stored;
         // Oldest first, so an IA's newest lease wins its slot.
         stored.sort_by_key(|l| l.starts);
@@ -130,9 +174,9 @@ impl Engine6 {
     /// Takes the configuration's parts that a reload may change: the `[[subnet6]]`
     /// ranges and options, the hosts, `known_only`, the server options and the holds.
     /// The pools start empty; the caller marks what the bindings hold.
-    fn take_settings(&mut self, config: &Config) {
-        self.subnets = config
-            .subnets6
+    fn take_settings(&mut self, settings: Engine6Settings) {
+        self.subnets = settings
+            .subnets
             .iter()
             .map(|s| {
                 let mut pools: Vec<_> = s
@@ -149,11 +193,11 @@ impl Engine6 {
                 }
             })
             .collect();
-        self.offer_hold = u64::from(config.dhcp.offer_hold_secs);
-        self.decline_hold = u64::from(config.dhcp.decline_hold_secs);
-        self.hosts = hosts::Hosts6::new(&config.hosts);
-        self.known_only = config.dhcp.known_only;
-        self.server_options = config.dhcp.options6.clone();
+        self.offer_hold = settings.offer_hold;
+        self.decline_hold = settings.decline_hold;
+        self.hosts = hosts::Hosts6::new(&settings.hosts);
+        self.known_only = settings.known_only;
+        self.server_options = settings.options;
         // A reserved address inside a range is never handed out dynamically.
         let reserved: Vec<Ipv6Addr> = self.hosts.reserved().collect();
         for ip in reserved {
@@ -165,8 +209,8 @@ impl Engine6 {
 
     /// Takes a reloaded configuration's live parts ([`Engine6::take_settings`]), keeping
     /// every binding, offer and hold, and the member list as it is.
-    pub fn reconfigure(&mut self, config: &Config, now: u64) {
-        self.take_settings(config);
+    pub fn reconfigure(&mut self, settings: Engine6Settings, now: u64) {
+        self.take_settings(settings);
         let held: Vec<(Ipv6Addr, bool)> = self
             .bindings
             .iter()
@@ -178,7 +222,7 @@ impl Engine6 {
     }
 
     /// Keeps `ip` from every client until `until` (its stored record is unreadable).
-    pub fn hold_back(&mut self, ip: Ipv6Addr, until: u64) {
+    fn hold_back(&mut self, ip: Ipv6Addr, until: u64) {
         self.bindings.insert(Lease6 {
             ip,
             duid: Vec::new(),
@@ -192,6 +236,23 @@ impl Engine6 {
             arch: None,
         });
         self.set_used(ip, true);
+    }
+
+    /// How a message reached this server: directly, or in Relay-forward layers.
+    /// Every relay is trusted: unlike `dhcp.relays` for v4, no setting names the
+    /// DHCPv6 relays, so a Relay-forward's link-address is believed from any sender.
+    pub fn relay_path(&self, hops: &[RelayHop]) -> Path {
+        if hops.is_empty() {
+            Path::Direct
+        } else {
+            Path::Relayed { trusted: true }
+        }
+    }
+
+    /// Whether a message is decided at all (`dhcp::engine::gate`, the v4 rule): a
+    /// Solicit gets no Advertise while the store cannot write.
+    pub fn admit(&self, inputs: Inputs, kind: MessageType) -> Result<(), Refused> {
+        gate::admit(inputs, kind == MessageType::Solicit)
     }
 
     /// Whether `ip` lies in this member's share of a range (where it hands out fresh

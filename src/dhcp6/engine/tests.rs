@@ -1017,7 +1017,7 @@ fn a_reload_serves_the_new_range_and_options_and_keeps_the_bindings() {
         &[],
     )
     .unwrap();
-    e.reconfigure(&moved, 1_003);
+    e.reconfigure(Engine6Settings::of(&moved), 1_003);
     assert!(
         e.leases().any(|l| l.ip == ip("fd00:1::10") && l.duid == c),
         "the binding is kept"

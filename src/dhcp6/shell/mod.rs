@@ -19,17 +19,17 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::client_mac::{client_mac, Clues};
-use super::engine::{Arrival, Context6, Decision6, Engine6};
+use super::engine::{Arrival, Context6, Decision6, Engine6, Engine6Settings};
 use super::metrics::Dhcp6Metrics;
 use super::relay;
 use super::wire;
 use crate::config::Config;
-use crate::dhcp::engine::Responsibility;
+use crate::dhcp::engine::{Inputs, Refused, Responsibility};
 use crate::dhcp::responsibility::Responder;
+pub use crate::dhcp6::control::{Control6Receiver, Dhcp6Handle};
 use crate::mac::MacAddr;
 use crate::store::{Change, Committer, Lease6, StoreError};
 use crate::udp_batch::Counted;
-pub use control::{Control6Receiver, Dhcp6Handle};
 use socket::{
     bind6, host_addresses6, interface_mac, resolve_interfaces6, Interface6, Socket6Error,
 };
@@ -146,15 +146,16 @@ pub async fn run(
         });
     }
     let now = crate::clock::unix_now();
-    let mut engine = Engine6::new(&config, duid, std::mem::take(&mut parts.leases), now);
-    let longest = config
-        .subnets6
-        .iter()
-        .map(|s| u64::from(s.lease_time))
-        .max()
-        .unwrap_or(0);
-    for ip in &parts.set_aside {
-        engine.hold_back(*ip, now + longest);
+    let leases = std::mem::take(&mut parts.leases);
+    let (mut engine, held) = Engine6::load(
+        Engine6Settings::of(&config),
+        duid,
+        leases,
+        &parts.set_aside,
+        now,
+    );
+    for h in held {
+        warn!(ip = %h.ip, until = h.until, "IPv6 address held back: its lease record was set aside");
     }
     let (withdraw_tx, mut withdrawals) = tokio::sync::mpsc::unbounded_channel::<Withdrawal>();
     let mut control = parts.control.take().map(|c| c.0);
@@ -232,8 +233,8 @@ pub async fn run(
 }
 
 async fn next_control(
-    control: &mut Option<tokio::sync::mpsc::Receiver<control::Control6>>,
-) -> Option<control::Control6> {
+    control: &mut Option<tokio::sync::mpsc::Receiver<crate::dhcp6::control::Control6>>,
+) -> Option<crate::dhcp6::control::Control6> {
     match control {
         Some(c) => c.recv().await,
         None => std::future::pending().await,
@@ -300,12 +301,25 @@ fn handle(
         }
     };
     let msg = &request.message;
-    if msg.msg_type() == dhcproto::v6::MessageType::Solicit && !parts.store.status.offers_fresh() {
-        // No Advertise that could never be answered with a Reply, as v4 makes no OFFER:
-        // another server, or this one once the store writes again, serves the client.
-        metrics.dropped.inc("store_unavailable");
-        debug!(from = %from.ip(), "Solicit unanswered: the lease store fails writes or the shared store is unreachable");
-        return;
+    let inputs = Inputs {
+        path: engine.relay_path(&request.hops),
+        store_writable: parts.store.status.offers_fresh(),
+    };
+    match engine.admit(inputs, msg.msg_type()) {
+        Ok(()) => {}
+        // Not yet counted by a reason of its own: no DHCPv6 relay is untrusted while no
+        // setting names them (`Engine6::relay_path`).
+        Err(Refused::UntrustedRelay) => {
+            debug!(from = %from.ip(), "DHCPv6 relayed message from an untrusted source dropped");
+            return;
+        }
+        Err(Refused::StoreUnwritable) => {
+            // No Advertise that could never be answered with a Reply, as v4 makes no
+            // OFFER (`dhcp::engine::gate`).
+            metrics.dropped.inc("store_unavailable");
+            debug!(from = %from.ip(), "Solicit unanswered: the lease store fails writes or the shared store is unreachable");
+            return;
+        }
     }
     let duid = match msg.opts().get(OptionCode::ClientId) {
         Some(DhcpOption::ClientId(id)) => Some(id.as_slice()),

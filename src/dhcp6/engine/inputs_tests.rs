@@ -1,0 +1,95 @@
+//! The engine's inputs from the shell (`dhcp::engine::gate`, held-back addresses), as
+//! tables: the rule is v4's.
+
+use std::net::Ipv6Addr;
+
+use dhcproto::v6::MessageType;
+
+use super::tests::{config, ctx, duid, engine, ia_of, ip, message, SERVER_DUID};
+use super::*;
+use crate::dhcp::engine::Path;
+
+fn hop() -> RelayHop {
+    RelayHop {
+        hop_count: 0,
+        link_addr: ip("fd00:1::1"),
+        peer_addr: ip("fe80::1"),
+        interface_id: None,
+        client_link_layer: None,
+    }
+}
+
+#[test]
+fn only_a_solicit_waits_for_a_store_that_writes() {
+    let e = engine("");
+    let kinds = [
+        (MessageType::Solicit, true),
+        (MessageType::Request, false),
+        (MessageType::Renew, false),
+        (MessageType::Rebind, false),
+        (MessageType::Confirm, false),
+        (MessageType::Release, false),
+        (MessageType::Decline, false),
+        (MessageType::InformationRequest, false),
+    ];
+    for hops in [Vec::new(), vec![hop()]] {
+        for (kind, asks_offer) in kinds {
+            for store_writable in [true, false] {
+                let inputs = Inputs {
+                    path: e.relay_path(&hops),
+                    store_writable,
+                };
+                let want = if asks_offer && !store_writable {
+                    Err(Refused::StoreUnwritable)
+                } else {
+                    Ok(())
+                };
+                assert_eq!(
+                    e.admit(inputs, kind),
+                    want,
+                    "{kind:?} relayed={} writable={store_writable}",
+                    !hops.is_empty()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_relay_forward_is_relayed_and_trusted_while_no_setting_names_v6_relays() {
+    let e = engine("");
+    assert_eq!(e.relay_path(&[]), Path::Direct);
+    assert_eq!(
+        e.relay_path(&[hop(), hop()]),
+        Path::Relayed { trusted: true }
+    );
+}
+
+#[test]
+fn set_aside_addresses_go_to_no_client_for_a_longest_lease() {
+    // The range is fd00:1::10 - ::13; three of its addresses had unreadable records.
+    let aside = [ip("fd00:1::10"), ip("fd00:1::11"), ip("fd00:1::13")];
+    let now = 1_000;
+    let (mut e, held) = Engine6::load(
+        Engine6Settings::of(&config("")),
+        SERVER_DUID.to_vec(),
+        Vec::new(),
+        &aside,
+        now,
+    );
+    let until = now + 1000;
+    let want: Vec<HeldBack<Ipv6Addr>> = aside.iter().map(|&ip| HeldBack { ip, until }).collect();
+    assert_eq!(held, want);
+    let solicit = |n: u8| message(MessageType::Solicit, &duid(n), None, Some((1, None)));
+    let adv = e.handle_message(&solicit(1), &[], &ctx(now)).reply.unwrap();
+    assert_eq!(ia_of(&adv, 1).0, [(ip("fd00:1::12"), 1000)]);
+    // The hold ends a longest lease after the start: the addresses are free again.
+    e.handle_tick(until);
+    let adv = e
+        .handle_message(&solicit(2), &[], &ctx(until))
+        .reply
+        .unwrap();
+    let (addrs, _) = ia_of(&adv, 1);
+    assert_eq!(addrs.len(), 1);
+    assert!(aside.contains(&addrs[0].0), "{addrs:?}");
+}
