@@ -73,35 +73,57 @@ pub async fn ask_all(
     mac: MacAddr,
     timeout: Duration,
 ) -> Asked {
-    let others: Vec<&Member> = members
-        .iter()
-        .filter(|m| Some(m.name.as_str()) != me)
-        .collect();
-    let mut out = Asked::default();
+    let (answers, unasked) = ask_each(members, me, secret, timeout, |client, m, secret| {
+        ask(client, m, secret, mac)
+    })
+    .await;
+    let (answered, parts) = answers.into_iter().unzip();
+    Asked {
+        parts,
+        answered,
+        unasked,
+    }
+}
+
+/// Asks every member of `members` but `me` at once with `ask`, each bounded by
+/// `timeout`: the answers by member, and the members that could not be asked, with why
+/// (`no_member_secret` for all of them without a secret).
+async fn ask_each<'a, T, F, Fut>(
+    members: &'a [Member],
+    me: Option<&str>,
+    secret: Option<&'a MemberSecret>,
+    timeout: Duration,
+    ask: F,
+) -> (Vec<(String, T)>, Vec<Unasked>)
+where
+    F: Fn(&'static reqwest::Client, &'a Member, &'a MemberSecret) -> Fut,
+    Fut: std::future::Future<Output = Result<T, &'static str>>,
+{
+    let others = members.iter().filter(|m| Some(m.name.as_str()) != me);
     let (Some(secret), Some(client)) = (secret, client()) else {
-        out.unasked = others
-            .iter()
+        let unasked = others
             .map(|m| Unasked {
                 member: m.name.clone(),
                 why: "no_member_secret",
             })
             .collect();
-        return out;
+        return (Vec::new(), unasked);
     };
-    let asks = others.iter().map(|m| async move {
-        let r = tokio::time::timeout(timeout, ask(client, m, secret, mac)).await;
-        (m.name.clone(), r.unwrap_or(Err("timeout")))
+    let asks = others.map(|m| {
+        let asked = ask(client, m, secret);
+        async move {
+            let r = tokio::time::timeout(timeout, asked).await;
+            (m.name.clone(), r.unwrap_or(Err("timeout")))
+        }
     });
+    let (mut answers, mut unasked) = (Vec::new(), Vec::new());
     for (member, result) in futures_util::future::join_all(asks).await {
         match result {
-            Ok(events) => {
-                out.answered.push(member);
-                out.parts.push(events);
-            }
-            Err(why) => out.unasked.push(Unasked { member, why }),
+            Ok(answer) => answers.push((member, answer)),
+            Err(why) => unasked.push(Unasked { member, why }),
         }
     }
-    out
+    (answers, unasked)
 }
 
 /// One member's events of `mac`, or why not.
@@ -149,32 +171,8 @@ pub async fn ask_boards(
     secret: Option<&MemberSecret>,
     timeout: Duration,
 ) -> AskedBoards {
-    let others: Vec<&Member> = members
-        .iter()
-        .filter(|m| Some(m.name.as_str()) != me)
-        .collect();
-    let mut out = AskedBoards::default();
-    let (Some(secret), Some(client)) = (secret, client()) else {
-        out.unasked = others
-            .iter()
-            .map(|m| Unasked {
-                member: m.name.clone(),
-                why: "no_member_secret",
-            })
-            .collect();
-        return out;
-    };
-    let asks = others.iter().map(|m| async move {
-        let r = tokio::time::timeout(timeout, ask_board(client, m, secret)).await;
-        (m.name.clone(), r.unwrap_or(Err("timeout")))
-    });
-    for (member, result) in futures_util::future::join_all(asks).await {
-        match result {
-            Ok(board) => out.boards.push((member, board)),
-            Err(why) => out.unasked.push(Unasked { member, why }),
-        }
-    }
-    out
+    let (boards, unasked) = ask_each(members, me, secret, timeout, ask_board).await;
+    AskedBoards { boards, unasked }
 }
 
 /// One member's board, or why not.
