@@ -343,6 +343,7 @@ fn a_fallback_url_is_checked_like_a_conductor() {
         body.contains("/v1/boot/fallback.ipxe?try=2"),
         "a failure retries the fallback: {body}"
     );
+    settle();
     assert_eq!(inspection.checked(), ["/inspector.ipxe"]);
     // A fallback its server has no file for: 404, and the first stage says so and ends.
     let s = start(&fallback("missing.ipxe"));
