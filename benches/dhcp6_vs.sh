@@ -89,6 +89,8 @@ esac
 cat > "$work/shardboot6.toml" <<TOML
 [dhcp]
 enabled = false
+# perfdhcp -A 1 relays from \$relay6; DHCPv6 believes only the relays named here.
+relays = ["$relay6"]
 [ra]
 enabled = false
 [tftp]

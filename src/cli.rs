@@ -101,6 +101,14 @@ pub fn check_config(config: &Config) -> anyhow::Result<()> {
             config.subnets[i].network
         )?;
     }
+    let host6 = crate::dhcp6::shell::socket::host_addresses6().unwrap_or_default();
+    for i in config.subnets6_out_of_reach(&host6) {
+        writeln!(
+            out,
+            "warning: subnet6[{i}] {}: no interface of this host is on it and dhcp.relays names no IPv6 relay, so its relayed clients are dropped; name the relays in dhcp.relays",
+            config.subnets6[i].network
+        )?;
+    }
     let members = MemberList::of(&config.members);
     let me = config.owner.self_name.as_deref();
     if let crate::config::MembersSource::File(f) = &config.owner.members {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::dhcp::metrics::DhcpMetrics;
-use crate::http::metrics::HttpMetrics;
+use crate::http_metrics::HttpMetrics;
 use crate::ra::server::RaMetrics;
 use crate::store::StoreMetrics;
 use crate::tftp::TftpMetrics;

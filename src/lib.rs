@@ -12,6 +12,7 @@ pub mod dhcp;
 pub mod dhcp6;
 pub mod handles;
 pub mod http;
+pub mod http_metrics;
 pub mod ipxe;
 pub mod limits;
 pub mod mac;

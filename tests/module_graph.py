@@ -2,11 +2,12 @@
 """The crate's module graph from its `crate::` paths (docs/layout.md).
 
 Prints every import circle between modules (a module is a top-level module of `src/`,
-or for `dhcp` and `dhcp6` one level deeper: `dhcp::shell`, `dhcp::engine`, ...), and
-fails when `config` imports anything but the leaves it may use: the configuration is
-read by every protocol module, so it must not depend on one (a circle through `config`
-makes every protocol change a config change). Test code (files named `*tests.rs`, and a
-file's `#[cfg(test)]` module) is left out.
+or for `dhcp` and `dhcp6` one level deeper: `dhcp::shell`, `dhcp::engine`, ...) and
+fails when there is one: modules in a circle can only be understood, tested and changed
+together. It fails too when `config` imports anything but the leaves it may use: the
+configuration is read by every protocol module, so it must not depend on one (a circle
+through `config` makes every protocol change a config change). Test code (files named
+`*tests.rs`, and a file's `#[cfg(test)]` module) is left out.
 
     tests/module_graph.py [SRC]      # SRC defaults to the crate's src/
 """
@@ -114,14 +115,19 @@ def main():
     found = circles(graph)
     print(f"module graph: {len(graph)} modules, {sum(len(t) for t in graph.values())} edges, "
           f"{len(found)} import circle(s)")
+    status = 0
     for comp in found:
         print("  circle: " + " <-> ".join(comp))
+    if found:
+        print("module graph: import circles are not allowed; move what both sides need "
+              "to a module of its own (docs/layout.md)", file=sys.stderr)
+        status = 1
     bad = sorted(t for t in graph.get("config", ()) if t not in CONFIG_MAY_USE)
     if bad:
         print(f"module graph: config imports {', '.join(bad)}; it may use only "
               f"{', '.join(sorted(CONFIG_MAY_USE - {'config'}))}", file=sys.stderr)
-        return 1
-    return 0
+        status = 1
+    return status
 
 
 if __name__ == "__main__":

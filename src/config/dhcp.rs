@@ -1,6 +1,6 @@
 //! `[dhcp]`: the DHCP listener and its timers.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -87,6 +87,10 @@ pub struct DhcpSettings {
     /// only from a source inside one of these (port 67), and only then are giaddr,
     /// option 82 link selection and option 118 believed. Empty: no relay is trusted.
     pub relays: Vec<RelayRule>,
+    /// The DHCPv6 relay agents whose word is taken: the IPv6 entries of `relays`. A
+    /// Relay-forward is served only from a source inside one of these, and only then
+    /// are its link-address and Interface-Id believed. Empty: no v6 relay is trusted.
+    pub relays6: Vec<RelayRule6>,
     /// Offers outstanding at once; at the cap, unknown machines get no new offer (each
     /// holds an address for `offer_hold_secs`).
     pub max_offers: u32,
@@ -126,26 +130,52 @@ impl RelayRule {
     }
 }
 
-/// `"198.18.0.2"`, `"10.0.0.0/8"`, either with `@interface`.
-fn relay_rule(i: usize, text: &str, issues: &mut Issues) -> Option<RelayRule> {
-    let (net, interface) = match text.split_once('@') {
-        Some((n, iface)) => (n, Some(iface.to_string())),
-        None => (text, None),
-    };
-    let network = net
-        .trim()
-        .parse::<ipnet::Ipv4Net>()
-        .or_else(|_| net.trim().parse::<Ipv4Addr>().map(ipnet::Ipv4Net::from));
-    match network {
-        Ok(network) if interface.as_deref() != Some("") => Some(RelayRule { network, interface }),
-        _ => {
-            issues.add(
+/// One trusted DHCPv6 relay source (RFC 8415 §19): the network the relay's source
+/// address is in (the outermost relay's, the one that sends to this server), and
+/// optionally the interface it must arrive on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RelayRule6 {
+    /// Where the relay's source address lies.
+    pub network: ipnet::Ipv6Net,
+    /// The interface it must come in on, if only one.
+    pub interface: Option<String>,
+}
+
+impl RelayRule6 {
+    /// Whether a Relay-forward from `source` on `interface` comes from this relay.
+    pub fn allows(&self, source: Ipv6Addr, interface: &str) -> bool {
+        self.network.contains(&source) && self.interface.as_deref().is_none_or(|i| i == interface)
+    }
+}
+
+/// The trusted relays of `dhcp.relays`, by family: one list serves DHCPv4 and DHCPv6
+/// as `dhcp.options` does (its `option6:` entries), since a router that relays both
+/// is one agent to the operator.
+type Relays = (Vec<RelayRule>, Vec<RelayRule6>);
+
+/// `"198.18.0.2"`, `"10.0.0.0/8"`, `"fd00:9::2"`, `"fd00:9::/64"`, any with
+/// `@interface`.
+fn relay_rules(entries: &[String], issues: &mut Issues) -> Relays {
+    let (mut v4, mut v6) = (Vec::new(), Vec::new());
+    for (i, text) in entries.iter().enumerate() {
+        let (net, interface) = match text.split_once('@') {
+            Some((n, iface)) => (n.trim(), Some(iface.to_string())),
+            None => (text.trim(), None),
+        };
+        let network = net
+            .parse::<ipnet::IpNet>()
+            .or_else(|_| net.parse::<std::net::IpAddr>().map(ipnet::IpNet::from));
+        match (network, interface.as_deref() == Some("")) {
+            (Ok(ipnet::IpNet::V4(network)), false) => v4.push(RelayRule { network, interface }),
+            (Ok(ipnet::IpNet::V6(network)), false) => v6.push(RelayRule6 { network, interface }),
+            _ => issues.add(
                 format!("dhcp.relays[{i}]"),
-                "must be an address or network, optionally @interface (\"10.0.0.0/8@eth1\")",
-            );
-            None
+                "must be an address or network, optionally @interface (\"10.0.0.0/8@eth1\", \
+                 \"fd00:9::/64\")",
+            ),
         }
     }
+    (v4, v6)
 }
 
 /// Validates `[dhcp]`.
@@ -217,6 +247,7 @@ pub(super) fn validate(raw: RawDhcp, issues: &mut Issues) -> DhcpSettings {
         );
     }
     let (options, options6) = super::options_both("dhcp.options", &raw.options, issues);
+    let (relays, relays6) = relay_rules(&raw.relays.unwrap_or_default(), issues);
     DhcpSettings {
         proxy,
         proxy_port: raw.proxy_port.unwrap_or(4011),
@@ -236,13 +267,8 @@ pub(super) fn validate(raw: RawDhcp, issues: &mut Issues) -> DhcpSettings {
         optsdir,
         hostsdir_poll: Duration::from_millis(hostsdir_poll_ms),
         leasefile,
-        relays: raw
-            .relays
-            .unwrap_or_default()
-            .iter()
-            .enumerate()
-            .filter_map(|(i, r)| relay_rule(i, r, issues))
-            .collect(),
+        relays,
+        relays6,
         max_offers: issues.in_range(
             "dhcp.max_offers",
             raw.max_offers.unwrap_or(16_384),
@@ -274,5 +300,46 @@ pub(super) fn validate(raw: RawDhcp, issues: &mut Issues) -> DhcpSettings {
             1_000,
         ),
         conflict_probe: (conflict_probe_ms > 0).then(|| Duration::from_millis(conflict_probe_ms)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn relays(entries: &[&str]) -> (Relays, Vec<String>) {
+        let mut issues = Issues::default();
+        let entries: Vec<String> = entries.iter().map(|e| e.to_string()).collect();
+        let r = relay_rules(&entries, &mut issues);
+        (r, issues.keys())
+    }
+
+    #[test]
+    fn relays_of_both_families_share_one_list_and_a_bad_entry_is_named() {
+        let ((v4, v6), keys) = relays(&[
+            "198.18.0.2",
+            "fd00:9::/64@br0",
+            "fe80::1",
+            "10.0.0.0/8@eth1",
+        ]);
+        assert!(keys.is_empty(), "{keys:?}");
+        assert_eq!(v4.len(), 2);
+        assert!(v4[0].allows(Ipv4Addr::new(198, 18, 0, 2), "any"));
+        assert!(v4[1].allows(Ipv4Addr::new(10, 1, 2, 3), "eth1"));
+        assert_eq!(v6.len(), 2);
+        let ip = |s: &str| s.parse::<Ipv6Addr>().unwrap();
+        assert!(v6[0].allows(ip("fd00:9::2"), "br0"));
+        assert!(!v6[0].allows(ip("fd00:9::2"), "br1"));
+        assert!(!v6[0].allows(ip("fd00:8::2"), "br0"));
+        assert!(v6[1].allows(ip("fe80::1"), "br1"));
+        assert!(!v6[1].allows(ip("fe80::2"), "br1"));
+        for bad in ["fd00:9::/129", "fd00:9::2@", "relay.example"] {
+            let ((v4, v6), keys) = relays(&["fd00::1", bad]);
+            assert_eq!(
+                (v4.len(), v6.len(), keys),
+                (0, 1, vec!["dhcp.relays[1]".to_string()]),
+                "{bad}"
+            );
+        }
     }
 }

@@ -60,6 +60,27 @@ pub(super) fn validate(raw: RawDhcp6, issues: &mut Issues) -> Dhcp6Settings {
     }
 }
 
+impl super::Config {
+    /// The `[[subnet6]]`s, by index, that no interface of this host (`host`: interface
+    /// and address) is on, or is named by, while `dhcp.relays` trusts no IPv6 relay:
+    /// their clients could come only through a relay, and an untrusted relay's
+    /// Relay-forward is dropped (RFC 8415 §22: relayed data is believed only from a
+    /// relay known to this server), so nobody is served from them.
+    pub fn subnets6_out_of_reach(&self, host: &[(String, std::net::Ipv6Addr)]) -> Vec<usize> {
+        if !self.dhcp.relays6.is_empty() {
+            return Vec::new();
+        }
+        (0..self.subnets6.len())
+            .filter(|&i| {
+                let s = &self.subnets6[i];
+                !host.iter().any(|(name, a)| {
+                    s.network.contains(a) || s.interface.as_deref() == Some(name.as_str())
+                })
+            })
+            .collect()
+    }
+}
+
 /// A DUID written as hex octets (`00:02:00:00:ab:11:01`): RFC 8415 §11.1, a 2-octet
 /// type that is not 0, then at most 128 octets of identifier.
 fn duid(key: &str, text: &str, issues: &mut Issues) -> Option<Vec<u8>> {
@@ -80,6 +101,29 @@ fn duid(key: &str, text: &str, issues: &mut Issues) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_subnet6_behind_an_untrusted_relay_is_named_as_out_of_reach() {
+        let text = concat!(
+            "state_dir = \"/tmp/x\"\n",
+            "[[subnet6]]\nnetwork = \"fd00:1::/64\"\nranges = [\"fd00:1::10 - fd00:1::20\"]\n",
+            "[[subnet6]]\nnetwork = \"fd00:2::/64\"\nranges = [\"fd00:2::10 - fd00:2::20\"]\n",
+            "[[subnet6]]\nnetwork = \"fd00:3::/64\"\ninterface = \"prov1\"\n",
+            "ranges = [\"fd00:3::10 - fd00:3::20\"]\n",
+        );
+        let host = [
+            ("prov0".to_string(), "fd00:1::1".parse().unwrap()),
+            ("prov1".to_string(), "fe80::1".parse().unwrap()),
+        ];
+        let cfg = crate::config::Config::from_toml_with_overrides(text, &[]).unwrap();
+        assert_eq!(cfg.subnets6_out_of_reach(&host), [1]);
+        // A v4 relay says nothing of v6; a v6 one leaves nothing to say.
+        for (relay, want) in [("198.18.0.2", vec![1]), ("fd00:1::2", vec![])] {
+            let relays = [("dhcp.relays".to_string(), format!("[\"{relay}\"]"))];
+            let cfg = crate::config::Config::from_toml_with_overrides(text, &relays).unwrap();
+            assert_eq!(cfg.subnets6_out_of_reach(&host), want, "{relay}");
+        }
+    }
 
     fn check(text: &str) -> (Dhcp6Settings, Vec<String>) {
         let mut issues = Issues::default();

@@ -39,7 +39,7 @@ use serde::Deserialize;
 use crate::mac::MacAddr;
 
 pub use boot::BootSettings;
-pub use dhcp::{DhcpSettings, RelayRule};
+pub use dhcp::{DhcpSettings, RelayRule, RelayRule6};
 pub use dhcp6::Dhcp6Settings;
 pub use explain::{env_var_name, explain, ExplainBase, Explained, Layer, Source};
 pub use health::HealthSettings;

@@ -60,7 +60,8 @@ fn dhcp_field(c: &Config, key: &str) -> String {
     match key {
         "options" => format!("{:?}", d.options),
         "options6" => format!("{:?}", d.options6),
-        "relays" => format!("{:?}", d.relays),
+        // One key, both families (`DhcpSettings::relays6`).
+        "relays" => format!("{:?} {:?}", d.relays, d.relays6),
         "server_id" => format!("{:?}", d.server_id),
         "never_nak" => format!("{:?}", d.never_nak),
         "known_only" => format!("{:?}", d.known_only),
@@ -79,7 +80,10 @@ fn take_dhcp_field(to: &mut Config, from: &Config, key: &str) {
     match key {
         "options" => t.options = f.options.clone(),
         "options6" => t.options6 = f.options6.clone(),
-        "relays" => t.relays = f.relays.clone(),
+        "relays" => {
+            t.relays = f.relays.clone();
+            t.relays6 = f.relays6.clone();
+        }
         "server_id" => t.server_id = f.server_id,
         "never_nak" => t.never_nak = f.never_nak,
         "known_only" => t.known_only = f.known_only,
@@ -267,6 +271,27 @@ mod tests {
         );
         assert!(report.needs_restart.is_empty(), "{report:?}");
         assert!(!differs(&next, &new), "everything changed was live");
+    }
+
+    #[test]
+    fn an_ipv6_relay_applies_at_once_as_a_v4_one_does() {
+        let running = config("");
+        let with = |relays: &str| {
+            Config::from_toml_with_overrides(
+                "[dhcp]\ninterfaces = [\"eth1\"]\n\n[[subnet]]\nnetwork = \"172.22.0.0/24\"\n\
+                 ranges = [\"172.22.0.10-172.22.0.100\"]\n",
+                &[("dhcp.relays".to_string(), relays.to_string())],
+            )
+            .unwrap()
+        };
+        for relays in ["[\"fd00:9::2\"]", "[\"172.22.1.2\", \"fd00:9::/64@eth1\"]"] {
+            let new = with(relays);
+            let (next, report) = plan(&running, &new);
+            assert_eq!(report.applied, ["dhcp.relays"], "{relays}");
+            assert!(report.needs_restart.is_empty(), "{report:?}");
+            assert_eq!(next.dhcp.relays6, new.dhcp.relays6);
+            assert!(!next.dhcp.relays6.is_empty());
+        }
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use crate::metrics::{header, value, Counter, Gauge, LabeledCounters};
 
 /// Why a datagram was dropped before the engine saw it, or after.
-pub const DROP_REASONS: [&str; 12] = [
+pub const DROP_REASONS: [&str; 13] = [
     "oversized",
     "bad_relay",
     "truncated",
@@ -16,6 +16,7 @@ pub const DROP_REASONS: [&str; 12] = [
     "receive_buffer_full",
     "store_refused",
     "store_unavailable",
+    "untrusted_relay",
 ];
 
 /// What the engine decided.
@@ -45,7 +46,7 @@ pub struct Dhcp6Metrics {
     /// Datagrams received.
     pub received: Counter,
     /// Datagrams dropped, by reason.
-    pub dropped: LabeledCounters<12>,
+    pub dropped: LabeledCounters<13>,
     /// Engine decisions, by outcome (`nothing_to_answer` is counted under
     /// `not_responsible`: both are silences another server covers).
     pub outcomes: LabeledCounters<17>,

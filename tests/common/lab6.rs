@@ -1,6 +1,7 @@
 //! The dual-stack lab of the DHCPv6 client tests: shardboot serving 192.0.2.0/24 and
 //! fd00:1::/64 (and fd00:2::/64, a link behind a relay) across a veth pair, the
-//! operator API on port 8080 behind a token, and ways to read its v6 leases.
+//! operator API on port 8080 behind a token, and ways to read its v6 leases. The
+//! test's relay sends from [`RELAY6`], which `dhcp.relays` trusts.
 #![allow(dead_code)]
 
 use std::net::{Ipv6Addr, SocketAddrV6, UdpSocket};
@@ -15,6 +16,9 @@ use super::{config, Lab, Netns, Server};
 
 /// shardboot's address on the client's link.
 pub(crate) const SERVER6: &str = "fd00:1::1";
+
+/// The address the test's relay sends from, the one relay `dhcp.relays` names.
+pub(crate) const RELAY6: &str = "fd00:1::2";
 
 /// The operator API's token.
 pub(crate) const TOKEN: &str = "operator-token-0123456789abcdef";
@@ -74,7 +78,7 @@ pub(crate) fn serve_storing_in(
         &lab.server_if,
         "192.0.2.0/24",
         "192.0.2.100 - 192.0.2.199",
-        "",
+        &format!("relays = [\"{RELAY6}\"]"),
     ) + &format!(
         r#"
 [[subnet6]]
@@ -156,12 +160,23 @@ pub(crate) fn in_range(ip: &str) -> bool {
     ("fd00:1::100".parse::<Ipv6Addr>().unwrap()..="fd00:1::1ff".parse().unwrap()).contains(&ip)
 }
 
-/// Sends `forward` from the relay's address (fd00:1::2, port 547) to `server` until a
-/// Relay-reply comes back.
+/// Sends `forward` from the relay's address ([`RELAY6`], port 547) to `server` until
+/// a Relay-reply comes back.
 pub(crate) fn relay_exchange(lab: &Lab, server: Ipv6Addr, forward: Vec<u8>) -> Option<Vec<u8>> {
+    relay_exchange_from(lab, RELAY6, server, forward)
+}
+
+/// [`relay_exchange`] from `source` (an address of the client side), five tries.
+pub(crate) fn relay_exchange_from(
+    lab: &Lab,
+    source: &str,
+    server: Ipv6Addr,
+    forward: Vec<u8>,
+) -> Option<Vec<u8>> {
+    let source = SocketAddrV6::new(source.parse().unwrap(), 547, 0, 0);
     lab.client
         .run(move || {
-            let s = UdpSocket::bind("[fd00:1::2]:547").unwrap();
+            let s = UdpSocket::bind(source).unwrap();
             s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
             let mut buf = [0u8; 4096];
             for _ in 0..5 {

@@ -58,6 +58,7 @@ fn config(interface: &str, i: usize, store: &str) -> String {
 [dhcp]
 interfaces = ["{interface}"]
 takeover_secs = 3
+relays = ["{RELAY}"]
 [dhcp6]
 interfaces = ["{interface}"]
 server_duid = "{duid}"

@@ -19,9 +19,18 @@ fn hop() -> RelayHop {
     }
 }
 
+/// The trusted relay of [`trusting`]'s tables.
+const RELAY: &str = "fd00:9::2";
+
+/// An engine trusting `relays` (`dhcp.relays` entries).
+fn trusting(relays: &[&str]) -> Engine6 {
+    let list: Vec<String> = relays.iter().map(|r| format!("\"{r}\"")).collect();
+    engine(&format!("[dhcp]\nrelays = [{}]", list.join(", ")))
+}
+
 #[test]
 fn only_a_solicit_waits_for_a_store_that_writes() {
-    let e = engine("");
+    let e = trusting(&[RELAY]);
     let kinds = [
         (MessageType::Solicit, true),
         (MessageType::Request, false),
@@ -36,7 +45,7 @@ fn only_a_solicit_waits_for_a_store_that_writes() {
         for (kind, asks_offer) in kinds {
             for store_writable in [true, false] {
                 let inputs = Inputs {
-                    path: e.relay_path(&hops),
+                    path: e.relay_path(&hops, ip(RELAY), "prov0"),
                     store_writable,
                 };
                 let want = if asks_offer && !store_writable {
@@ -56,11 +65,100 @@ fn only_a_solicit_waits_for_a_store_that_writes() {
 }
 
 #[test]
-fn a_relay_forward_is_relayed_and_trusted_while_no_setting_names_v6_relays() {
-    let e = engine("");
-    assert_eq!(e.relay_path(&[]), Path::Direct);
+fn a_relay_forward_is_believed_only_from_a_relay_dhcp_relays_names() {
+    // (trusted relays, sender, interface, relayed?, path)
+    let cases: [(&[&str], &str, &str, bool, Path); 9] = [
+        // A client on the link: no relay to trust, whatever is configured.
+        (&[], "fe80::1234", "prov0", false, Path::Direct),
+        (&[RELAY], "fe80::1234", "prov0", false, Path::Direct),
+        // Nothing configured: no Relay-forward is believed (the change from 0.x).
+        (&[], RELAY, "prov0", true, Path::Relayed { trusted: false }),
+        // An address, a network, an interface-bound entry.
+        (
+            &[RELAY],
+            RELAY,
+            "prov0",
+            true,
+            Path::Relayed { trusted: true },
+        ),
+        (
+            &[RELAY],
+            "fd00:9::3",
+            "prov0",
+            true,
+            Path::Relayed { trusted: false },
+        ),
+        (
+            &["fd00:9::/64"],
+            "fd00:9::3",
+            "prov0",
+            true,
+            Path::Relayed { trusted: true },
+        ),
+        (
+            &["fd00:9::/64@prov1"],
+            RELAY,
+            "prov0",
+            true,
+            Path::Relayed { trusted: false },
+        ),
+        (
+            &["fe80::1@prov0"],
+            "fe80::1",
+            "prov0",
+            true,
+            Path::Relayed { trusted: true },
+        ),
+        // A v4 relay trusts no v6 sender.
+        (
+            &["198.18.0.2", "0.0.0.0/0"],
+            RELAY,
+            "prov0",
+            true,
+            Path::Relayed { trusted: false },
+        ),
+    ];
+    for (relays, sender, iface, relayed, want) in cases {
+        let e = trusting(relays);
+        let hops = if relayed {
+            vec![hop(), hop()]
+        } else {
+            Vec::new()
+        };
+        let path = e.relay_path(&hops, ip(sender), iface);
+        assert_eq!(path, want, "{relays:?} {sender} on {iface}");
+        // An untrusted relay is refused before anything else, whatever it carries.
+        let inputs = Inputs {
+            path,
+            store_writable: true,
+        };
+        let refused = want == (Path::Relayed { trusted: false });
+        for kind in [
+            MessageType::Solicit,
+            MessageType::Renew,
+            MessageType::InformationRequest,
+        ] {
+            assert_eq!(
+                e.admit(inputs, kind).is_err(),
+                refused,
+                "{kind:?} {relays:?} {sender}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_reload_changes_which_relays_are_believed() {
+    let mut e = trusting(&[]);
+    let hops = [hop()];
     assert_eq!(
-        e.relay_path(&[hop(), hop()]),
+        e.relay_path(&hops, ip(RELAY), "prov0"),
+        Path::Relayed { trusted: false }
+    );
+    let cfg = config(&format!("[dhcp]\nrelays = [\"{RELAY}\"]"));
+    e.reconfigure(Engine6Settings::of(&cfg), 1_001);
+    assert_eq!(
+        e.relay_path(&hops, ip(RELAY), "prov0"),
         Path::Relayed { trusted: true }
     );
 }

@@ -88,6 +88,8 @@ pub struct Engine6 {
     /// `[[host]]` entries (deny, host name, `ip6`), and `dhcp.known_only`.
     hosts: hosts::Hosts6,
     known_only: bool,
+    /// The relays whose Relay-forward is believed (the IPv6 entries of `dhcp.relays`).
+    relays: Vec<crate::config::RelayRule6>,
     /// The `option6:` entries of `[dhcp] options`.
     server_options: Vec<crate::options::OptionRule6>,
     /// The shared lease store does not answer: a Renew or Rebind is answered only up
@@ -153,6 +155,7 @@ impl Engine6 {
             me: settings.me.clone(),
             hosts: hosts::Hosts6::new(&[]),
             known_only: false,
+            relays: Vec::new(),
             server_options: Vec::new(),
             degraded: false,
         };
@@ -197,6 +200,7 @@ impl Engine6 {
         self.decline_hold = settings.decline_hold;
         self.hosts = hosts::Hosts6::new(&settings.hosts);
         self.known_only = settings.known_only;
+        self.relays = settings.relays;
         self.server_options = settings.options;
         // A reserved address inside a range is never handed out dynamically.
         let reserved: Vec<Ipv6Addr> = self.hosts.reserved().collect();
@@ -238,15 +242,18 @@ impl Engine6 {
         self.set_used(ip, true);
     }
 
-    /// How a message reached this server: directly, or in Relay-forward layers.
-    /// Every relay is trusted: unlike `dhcp.relays` for v4, no setting names the
-    /// DHCPv6 relays, so a Relay-forward's link-address is believed from any sender.
-    pub fn relay_path(&self, hops: &[RelayHop]) -> Path {
+    /// How a message reached this server: directly, or in Relay-forward layers,
+    /// trusted when `sender` (the datagram's source: the outermost relay, RFC 8415
+    /// §19.1.1) lies in an IPv6 `dhcp.relays` entry allowed on `interface`. Only the
+    /// outermost relay is checked: it is the one this server hears, and the inner
+    /// layers are as good as its word. The source port is not: RFC 8357 lets a relay
+    /// send from a port other than 547.
+    pub fn relay_path(&self, hops: &[RelayHop], sender: Ipv6Addr, interface: &str) -> Path {
         if hops.is_empty() {
-            Path::Direct
-        } else {
-            Path::Relayed { trusted: true }
+            return Path::Direct;
         }
+        let trusted = self.relays.iter().any(|r| r.allows(sender, interface));
+        Path::Relayed { trusted }
     }
 
     /// Whether a message is decided at all (`dhcp::engine::gate`, the v4 rule): a

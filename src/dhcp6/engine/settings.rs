@@ -2,7 +2,7 @@
 //! ([`Engine6Settings::of`]) at start and on a reload, as the v4 engine's
 //! `EngineSettings`.
 
-use crate::config::{BootSettings, Config, Host, Subnet6};
+use crate::config::{BootSettings, Config, Host, RelayRule6, Subnet6};
 use crate::options::OptionRule6;
 use crate::owner::MemberList;
 
@@ -21,6 +21,8 @@ pub struct Engine6Settings {
     pub hosts: Vec<Host>,
     /// `dhcp.known_only`.
     pub known_only: bool,
+    /// The IPv6 entries of `dhcp.relays`: the relays whose Relay-forward is believed.
+    pub relays: Vec<RelayRule6>,
     /// The `option6:` entries of `[dhcp] options`.
     pub options: Vec<OptionRule6>,
     /// The configured member list. Read at start only: a running engine follows the
@@ -40,6 +42,7 @@ impl Engine6Settings {
             decline_hold: u64::from(config.dhcp.decline_hold_secs),
             hosts: config.hosts.clone(),
             known_only: config.dhcp.known_only,
+            relays: config.dhcp.relays6.clone(),
             options: config.dhcp.options6.clone(),
             members: MemberList::of(&config.members),
             me: config.owner.self_name.clone(),

@@ -106,6 +106,9 @@ pub async fn run(
 ) -> Result<(), Server6Error> {
     let host = host_addresses6()?;
     let interfaces = resolve_interfaces6(&config, &host)?;
+    for i in config.subnets6_out_of_reach(&host) {
+        warn!(subnet6 = %config.subnets6[i].network, "no interface of this host is on this subnet6 and dhcp.relays names no IPv6 relay: its relayed clients are dropped; name the relays in dhcp.relays");
+    }
     let duid = match (config.dhcp6.server_duid.clone(), parts.duid.take()) {
         // The operator's choice wins over the stored DUID (RFC 8415 §11: it should not
         // change; when it does, clients reach this server again by Rebind, §18.2.5).
@@ -302,14 +305,16 @@ fn handle(
     };
     let msg = &request.message;
     let inputs = Inputs {
-        path: engine.relay_path(&request.hops),
+        path: engine.relay_path(&request.hops, *from.ip(), &l.interface.name),
         store_writable: parts.store.status.offers_fresh(),
     };
     match engine.admit(inputs, msg.msg_type()) {
         Ok(()) => {}
-        // Not yet counted by a reason of its own: no DHCPv6 relay is untrusted while no
-        // setting names them (`Engine6::relay_path`).
+        // RFC 8415 §22: a Relay-forward's link-address and Interface-Id choose the
+        // client's subnet; from a sender no `dhcp.relays` entry names, they are not
+        // believed, and the client inside gets no answer.
         Err(Refused::UntrustedRelay) => {
+            metrics.dropped.inc("untrusted_relay");
             debug!(from = %from.ip(), "DHCPv6 relayed message from an untrusted source dropped");
             return;
         }
