@@ -16,7 +16,7 @@ use tracing::{debug, error, info};
 use super::decisions::LoopState;
 use super::outputs::{take_back, Outputs, Withdrawal};
 use super::{control, probe, Server, ServerError};
-use crate::dhcp::engine::Engine;
+use crate::dhcp::engine::{Engine, Interface};
 use crate::dhcp::metrics::DhcpMetrics;
 use crate::dhcp::wire::MAX_REQUEST_LEN;
 use crate::udp_batch::Outbox;
@@ -51,19 +51,7 @@ pub(super) async fn engine_loop(
     // Refused leases come back from the committer thread: withdrawn here, on the
     // engine's thread, like every change of its state.
     let (withdraw_tx, mut withdrawals) = tokio::sync::mpsc::unbounded_channel::<Withdrawal>();
-    let mut interfaces = Vec::with_capacity(listeners.len());
-    let mut sockets = Vec::with_capacity(listeners.len());
-    // The committer sends ACKs from its own thread, on clones of the same sockets.
-    let mut reply_sockets = Vec::with_capacity(listeners.len());
-    for l in listeners {
-        let socket_err = |source| ServerError::Socket {
-            interface: l.interface.name.clone(),
-            source,
-        };
-        reply_sockets.push(Arc::new(l.socket.try_clone().map_err(socket_err)?));
-        sockets.push(UdpSocket::from_std(l.socket).map_err(socket_err)?);
-        interfaces.push(l.interface);
-    }
+    let (interfaces, sockets, reply_sockets) = open_sockets(listeners)?;
 
     let mut ctx = LoopState {
         store: &store.status,
@@ -95,7 +83,7 @@ pub(super) async fn engine_loop(
     let mut stats_dirty = false;
     let mut published = Instant::now();
     let mut kernel_drops = KernelDrops::new(sockets.len());
-    let result = 'outer: loop {
+    let result = loop {
         if shutdown.is_cancelled() {
             break Ok(());
         }
@@ -110,63 +98,23 @@ pub(super) async fn engine_loop(
         if shared {
             engine.set_shared_store_up(!store.status.shared_is_down());
         }
-        while let Ok(w) = withdrawals.try_recv() {
-            take_back(&mut engine, w, &committer);
-            stats_dirty = true;
-        }
-        // Probes that ended since the last look, also under load.
-        ended.extend(prober.poll(Instant::now(), &metrics));
-        if !ended.is_empty() {
-            stats_dirty = true;
-            outputs
-                .settle_probes(&mut ended, &mut engine, &mut ctx, &mut prober)
-                .await;
-        }
-        // Operator changes are applied between bursts, also under load.
-        if let Some(rx) = control.as_mut() {
-            while let Ok(cmd) = rx.try_recv() {
-                control::apply(&mut engine, cmd, &committer, unix_now());
-                stats_dirty = true;
+        let mut looked = Burst {
+            engine: &mut engine,
+            ctx: &mut ctx,
+            outputs: &outputs,
+            prober: &mut prober,
+            ended: &mut ended,
+        };
+        stats_dirty |= looked
+            .between_bursts(&mut withdrawals, control.as_mut(), &committer)
+            .await;
+        let busy = match looked.drain(&sockets, &mut buf).await {
+            Ok((busy, dirty)) => {
+                stats_dirty |= dirty;
+                busy
             }
-        }
-        // Drain what the sockets hold, a burst per socket at a time. Only a socket that
-        // filled its burst is read again before waiting: one found empty has just said
-        // so, and another read would be one more system call per wake-up, which with
-        // several members is paid for every broadcast another member answers.
-        let mut busy = false;
-        let now = unix_now();
-        for (i, socket) in sockets.iter().enumerate() {
-            for read in 0..=READ_BURST {
-                if read == READ_BURST {
-                    busy = true;
-                    break;
-                }
-                match socket.try_recv_from(&mut buf) {
-                    Ok((n, from)) => {
-                        metrics.received.inc();
-                        let action = ctx.handle(&mut engine, i, socket, &buf[..n], from, now);
-                        stats_dirty |= outputs.act(action, &ctx.out, &mut prober, &mut ended).await;
-                        if !ended.is_empty() {
-                            outputs
-                                .settle_probes(&mut ended, &mut engine, &mut ctx, &mut prober)
-                                .await;
-                        }
-                    }
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                    Err(e) if crate::net_error::is_transient(&e) => {}
-                    Err(source) => {
-                        error!(interface = %interfaces[i].name, error = %source, "DHCP socket failed");
-                        break 'outer Err(ServerError::Socket {
-                            interface: interfaces[i].name.clone(),
-                            source,
-                        });
-                    }
-                }
-            }
-            // The burst's replies leave together (udp_batch: one trip through the
-            // kernel for many); a burst is at most READ_BURST datagrams.
-            outputs.flush().await;
-        }
+            Err(e) => break Err(e),
+        };
         if stats_dirty && (!busy || published.elapsed() >= PUBLISH_EVERY) {
             publish(&engine, &metrics);
             kernel_drops.count_every(PUBLISH_EVERY, &sockets, &metrics);
@@ -176,20 +124,6 @@ pub(super) async fn engine_loop(
         if busy {
             continue;
         }
-        let readable = std::future::poll_fn(|cx| {
-            for s in &sockets {
-                if let Poll::Ready(r) = s.poll_recv_ready(cx) {
-                    return Poll::Ready(r);
-                }
-            }
-            Poll::Pending
-        });
-        let command = async {
-            match control.as_mut() {
-                Some(rx) => rx.recv().await,
-                None => std::future::pending().await,
-            }
-        };
         let wake = prober
             .next_deadline()
             .map_or(next_tick, |d| d.min(next_tick));
@@ -197,9 +131,9 @@ pub(super) async fn engine_loop(
         tokio::select! {
             _ = shutdown.cancelled() => break Ok(()),
             _ = tokio::time::sleep_until(wake.into()) => {}
-            _ = readable => {}
+            _ = any_readable(&sockets) => {}
             replies = prober.replies(&metrics) => ended.extend(replies),
-            Some(cmd) = command => {
+            Some(cmd) = next_command(control.as_mut()) => {
                 control::apply(&mut engine, cmd, &committer, unix_now());
                 publish(&engine, &metrics);
             }
@@ -215,6 +149,152 @@ pub(super) async fn engine_loop(
         "DHCP server stopped"
     );
     result
+}
+
+/// Ready when any socket has a datagram to read.
+async fn any_readable(sockets: &[UdpSocket]) -> std::io::Result<()> {
+    std::future::poll_fn(|cx| {
+        for s in sockets {
+            if let Poll::Ready(r) = s.poll_recv_ready(cx) {
+                return Poll::Ready(r);
+            }
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// The next operator change; never, without a control channel.
+async fn next_command(
+    control: Option<&mut tokio::sync::mpsc::Receiver<crate::dhcp::control::Control>>,
+) -> Option<crate::dhcp::control::Control> {
+    match control {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Splits the listeners into their interfaces, the loop's sockets and the clones the
+/// committer sends ACKs on from its own thread.
+#[allow(clippy::type_complexity)]
+fn open_sockets(
+    listeners: Vec<super::Listener>,
+) -> Result<
+    (
+        Vec<Interface>,
+        Vec<UdpSocket>,
+        Vec<Arc<std::net::UdpSocket>>,
+    ),
+    ServerError,
+> {
+    let mut interfaces = Vec::with_capacity(listeners.len());
+    let mut sockets = Vec::with_capacity(listeners.len());
+    let mut reply_sockets = Vec::with_capacity(listeners.len());
+    for l in listeners {
+        let socket_err = |source| ServerError::Socket {
+            interface: l.interface.name.clone(),
+            source,
+        };
+        reply_sockets.push(Arc::new(l.socket.try_clone().map_err(socket_err)?));
+        sockets.push(UdpSocket::from_std(l.socket).map_err(socket_err)?);
+        interfaces.push(l.interface);
+    }
+    Ok((interfaces, sockets, reply_sockets))
+}
+
+/// What one turn of the loop works on: the engine, the per-packet state, the outputs and
+/// the conflict probes.
+struct Burst<'a, 'b> {
+    engine: &'a mut Engine,
+    ctx: &'a mut LoopState<'b>,
+    outputs: &'a Outputs<'b>,
+    prober: &'a mut probe::Prober,
+    ended: &'a mut Vec<probe::Ended>,
+}
+
+impl Burst<'_, '_> {
+    /// Applies what arrived since the last look, also under load: leases the committer
+    /// refused, probes that ended, operator changes. Whether the engine's state changed.
+    async fn between_bursts(
+        &mut self,
+        withdrawals: &mut tokio::sync::mpsc::UnboundedReceiver<Withdrawal>,
+        control: Option<&mut tokio::sync::mpsc::Receiver<crate::dhcp::control::Control>>,
+        committer: &crate::store::Committer,
+    ) -> bool {
+        let mut dirty = false;
+        while let Ok(w) = withdrawals.try_recv() {
+            take_back(self.engine, w, committer);
+            dirty = true;
+        }
+        self.ended
+            .extend(self.prober.poll(Instant::now(), self.ctx.metrics));
+        if !self.ended.is_empty() {
+            dirty = true;
+            self.settle().await;
+        }
+        if let Some(rx) = control {
+            while let Ok(cmd) = rx.try_recv() {
+                control::apply(self.engine, cmd, committer, unix_now());
+                dirty = true;
+            }
+        }
+        dirty
+    }
+
+    async fn settle(&mut self) {
+        self.outputs
+            .settle_probes(self.ended, self.engine, self.ctx, self.prober)
+            .await;
+    }
+
+    /// Drains what the sockets hold, a burst per socket at a time. Only a socket that
+    /// filled its burst is read again before waiting: one found empty has just said so,
+    /// and another read would be one more system call per wake-up, which with several
+    /// members is paid for every broadcast another member answers. Whether a socket
+    /// filled its burst, and whether the engine's state changed; a socket that failed
+    /// for good ends the loop.
+    async fn drain(
+        &mut self,
+        sockets: &[UdpSocket],
+        buf: &mut [u8],
+    ) -> Result<(bool, bool), ServerError> {
+        let (mut busy, mut dirty) = (false, false);
+        let now = unix_now();
+        for (i, socket) in sockets.iter().enumerate() {
+            for read in 0..=READ_BURST {
+                if read == READ_BURST {
+                    busy = true;
+                    break;
+                }
+                match socket.try_recv_from(buf) {
+                    Ok((n, from)) => {
+                        self.ctx.metrics.received.inc();
+                        let action = self
+                            .ctx
+                            .handle(self.engine, i, socket, &buf[..n], from, now);
+                        dirty |= self
+                            .outputs
+                            .act(action, &self.ctx.out, self.prober, self.ended)
+                            .await;
+                        if !self.ended.is_empty() {
+                            self.settle().await;
+                        }
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) if crate::net_error::is_transient(&e) => {}
+                    Err(source) => {
+                        let interface = self.ctx.interfaces[i].name.clone();
+                        error!(%interface, error = %source, "DHCP socket failed");
+                        return Err(ServerError::Socket { interface, source });
+                    }
+                }
+            }
+            // The burst's replies leave together (udp_batch: one trip through the
+            // kernel for many); a burst is at most READ_BURST datagrams.
+            self.outputs.flush().await;
+        }
+        Ok((busy, dirty))
+    }
 }
 
 fn reclaim(engine: &mut Engine, metrics: &DhcpMetrics) {
