@@ -377,11 +377,16 @@ impl Engine {
             // responsible member may be dead, and the same ACK twice costs the client
             // nothing.
             Some(l) if &l.mac == mac && l.state != LeaseState::Declined => {
-                if self.servable(si, ip, mac)
-                    && self.partition_allows(si, ip, mac, ctx.now)
-                    && self.available_for(ip, mac, ctx.now)
-                {
+                let servable = self.servable(si, ip, mac) && self.available_for(ip, mac, ctx.now);
+                if servable && self.partition_allows(si, ip, mac, ctx.now) {
                     self.ack(msg, ip, si, mac, ctx)
+                } else if servable && self.members.len() > 1 {
+                    // This member's record of the binding ran out and the address is
+                    // another member's to hand out: that member, whose record a renewal
+                    // this one has not seen yet may have extended, answers. RFC 2131
+                    // §4.3.2 NAKs only a notion known to be wrong, and a stale copy
+                    // does not know that.
+                    Decision::ignore(IgnoreReason::NotResponsible)
                 } else {
                     self.nak(msg, ours)
                 }

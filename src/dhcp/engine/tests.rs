@@ -988,6 +988,48 @@ fn init_reboot_into_another_members_slice_is_never_naked_by_a_stale_record() {
     );
 }
 
+#[test]
+fn a_rebind_onto_another_members_address_is_not_naked_by_an_expired_copy() {
+    // Member a's copy of the client's binding, at an address of b's share, ran out: b
+    // (or the shared store's newer record) renewed it since. The client's Rebind is
+    // broadcast to every member; a stays silent rather than NAK a binding it cannot
+    // judge, and the client keeps its address from b's ACK.
+    let i = iface();
+    let cfg = config(&format!(
+        "[owner]\ninsecure_members = true\nself = \"a\"\n{THREE_MEMBERS}"
+    ));
+    let in_b = share(&ABC, "b")[5];
+    let mut e = Engine::new(&cfg, vec![stale_copy(in_b)], T0);
+    let mut rebind = msg(MessageType::Request, mac(1));
+    rebind.set_ciaddr(in_b);
+    assert_eq!(
+        e.handle_message(&rebind, &ctx(&i, T0)).outcome,
+        Outcome::Ignored(IgnoreReason::NotResponsible)
+    );
+    // Alone, the member's whole range is its own: the same expired binding is renewed.
+    let alone = config("");
+    let mut e = Engine::new(&alone, vec![stale_copy(in_b)], T0);
+    assert_eq!(
+        e.handle_message(&rebind, &ctx(&i, T0)).outcome,
+        Outcome::Ack(in_b)
+    );
+}
+
+/// A binding of `mac(1)` on `ip` that expired 400 s before `T0`.
+fn stale_copy(ip: std::net::Ipv4Addr) -> crate::store::Lease {
+    crate::store::Lease {
+        ip,
+        mac: mac(1),
+        state: LeaseState::Bound,
+        starts: T0 - 4000,
+        expires: T0 - 400,
+        hostname: None,
+        client_id: None,
+        machine_id: None,
+        arch: None,
+    }
+}
+
 fn lease_time_of(d: &Decision) -> Option<u32> {
     d.reply.as_ref().and_then(
         |r| match r.message.opts().get(OptionCode::AddressLeaseTime) {
