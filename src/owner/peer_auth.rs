@@ -169,12 +169,12 @@ impl MemberSecret {
     /// The answering member's proof of its events answer: the challenge, its name and
     /// the whole body, so no event can be added, dropped or changed on the way.
     pub fn prove_events_answer(&self, challenge: &str, member: &str, body: &[u8]) -> String {
-        self.sign(&message(&[
+        self.sign(&answer_message(
             EVENTS_ANSWER_CONTEXT,
-            challenge.as_bytes(),
-            member.as_bytes(),
+            challenge,
+            member,
             body,
-        ]))
+        ))
     }
 
     /// Whether `proof` is `member`'s proof of `body` for `challenge`.
@@ -185,13 +185,10 @@ impl MemberSecret {
         body: &[u8],
         proof: &str,
     ) -> bool {
-        let m = message(&[
-            EVENTS_ANSWER_CONTEXT,
-            challenge.as_bytes(),
-            member.as_bytes(),
-            body,
-        ]);
-        self.check(&m, proof)
+        self.check(
+            &answer_message(EVENTS_ANSWER_CONTEXT, challenge, member, body),
+            proof,
+        )
     }
 
     /// A member's proof that it asks for the board (its machines, pools and pool
@@ -211,12 +208,12 @@ impl MemberSecret {
     /// The answering member's proof of its board: the challenge, its name and the
     /// whole body.
     pub fn prove_board_answer(&self, challenge: &str, member: &str, body: &[u8]) -> String {
-        self.sign(&message(&[
+        self.sign(&answer_message(
             BOARD_ANSWER_CONTEXT,
-            challenge.as_bytes(),
-            member.as_bytes(),
+            challenge,
+            member,
             body,
-        ]))
+        ))
     }
 
     /// Whether `proof` is `member`'s proof of its board `body` for `challenge`.
@@ -227,13 +224,10 @@ impl MemberSecret {
         body: &[u8],
         proof: &str,
     ) -> bool {
-        let m = message(&[
-            BOARD_ANSWER_CONTEXT,
-            challenge.as_bytes(),
-            member.as_bytes(),
-            body,
-        ]);
-        self.check(&m, proof)
+        self.check(
+            &answer_message(BOARD_ANSWER_CONTEXT, challenge, member, body),
+            proof,
+        )
     }
 
     fn sign(&self, message: &[u8]) -> String {
@@ -301,6 +295,12 @@ impl HealthClaim<'_> {
 
 /// Every field length-prefixed, the context first, so no two different field lists
 /// share a message.
+/// What an answer's proof covers: its kind (`context`), the asker's challenge, the
+/// answering member's name and the whole body.
+fn answer_message(context: &[u8], challenge: &str, member: &str, body: &[u8]) -> Vec<u8> {
+    message(&[context, challenge.as_bytes(), member.as_bytes(), body])
+}
+
 fn message(fields: &[&[u8]]) -> Vec<u8> {
     let mut m = Vec::with_capacity(128);
     for field in fields {
