@@ -20,13 +20,17 @@
 #               PXEClient:Arch:00007, option 59 tftp://[addr]/snponly.efi
 #   uefi-http6  OVMF's UEFI HTTP Boot over IPv6 (IPv4 and PXEv6 off): DHCPv6 Solicit
 #               HTTPClient:Arch:00016, option 59 http://[addr]:port/…
+#   uefi-pxe-sb uefi-pxe with Secure Boot on: OVMF_CODE_4M.secboot.fd (SMM) and the
+#               variable store template $OVMF_VARS (default Debian's
+#               OVMF_VARS_4M.snakeoil.fd: Secure Boot on, the snakeoil key in PK, KEK
+#               and db); the firmware starts only a boot file signed by a key in db
 #
 # Software emulation (TCG: KVM is not dependable on the lab machines), 256 MiB, no
 # reboot: the machine stops when the guest resets or powers off. The process is
 # replaced by QEMU (exec), so the caller's PID is QEMU's and killing it stops the VM;
 # `qemu/lab.sh down` kills whatever is left in the namespace.
 set -euo pipefail
-[ $# -ge 4 ] || { sed -n '2,27p' "$0" >&2; exit 2; }
+[ $# -ge 4 ] || { sed -n '2,31p' "$0" >&2; exit 2; }
 firmware=$1 tap=$2 mac=$3 console=$4
 shift 4
 # The NICs that come first: no netdev (QEMU warns that they have no peer).
@@ -43,12 +47,15 @@ common=(-accel tcg -m 256 -display none -no-reboot -monitor none
   -serial "file:$console"
   -netdev "tap,id=n0,ifname=$tap,script=no,downscript=no")
 
+# ovmf [CODE VARS_TEMPLATE MACHINE]
 ovmf() {
+  local code=${1:-/usr/share/OVMF/OVMF_CODE_4M.fd}
+  local template=${2:-/usr/share/OVMF/OVMF_VARS_4M.fd}
   # Each machine gets its own writable copy of the UEFI variable store.
   local vars="${console%.log}.vars.fd"
-  cp /usr/share/OVMF/OVMF_VARS_4M.fd "$vars"
-  echo -machine q35 \
-    -drive if=pflash,format=raw,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd \
+  cp "$template" "$vars"
+  echo -machine "${3:-q35}" \
+    -drive "if=pflash,format=raw,readonly=on,file=$code" \
     -drive "if=pflash,format=raw,file=$vars"
 }
 
@@ -58,6 +65,15 @@ case "$firmware" in
   uefi-pxe)
     # shellcheck disable=SC2207
     args=($(ovmf) "${others[@]}" -device "virtio-net-pci,netdev=n0,mac=$mac,romfile=$boot_nic") ;;
+  uefi-pxe-sb)
+    # The secboot build keeps the variable store behind SMM, so that only the firmware
+    # can write db: it needs SMM and a flash that only SMM may write, or it stops at
+    # start (README.Debian of the ovmf package).
+    # shellcheck disable=SC2207
+    args=($(ovmf /usr/share/OVMF/OVMF_CODE_4M.secboot.fd \
+      "${OVMF_VARS:-/usr/share/OVMF/OVMF_VARS_4M.snakeoil.fd}" q35,smm=on)
+      -global driver=cfi.pflash01,property=secure,value=on
+      "${others[@]}" -device "virtio-net-pci,netdev=n0,mac=$mac,romfile=$boot_nic") ;;
   uefi-http)
     # shellcheck disable=SC2207
     args=($(ovmf) -device "virtio-net-pci,netdev=n0,mac=$mac,romfile="
@@ -79,7 +95,7 @@ case "$firmware" in
     for knob in "${off[@]}"; do fw+=(-fw_cfg "name=opt/org.tianocore/$knob,string=no"); done
     # shellcheck disable=SC2207
     args=($(ovmf) "${others[@]}" -device "virtio-net-pci,netdev=n0,mac=$mac,romfile=$boot_nic" "${fw[@]}") ;;
-  *) echo "vm.sh: unknown firmware '$firmware' (bios-ipxe, uefi-pxe, uefi-http, uefi-pxe6, uefi-http6)" >&2; exit 2 ;;
+  *) echo "vm.sh: unknown firmware '$firmware' (bios-ipxe, uefi-pxe, uefi-pxe-sb, uefi-http, uefi-pxe6, uefi-http6)" >&2; exit 2 ;;
 esac
 
 exec qemu-system-x86_64 "${common[@]}" "${args[@]}"

@@ -8,6 +8,14 @@
 /// not do: a NIC's own iPXE may speak HTTPS yet trust only iPXE's public CA.
 pub const TLS_USER_CLASS: &str = "shardboot-tls";
 
+/// Whether a user class is exactly [`TLS_USER_CLASS`]: DHCPv4's option 77 bare, as
+/// iPXE sends it, or as one RFC 3004 §4 item; or one item of DHCPv6's option 15
+/// (RFC 8415 §21.15), whose items come without their length.
+pub(crate) fn is_tls_user_class(v: &[u8]) -> bool {
+    let want = TLS_USER_CLASS.as_bytes();
+    v == want || (v.len() == want.len() + 1 && usize::from(v[0]) == want.len() && &v[1..] == want)
+}
+
 /// Which firmware is asking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Firmware {

@@ -17,6 +17,7 @@ packages=(
   qemu-system-x86   # real firmware: SeaBIOS and the iPXE option ROM (tests/system/qemu_boot.rs)
   ipxe-qemu         # the iPXE option ROMs of QEMU's NICs
   ovmf              # UEFI firmware for the UEFI PXE and HTTP Boot paths (qemu/vm.sh)
+  sbsigntool efitools openssl  # sbsign/sbverify, cert-to-efi-sig-list and the test key: the Secure Boot test (tests/system/qemu_secure_boot.rs)
   ndisc6 radvd      # IPv6 router discovery client and a real IPv6 router (tests/dhcp6/ra_responder.rs)
   tcpdump           # SB_CAPTURE_DIR: pcaps of the QEMU boots (tests/common/qemu.rs Capture)
   chromium          # headless browser for the /ui page (tests/http/operator_ui.rs)

@@ -12,7 +12,8 @@
                                  password; the operator token must be a 0600 copy
                                  of a Secret, made for the server's user by an init
                                  container; an IrSO Ironic's spec.networking must
-                                 state the network its shardboot is given
+                                 state the network its shardboot is given; the files
+                                 of boot over TLS must come from optional Secrets
   embedded.py crd CRD... -- FILE...
                                  custom resources against their CRD's schema, unknown
                                  fields refused
@@ -71,6 +72,12 @@ STAND_INS = {
     "SHARDBOOT_STORE__CA_FILE": (lambda: "stand-in CA, not read until serve\n", 0o644),
     "SHARDBOOT_HTTP__TOKEN_FILE": (lambda: secrets.token_hex(32) + "\n", 0o600),
 }
+
+# Where `--env ironic-image` looks for boot over TLS (src/config/ironic_env/tls.rs): the
+# member's certificate and key, and Ironic's CA. Each must be a file of an optional
+# Secret volume the container mounts: a site without TLS has no such Secret, and its
+# pods must still start (TLS then stays off).
+TLS_FILES = ("/certs/ipxe/tls.crt", "/certs/ipxe/tls.key", "/certs/ca/ironic/tls.crt")
 
 # check-config's summary of the shared store names the directory the database user and
 # password are read from (the mapping of ironic-image's variables decides it, no
@@ -227,8 +234,22 @@ def check(binary, files):
                         if err:
                             sys.exit(f"{f}: {name}/{c['name']}: store credentials: {err}")
                     print(f"  store credentials from a mounted Secret: {m.group(1)}")
+                tls_files(f, name, spec, c)
                 checked += 1
     print(f"checked {checked} embedded shardboot environments")
+
+
+def tls_files(f, name, spec, container):
+    for path in TLS_FILES:
+        v, err = mounted_file(spec, container, path)
+        if not err and "secret" not in v:
+            err = f"{path}: volume {v['name']!r} is not a Secret"
+        if not err and not v["secret"].get("optional"):
+            err = (f"{path}: Secret {v['secret']['secretName']!r} is not optional: a pod "
+                   "without it would not start")
+        if err:
+            sys.exit(f"{f}: {name}/{container['name']}: boot over TLS: {err}")
+    print(f"  boot over TLS from optional Secrets: {', '.join(TLS_FILES)}")
 
 
 def run_as_user(spec, container):

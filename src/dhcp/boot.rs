@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 
 use dhcproto::v4::{DhcpOption, DhcpOptions, OptionCode};
 
-use crate::client_class::{ClientClass, Firmware, TLS_USER_CLASS};
+use crate::client_class::{is_tls_user_class, ClientClass, Firmware};
 use crate::config::BootSettings;
 
 /// iPXE's encapsulated option space (iPXE sends it in every request).
@@ -63,12 +63,6 @@ pub fn classify(opts: &DhcpOptions) -> ClientClass {
         ipxe_tls,
         arch,
     }
-}
-
-/// Whether option 77 is exactly [`TLS_USER_CLASS`], bare or as one RFC 3004 item.
-fn is_tls_user_class(v: &[u8]) -> bool {
-    let want = TLS_USER_CLASS.as_bytes();
-    v == want || (v.len() == want.len() + 1 && usize::from(v[0]) == want.len() && &v[1..] == want)
 }
 
 /// The HTTPS base URL the site's TLS iPXE build is sent to.
@@ -192,6 +186,7 @@ pub fn select(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::client_class::TLS_USER_CLASS;
     use crate::config::{Config, DEFAULT_CONFIG_TOML};
     use dhcproto::v4::{Architecture, UnknownOption};
 

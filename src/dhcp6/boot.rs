@@ -11,12 +11,16 @@
 //!   IPv6) or `HTTPClient` (UEFI HTTP Boot, which must see `HTTPClient` echoed).
 //! - **iPXE**: option 15, user class, with an item `iPXE` (RFC 8415 §21.15: a list of
 //!   length-prefixed items; iPXE sends one).
+//! - **The site's TLS build**: an item `shardboot-tls` instead. iPXE's DHCPv6 request
+//!   carries its `user-class` setting as that one item, in place of `iPXE`
+//!   (`dhcpv6_user_class` in iPXE's `net/udp/dhcpv6.c`), and nothing else marks it as
+//!   iPXE (no option 175 as over DHCPv4): the item alone says both.
 
 use std::net::Ipv6Addr;
 
 use dhcproto::v6::{DhcpOption, DhcpOptions, OptionCode};
 
-use crate::client_class::{ClientClass, Firmware};
+use crate::client_class::{is_tls_user_class, ClientClass, Firmware};
 use crate::config::BootSettings;
 use crate::dhcp::boot::{http_file, pxe_file};
 
@@ -36,20 +40,21 @@ pub fn classify(opts: &DhcpOptions) -> ClientClass {
         Some(v) if v.starts_with(b"HTTPClient") => Firmware::Http,
         _ => Firmware::None,
     };
-    let ipxe = matches!(
-        opts.get(OptionCode::UserClass),
-        Some(DhcpOption::UserClass(u)) if u.data.iter().any(|item| item.as_slice() == b"iPXE")
-    );
+    let items: &[Vec<u8>] = match opts.get(OptionCode::UserClass) {
+        Some(DhcpOption::UserClass(u)) => &u.data,
+        _ => &[],
+    };
+    let ipxe_tls = items.iter().any(|item| is_tls_user_class(item));
+    let ipxe = ipxe_tls || items.iter().any(|item| item.as_slice() == b"iPXE");
     let arch = match opts.get(OptionCode::ClientArchType) {
         Some(DhcpOption::ClientArchType(types)) => types.first().map(|a| u16::from(*a)),
         _ => None,
     }
     .or_else(|| vendor.and_then(arch_from_vendor_class));
-    // The TLS build's user class is read in DHCPv4 only; over IPv6 it boots plain.
     ClientClass {
         firmware,
         ipxe,
-        ipxe_tls: false,
+        ipxe_tls,
         arch,
     }
 }
@@ -79,10 +84,28 @@ pub fn http_base(settings: &BootSettings, server: Ipv6Addr) -> String {
     }
 }
 
+/// The boot file of the site's TLS build over DHCPv6, as [`crate::dhcp::boot::tls_file`]
+/// gives it over DHCPv4: `boot.https_url`, or this member's address in brackets on
+/// `boot.https_port`, without the scheme. RFC 5970 §3.1 wants a URL in option 59; only
+/// the build that asked with the TLS user class gets this, and its embedded script puts
+/// `https://` back itself, so no DHCPv6 answer can send it to plain HTTP either.
+pub fn tls_file(settings: &BootSettings, server: Ipv6Addr) -> String {
+    let base = match &settings.https_url {
+        Some(u) => u.clone(),
+        None => format!("https://[{server}]:{}", settings.https_port),
+    };
+    let host = base.strip_prefix("https://").unwrap_or(&base);
+    format!("{host}/{}", settings.ipxe_script)
+}
+
 /// Picks option 59 for `class`, as [`crate::dhcp::boot::select`] does for v4 (the same
-/// files by architecture, and iPXE always to the script): PXE over IPv6 loads its file by
-/// TFTP, `tftp://[server]/file`, UEFI HTTP Boot by HTTP. `host_file` is a per-host
-/// override for firmware.
+/// files by architecture, iPXE always to the script, the site's TLS build to the TLS
+/// route): PXE over IPv6 loads its file by TFTP, `tftp://[server]/file`, UEFI HTTP Boot
+/// by HTTP. `host_file` is a per-host override for firmware.
+///
+/// Unlike v4, an iPXE that is not the site's build is not sent that build over TFTP
+/// when `boot.ipxe_tls` is on: iPXE's DHCPv6 request names no architecture (no option
+/// 61), so which build it needs is unknown. It gets the plain script, as before.
 pub fn select(
     class: ClientClass,
     settings: &BootSettings,
@@ -90,8 +113,15 @@ pub fn select(
     host_file: Option<&str>,
 ) -> Option<BootUrl> {
     if class.ipxe {
+        let url = if class.ipxe_tls && (settings.ipxe_tls || settings.https_url.is_some()) {
+            tls_file(settings, server)
+        } else {
+            // Also the site's build at a member without TLS: it prefixes `https://`, so
+            // this fails closed rather than boot in clear.
+            format!("{}/{}", http_base(settings, server), settings.ipxe_script)
+        };
         return Some(BootUrl {
-            url: format!("{}/{}", http_base(settings, server), settings.ipxe_script),
+            url,
             vendor_class: None,
         });
     }
@@ -270,6 +300,57 @@ mod tests {
         )
         .unwrap();
         assert_eq!(url.url, "http://[2001:db8::9]/x.efi");
+    }
+
+    fn user_class(items: &[&[u8]]) -> DhcpOptions {
+        opts(vec![DhcpOption::UserClass(UserClass {
+            data: items.iter().map(|i| i.to_vec()).collect(),
+        })])
+    }
+
+    #[test]
+    fn the_site_build_is_told_by_its_user_class_item_alone() {
+        // What the site's build sends over DHCPv6: its user class, no `iPXE` item and
+        // nothing else that marks iPXE.
+        let c = classify(&user_class(&[b"shardboot-tls"]));
+        assert!(c.ipxe && c.ipxe_tls, "{c:?}");
+        // Among other items too; but not a longer or a different one, nor stock iPXE.
+        assert!(classify(&user_class(&[b"rack7", b"shardboot-tls"])).ipxe_tls);
+        for other in [&b"shardboot-tls-x"[..], b"Shardboot-TLS", b"iPXE", b""] {
+            assert!(!classify(&user_class(&[other])).ipxe_tls, "{other:?}");
+        }
+        assert!(classify(&user_class(&[b"iPXE"])).ipxe);
+    }
+
+    #[test]
+    fn the_site_build_gets_this_members_tls_route_without_a_scheme() {
+        let mut s = settings();
+        s.ipxe_tls = true;
+        s.https_port = 8443;
+        let site = classify(&user_class(&[b"shardboot-tls"]));
+        let stock = classify(&user_class(&[b"iPXE"]));
+        assert_eq!(
+            select(site, &s, SERVER, None).unwrap().url,
+            format!("[2001:db8::2]:8443/{}", s.ipxe_script)
+        );
+        // Stock iPXE names no architecture over DHCPv6: the plain script, as before.
+        assert_eq!(
+            select(stock, &s, SERVER, None).unwrap().url,
+            format!("http://[2001:db8::2]:8080/{}", s.ipxe_script)
+        );
+        // A configured HTTPS base wins, still without its scheme.
+        s.https_url = Some("https://boot.site.test:8084".into());
+        assert_eq!(
+            select(site, &s, SERVER, None).unwrap().url,
+            format!("boot.site.test:8084/{}", s.ipxe_script)
+        );
+        // A member without TLS sends even the site's build the plain URL, which its
+        // script turns into https://http://…: it fails closed.
+        let plain = settings();
+        assert_eq!(
+            select(site, &plain, SERVER, None).unwrap().url,
+            format!("http://[2001:db8::2]:8080/{}", plain.ipxe_script)
+        );
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub(crate) mod powercut;
 pub(crate) mod qemu;
 pub(crate) mod relay6;
 pub(crate) mod relay_client;
+pub(crate) mod secure_boot;
 pub(crate) mod segment;
 mod skip;
 

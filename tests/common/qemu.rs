@@ -55,6 +55,9 @@ pub(crate) enum Firmware {
     BiosIpxe,
     /// OVMF's own PXE: TFTP snponly.efi, then iPXE.
     UefiPxe,
+    /// OVMF's own PXE with Secure Boot on: the boot file starts only if a key in `db`
+    /// signed it ([`Vm::secure_boot`] gives the variable store).
+    UefiPxeSecureBoot,
     /// OVMF's UEFI HTTP Boot: snponly.efi over HTTP, then iPXE.
     UefiHttp,
     /// OVMF's PXE over IPv6 (IPv4 off): DHCPv6, TFTP snponly.efi, then iPXE.
@@ -68,6 +71,7 @@ impl Firmware {
         match self {
             Firmware::BiosIpxe => "bios-ipxe",
             Firmware::UefiPxe => "uefi-pxe",
+            Firmware::UefiPxeSecureBoot => "uefi-pxe-sb",
             Firmware::UefiHttp => "uefi-http",
             Firmware::UefiPxe6 => "uefi-pxe6",
             Firmware::UefiHttp6 => "uefi-http6",
@@ -130,6 +134,20 @@ impl Vm {
         Self::with_nics_before(ns, firmware, tap, mac, &[], dir)
     }
 
+    /// OVMF with Secure Boot on ([`Firmware::UefiPxeSecureBoot`]), starting from a copy
+    /// of the variable store `vars` (its `db` decides which boot files start).
+    pub(crate) fn secure_boot(ns: &Netns, tap: &str, mac: &str, vars: &Path, dir: &Path) -> Self {
+        Self::launch(
+            ns,
+            Firmware::UefiPxeSecureBoot,
+            tap,
+            mac,
+            &[],
+            dir,
+            Some(vars),
+        )
+    }
+
     /// Like [`Vm::start`], with NICs `before` (connected to nothing) ahead of the
     /// booting NIC: iPXE numbers them `net0`, `net1`, … and the booting NIC last.
     pub(crate) fn with_nics_before(
@@ -140,10 +158,25 @@ impl Vm {
         before: &[&str],
         dir: &Path,
     ) -> Self {
+        Self::launch(ns, firmware, tap, mac, before, dir, None)
+    }
+
+    fn launch(
+        ns: &Netns,
+        firmware: Firmware,
+        tap: &str,
+        mac: &str,
+        before: &[&str],
+        dir: &Path,
+        vars: Option<&Path>,
+    ) -> Self {
         let console = dir.join(format!("console-{}.log", mac.replace(':', "")));
         let started = Instant::now();
-        let child = ns
-            .command("bash")
+        let mut command = ns.command("bash");
+        if let Some(vars) = vars {
+            command.env("OVMF_VARS", vars);
+        }
+        let child = command
             .arg(harness("vm.sh"))
             .args([firmware.arg(), tap, mac])
             .arg(&console)

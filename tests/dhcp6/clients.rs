@@ -462,3 +462,87 @@ fn dhclient6_reads_option6_entries_of_the_subnet_and_the_host_and_only_what_it_a
         .arg(dir.path().join("dhclient6.pid"))
         .status();
 }
+
+/// A Solicit as the site's iPXE build sends it over DHCPv6: client id, IA_NA, Option
+/// Request, elapsed time and the User Class option with its `user-class` setting as the
+/// one item (iPXE's `dhcpv6_tx`); no vendor class and no option 61.
+fn site_ipxe_solicit(duid: &[u8]) -> Vec<u8> {
+    let mut m = Message::new_with_id(MessageType::Solicit, [7, 7, 8]);
+    let o = m.opts_mut();
+    o.insert(DhcpOption::ClientId(duid.to_vec()));
+    o.insert(DhcpOption::IANA(IANA {
+        id: 1,
+        t1: 0,
+        t2: 0,
+        opts: Default::default(),
+    }));
+    o.insert(DhcpOption::ORO(dhcproto::v6::ORO {
+        opts: vec![OptionCode::DomainNameServers, OptionCode::OptBootfileUrl],
+    }));
+    o.insert(DhcpOption::ElapsedTime(0));
+    // RFC 8415 §21.15: each item is a two-octet length and the class.
+    let class = b"shardboot-tls";
+    let data = [&(class.len() as u16).to_be_bytes()[..], class].concat();
+    o.insert(DhcpOption::Unknown(UnknownOption::new(
+        OptionCode::UserClass,
+        data,
+    )));
+    let mut out = Vec::new();
+    m.encode(&mut Encoder::new(&mut out)).unwrap();
+    out
+}
+
+/// The site's TLS build asking over DHCPv6 (through a relay) is told the member's TLS
+/// route without its scheme, as over DHCPv4; put `https://` in front, as the build's
+/// embedded script does, and the member serves the first stage there, with a
+/// certificate that names the address the relay reached.
+#[test]
+fn the_site_tls_build_is_sent_to_the_tls_route_over_dhcpv6() {
+    require_root!();
+    let lab = common::lab6::lab(&["fd00:1::2/64"]);
+    let pki = tempfile::tempdir().unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec![SERVER6.to_string()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let (cert_file, key_file) = (pki.path().join("tls.crt"), pki.path().join("tls.key"));
+    std::fs::write(&cert_file, cert.pem()).unwrap();
+    std::fs::write(&key_file, key.serialize_pem()).unwrap();
+    // Lines after `[http]`'s own (common::lab6::serve): the TLS listener turns
+    // `boot.ipxe_tls` on.
+    let tls = format!(
+        "tls_listen = \"[::]:8443\"\ntls_cert = \"{}\"\ntls_key = \"{}\"\n",
+        cert_file.display(),
+        key_file.display()
+    );
+    let (_dir, server) = common::lab6::serve(&lab, "", &tls);
+    let duid = [0, 3, 0, 1, 0x52, 0x54, 0, 0x12, 0x36, 0x01];
+    let forward = relay_forward(
+        "fd00:2::1".parse().unwrap(),
+        "fe80::1".parse().unwrap(),
+        b"p",
+        None,
+        &site_ipxe_solicit(&duid),
+    );
+    let reply = relay_exchange(&lab, SERVER6.parse().unwrap(), forward)
+        .unwrap_or_else(|| panic!("no Relay-reply:\n{}", server.log_text()));
+    let url = boot_url(&relay_reply(&reply).message);
+    assert_eq!(url, format!("[{SERVER6}]:8443/boot.ipxe"));
+    let out = lab
+        .client
+        .command("curl")
+        .args(["-s", "-m", "5", "--noproxy", "*", "--cacert"])
+        .arg(&cert_file)
+        .arg(format!("https://{url}"))
+        .output()
+        .unwrap();
+    let body = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && body.starts_with("#!ipxe"),
+        "https://{url}: {body}{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        server.log_text()
+    );
+    drop(server);
+}

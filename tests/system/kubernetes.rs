@@ -78,6 +78,15 @@ fn overlays_render_validate_and_embedded_environments_pass_check_config() {
             section.contains("Pod Security enforce privileged"),
             "{overlay}: no Pod Security label:\n{log}"
         );
+        // Boot over TLS is one Secret away, where ironic-image reads it, and its
+        // absence stops no pod.
+        assert!(
+            section.contains(
+                "boot over TLS from optional Secrets: /certs/ipxe/tls.crt, \
+                 /certs/ipxe/tls.key, /certs/ca/ironic/tls.crt"
+            ),
+            "{overlay}: no TLS mounts:\n{log}"
+        );
     }
     assert!(
         log.contains("checked 3 embedded shardboot environments"),
@@ -255,6 +264,36 @@ fn a_broken_overlay_is_refused() {
         "daemonset",
         "unmounted CA file",
         "SHARDBOOT_OWNER__IRONIC__CA_FILE: /certs/ironic/ca.crt is not in any volume the container mounts",
+    );
+
+    // The iPXE certificate's Secret required: a site without TLS could not start.
+    let t = tree();
+    edit(
+        t.path(),
+        "overlays/irso-ha/ironic.yaml",
+        "secretName: shardboot-ipxe-tls\n          optional: true\n",
+        "secretName: shardboot-ipxe-tls\n",
+    );
+    refused(
+        t.path(),
+        "irso-ha",
+        "a required TLS Secret",
+        "boot over TLS: /certs/ipxe/tls.crt: Secret 'shardboot-ipxe-tls' is not optional",
+    );
+
+    // Ironic's CA not mounted where ironic-image keeps it.
+    let t = tree();
+    edit(
+        t.path(),
+        ds,
+        "            - name: ironic-ca-chain\n              mountPath: /certs/ca/ironic\n              readOnly: true\n",
+        "",
+    );
+    refused(
+        t.path(),
+        "daemonset",
+        "no CA for the chain checks",
+        "boot over TLS: /certs/ca/ironic/tls.crt is not in any volume the container mounts",
     );
 
     // No operator token: the API would refuse everything, as the issue found.

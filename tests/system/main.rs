@@ -21,5 +21,6 @@ mod ironic_env;
 mod kubernetes;
 mod qemu_boot;
 mod qemu_boot6;
+mod qemu_secure_boot;
 mod serve_wiring;
 mod site_sim;

@@ -596,6 +596,37 @@ fn firmware_without_option_61_gets_its_boot_url_from_the_vendor_class() {
 }
 
 #[test]
+fn the_site_tls_build_asking_over_dhcpv6_is_sent_to_the_tls_route() {
+    // A member with boot over TLS (`boot.https_url` here: a TLS listener needs files).
+    let mut e = engine("[boot]\nipxe_tls = true\nhttps_url = \"https://prov.site.test:8084\"\n");
+    let ask = |e: &mut Engine6, n: u8, class: &[u8]| {
+        let mut m = message(MessageType::Solicit, &duid(n), None, Some((1, None)));
+        // RFC 8415 §21.15: one item, as iPXE sends its `user-class` setting.
+        m.opts_mut().insert(DhcpOption::UserClass(UserClass {
+            data: vec![class.to_vec()],
+        }));
+        let r = on_the_wire(e.handle_message(&m, &[], &ctx(1_000)).reply.unwrap());
+        boot_url(&r)
+    };
+    // The site's build: the TLS route without its scheme, which its script adds.
+    assert_eq!(
+        ask(&mut e, 1, b"shardboot-tls").as_deref(),
+        Some("prov.site.test:8084/boot.ipxe")
+    );
+    // Stock iPXE still gets the plain script.
+    assert_eq!(
+        ask(&mut e, 2, b"iPXE").as_deref(),
+        Some("http://[fd00:1::1]:8080/boot.ipxe")
+    );
+    // A member without TLS: the site's build gets the plain URL and fails closed.
+    let mut plain = engine("");
+    assert_eq!(
+        ask(&mut plain, 3, b"shardboot-tls").as_deref(),
+        Some("http://[fd00:1::1]:8080/boot.ipxe")
+    );
+}
+
+#[test]
 fn relayed_clients_are_served_from_the_subnet_of_their_link() {
     let mut e = engine("");
     let hop = |link: &str| RelayHop {
