@@ -9,6 +9,7 @@
 #
 # e.g. `git stash; cargo build --release; cp target/release/shardboot /tmp/before;
 # git stash pop; cargo build --release; benches/ab_dhcp.sh /tmp/before target/release/shardboot`.
+# FAMILY=6 compares two builds on DHCPv6 (profile_dhcp.sh FAMILY=6: examples/dhcp6_load).
 # Traffic stays inside the namespaces profile_dhcp.sh makes; each run is bounded.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -7,6 +7,10 @@
 #
 #   benches/profile_dhcp.sh [seconds]
 #
+# FAMILY=6 runs the DHCPv6 twin instead: the same veth pair with the v6 lab of
+# veth_pair6.sh, and examples/dhcp6_load (relayed Solicit, Advertise, Request, Reply,
+# the same window and clients), so v4 and v6 are measured by the same kind of load.
+#
 # PERF=0 leaves perf out (the per-thread split alone, without perf's own cost); SB_BIN
 # runs another build of shardboot (a before/after comparison of one lever).
 #
@@ -23,13 +27,19 @@ use_perf=${PERF:-1}
 [ "$use_perf" = 0 ] || command -v perf >/dev/null || { echo "perf is not installed" >&2; exit 1; }
 
 cargo build --release --locked -q
-cargo build --release --locked -q --example dhcp_load
+family=${FAMILY:-4}
+cargo build --release --locked -q --example dhcp_load --example dhcp6_load
 target=${CARGO_TARGET_DIR:-$PWD/target}
 bin=${SB_BIN:-$target/release/shardboot}
-load="$target/release/examples/dhcp_load"
 
 tag="sbpf$$"
 . benches/veth_pair.sh
+case $family in
+  4) load=("$target/release/examples/dhcp_load" --relay 198.18.0.2 --server 198.18.0.1) ;;
+  6) . benches/veth_pair6.sh
+     load=("$target/release/examples/dhcp6_load" --relay "$relay6" --server "$server6") ;;
+  *) echo "FAMILY must be 4 or 6" >&2; exit 2 ;;
+esac
 
 # Each thread's name with its user and its system ticks.
 thread_ticks() {
@@ -39,14 +49,14 @@ thread_ticks() {
   done | awk '{ u[$1] += $2; k[$1] += $3 } END { for (n in u) print n, u[n], k[n] }' | sort
 }
 
-start shardboot
+if [ "$family" = 6 ]; then start6 shardboot; else start shardboot; fi
 before=$(thread_ticks "$server_pid")
 perf_pid=
 if [ "$use_perf" != 0 ]; then
   perf record -q -g -F 999 -p "$server_pid" -o "$perf_out" -- sleep "$((secs + 1))" 2>/dev/null &
   perf_pid=$!
 fi
-out=$(timeout $((secs + 30)) ip netns exec "$cli" "$load" --relay 198.18.0.2 --server 198.18.0.1 \
+out=$(timeout $((secs + 30)) ip netns exec "$cli" "${load[@]}" \
       --seconds "$secs" --window "$window" --clients "$load_clients" 2>&1 || true)
 after=$(thread_ticks "$server_pid")
 [ -z "$perf_pid" ] || wait "$perf_pid" || true
