@@ -39,23 +39,10 @@ measure() { # name → prints "<4-way/s> <server CPU µs per exchange>"
   echo "$(echo "$out" | awk '/^Rate:/ {print $2; exit}') $(awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v n="${acks:-0}" 'BEGIN { if (n > 0) printf "%.1f", t / hz * 1e6 / n; else print "n/a" }')"
 }
 
-# Closed loop: examples/dhcp_load keeps $window exchanges in flight, so the server, not
-# the generator, sets the pace. Prints "<4-way/s> <server CPU µs per exchange> <lost>
-# <duplicates> <of which kernel µs>".
+# Closed loop: examples/dhcp_load keeps $window exchanges in flight (veth_pair.sh's
+# closed_loop).
 measure_closed() {
-  local out before after sys_before sys_after
-  before=$(cpu_ticks "$server_pid"); sys_before=$(sys_ticks "$server_pid")
-  out=$(timeout $((secs + 30)) ip netns exec "$cli" "$load" --relay 198.18.0.2 --server 198.18.0.1 --seconds "$secs" \
-        --window "$window" --clients "$load_clients" 2>&1 || true)
-  after=$(cpu_ticks "$server_pid"); sys_after=$(sys_ticks "$server_pid")
-  echo "$out" > "$work/load-$1.txt"
-  # dhcp_load prints "exchanges N rate R/s lost L naks K duplicates D ...".
-  local n rate lost dups
-  read -r _ n _ rate _ lost _ _ _ dups _ <<< "$(echo "$out" | grep '^exchanges' || echo "exchanges 0 rate n/a lost n/a naks n/a duplicates n/a")"
-  echo "${rate%/s}" \
-       "$(awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v n="${n:-0}" 'BEGIN { if (n > 0) printf "%.1f", t / hz * 1e6 / n; else print "n/a" }')" \
-       "$lost" "$dups" \
-       "$(awk -v t=$((sys_after - sys_before)) -v hz="$(getconf CLK_TCK)" -v n="${n:-0}" 'BEGIN { if (n > 0) printf "%.1f", t / hz * 1e6 / n; else print "n/a" }')"
+  closed_loop "$work/load-$1.txt" "$load" --relay 198.18.0.2 --server 198.18.0.1
 }
 
 start shardboot

@@ -6,7 +6,8 @@
 # `on_exit`). Traffic stays inside the two namespaces.
 #
 # Before sourcing: `tag` (a short unique prefix). Defines srv, cli, sif, cif, work,
-# server_pid, start NAME [COMMAND…], stop, cpu_ticks PID, sys_ticks PID, on_exit COMMAND.
+# server_pid, start NAME [COMMAND…], stop, cpu_ticks PID, sys_ticks PID, on_exit COMMAND,
+# closed_loop OUTPUT LOAD….
 
 srv="$tag-s"; cli="$tag-c"; sif="${tag}s"; cif="${tag}c"
 # Exchange lines (target `exchange`, one per DHCP message) off, as Kea runs at WARN and
@@ -89,3 +90,25 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 # The kernel's part of it (system time): on veth it includes the receiving side's
 # softirq work, which runs in the sender's context.
 sys_ticks() { awk '{print $15}' "/proc/$1/stat"; }
+
+# closed_loop OUTPUT LOAD…: a closed-loop generator (examples/dhcp_load or dhcp6_load,
+# with its --relay and --server) against the running server, in the client namespace,
+# for $secs seconds with $window exchanges in flight over $load_clients clients, so the
+# server, not the generator, sets the pace. The generator's output goes to OUTPUT.
+# Prints "<4-way/s> <server CPU µs per exchange> <lost> <duplicates> <of which kernel
+# µs>".
+closed_loop() {
+  local output=$1 out before after sys_before sys_after n rate lost dups
+  shift
+  before=$(cpu_ticks "$server_pid"); sys_before=$(sys_ticks "$server_pid")
+  out=$(timeout $((secs + 30)) ip netns exec "$cli" "$@" --seconds "$secs" \
+        --window "$window" --clients "$load_clients" 2>&1 || true)
+  after=$(cpu_ticks "$server_pid"); sys_after=$(sys_ticks "$server_pid")
+  echo "$out" > "$output"
+  # Both generators print "exchanges N rate R/s lost L <naks|refused> K duplicates D ...".
+  read -r _ n _ rate _ lost _ _ _ dups _ <<< "$(echo "$out" | grep '^exchanges' || echo "exchanges 0 rate n/a lost n/a naks n/a duplicates n/a")"
+  echo "${rate%/s}" \
+       "$(awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v n="${n:-0}" 'BEGIN { if (n > 0) printf "%.1f", t / hz * 1e6 / n; else print "n/a" }')" \
+       "$lost" "$dups" \
+       "$(awk -v t=$((sys_after - sys_before)) -v hz="$(getconf CLK_TCK)" -v n="${n:-0}" 'BEGIN { if (n > 0) printf "%.1f", t / hz * 1e6 / n; else print "n/a" }')"
+}

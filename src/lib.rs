@@ -10,6 +10,7 @@ pub mod config;
 pub mod confine;
 pub mod dhcp;
 pub mod dhcp6;
+pub mod engine_thread;
 pub mod handles;
 pub mod http;
 pub mod http_metrics;

@@ -114,35 +114,51 @@ pub async fn recv_pktinfo(
     space: &mut Vec<u8>,
 ) -> io::Result<(usize, SocketAddr, Option<Arrived>)> {
     socket
-        .async_io(Interest::READABLE, || {
-            let mut iov = [IoSliceMut::new(&mut *buf)];
-            let msg = recvmsg::<SockaddrStorage>(
-                socket.as_raw_fd(),
-                &mut iov,
-                Some(&mut *space),
-                MsgFlags::empty(),
-            )?;
-            let arrived = msg.cmsgs()?.find_map(|c| match c {
-                ControlMessageOwned::Ipv4PacketInfo(info) => Some(Arrived::V4 {
-                    destination: Ipv4Addr::from(u32::from_be(info.ipi_addr.s_addr)),
-                    local: Ipv4Addr::from(u32::from_be(info.ipi_spec_dst.s_addr)),
-                }),
-                ControlMessageOwned::Ipv6PacketInfo(info) => Some(Arrived::V6 {
-                    destination: Ipv6Addr::from(info.ipi6_addr.s6_addr),
-                    interface: info.ipi6_ifindex,
-                }),
-                _ => None,
-            });
-            // Linux always reports a UDP source; if not, the datagram cannot be
-            // answered and is dropped like any other stray (EHOSTUNREACH is transient).
-            let peer = msg
-                .address
-                .as_ref()
-                .and_then(socket_addr)
-                .ok_or_else(|| io::Error::from_raw_os_error(libc::EHOSTUNREACH))?;
-            Ok((msg.bytes, peer, arrived))
-        })
+        .async_io(Interest::READABLE, || recvmsg_pktinfo(socket, buf, space))
         .await
+}
+
+/// [`recv_pktinfo`] without waiting: `WouldBlock` when nothing is queued, so a server
+/// loop can drain a socket in bursts and wait only once it is empty.
+pub fn try_recv_pktinfo(
+    socket: &UdpSocket,
+    buf: &mut [u8],
+    space: &mut Vec<u8>,
+) -> io::Result<(usize, SocketAddr, Option<Arrived>)> {
+    socket.try_io(Interest::READABLE, || recvmsg_pktinfo(socket, buf, space))
+}
+
+fn recvmsg_pktinfo(
+    socket: &UdpSocket,
+    buf: &mut [u8],
+    space: &mut Vec<u8>,
+) -> io::Result<(usize, SocketAddr, Option<Arrived>)> {
+    let mut iov = [IoSliceMut::new(buf)];
+    let msg = recvmsg::<SockaddrStorage>(
+        socket.as_raw_fd(),
+        &mut iov,
+        Some(space),
+        MsgFlags::empty(),
+    )?;
+    let arrived = msg.cmsgs()?.find_map(|c| match c {
+        ControlMessageOwned::Ipv4PacketInfo(info) => Some(Arrived::V4 {
+            destination: Ipv4Addr::from(u32::from_be(info.ipi_addr.s_addr)),
+            local: Ipv4Addr::from(u32::from_be(info.ipi_spec_dst.s_addr)),
+        }),
+        ControlMessageOwned::Ipv6PacketInfo(info) => Some(Arrived::V6 {
+            destination: Ipv6Addr::from(info.ipi6_addr.s6_addr),
+            interface: info.ipi6_ifindex,
+        }),
+        _ => None,
+    });
+    // Linux always reports a UDP source; if not, the datagram cannot be answered and is
+    // dropped like any other stray (EHOSTUNREACH is transient).
+    let peer = msg
+        .address
+        .as_ref()
+        .and_then(socket_addr)
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::EHOSTUNREACH))?;
+    Ok((msg.bytes, peer, arrived))
 }
 
 fn socket_addr(a: &SockaddrStorage) -> Option<SocketAddr> {

@@ -141,6 +141,31 @@ impl Outbox {
     }
 }
 
+impl Outbox {
+    /// Drops what waits, telling `counted` that each of those datagrams failed.
+    pub fn fail_rest(&mut self, e: &io::Error, counted: &dyn Counted) {
+        for (to, _) in &self.queued[self.next..] {
+            counted.counted(*to, Err(e));
+        }
+        self.clear();
+    }
+
+    /// Sends what is queued on a server loop's socket, waiting for room in its buffer
+    /// as a single `send_to` would; a socket that cannot become writable fails the rest.
+    pub async fn flush(&mut self, socket: &tokio::net::UdpSocket, counted: &dyn Counted) {
+        while !self.is_empty() {
+            match socket.try_io(tokio::io::Interest::WRITABLE, || self.send(socket, counted)) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if let Err(e) = socket.writable().await {
+                        self.fail_rest(&e, counted);
+                    }
+                }
+                _ => return,
+            }
+        }
+    }
+}
+
 /// Datagrams for several sockets (the ACKs of one flush, over every listener), each
 /// socket's sent together by [`Replies::send`].
 #[derive(Default)]
@@ -185,10 +210,7 @@ impl Replies {
     pub fn send(&mut self) {
         for (socket, counted, outbox) in &mut self.sockets {
             if let Err(e) = outbox.send(&**socket, &**counted) {
-                for (to, _) in &outbox.queued[outbox.next..] {
-                    counted.counted(*to, Err(&e));
-                }
-                outbox.clear();
+                outbox.fail_rest(&e, &**counted);
             }
         }
     }

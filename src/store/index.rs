@@ -23,14 +23,26 @@ impl<K, A> Default for HolderIndex<K, A> {
 }
 
 impl<K: Eq + Hash + Clone, A: Ord + Hash + Copy> HolderIndex<K, A> {
-    /// `who` now holds the record on `ip` (replacing whoever held it).
-    pub(super) fn put(&mut self, ip: A, who: K) {
-        match self.holder.insert(ip, who.clone()) {
-            Some(old) if old == who => return,
-            Some(old) => self.unlink(&old, ip),
-            None => {}
+    /// `who` now holds the record on `ip` (replacing whoever held it). Nothing is
+    /// allocated when it held it already, the common case of a client renewing.
+    pub(super) fn put<Q>(&mut self, ip: A, who: &Q)
+    where
+        K: Borrow<Q>,
+        Q: Eq + Hash + ToOwned<Owned = K> + ?Sized,
+    {
+        if let Some(old) = self.holder.get(&ip) {
+            if old.borrow() == who {
+                return;
+            }
+            if let Some(old) = self.holder.remove(&ip) {
+                self.unlink(&old, ip);
+            }
         }
-        let ips = self.by_holder.entry(who).or_default();
+        self.holder.insert(ip, who.to_owned());
+        let ips = match self.by_holder.get_mut(who) {
+            Some(ips) => ips,
+            None => self.by_holder.entry(who.to_owned()).or_default(),
+        };
         if let Err(at) = ips.binary_search(&ip) {
             ips.insert(at, ip);
         }
@@ -69,12 +81,13 @@ mod tests {
     #[test]
     fn an_address_has_one_holder_and_holders_list_theirs_in_order() {
         let mut i: HolderIndex<Vec<u8>, u32> = HolderIndex::default();
-        i.put(3, vec![1]);
-        i.put(1, vec![1]);
-        i.put(2, vec![2]);
+        i.put(3, &[1u8][..]);
+        i.put(1, &[1u8][..]);
+        i.put(2, &[2u8][..]);
         assert_eq!(i.addresses(&[1u8][..]), [1, 3]);
         // The address moves to another holder.
-        i.put(3, vec![2]);
+        i.put(3, &[2u8][..]);
+        i.put(3, &[2u8][..]);
         assert_eq!(i.addresses(&[1u8][..]), [1]);
         assert_eq!(i.addresses(&[2u8][..]), [2, 3]);
         i.remove(1);

@@ -99,22 +99,9 @@ pub enum ServerError {
 /// Runs until `shutdown` is cancelled or a socket fails. On shutdown, changes already
 /// queued are flushed and their replies sent before returning.
 pub async fn run(server: Server, shutdown: CancellationToken) -> Result<(), ServerError> {
-    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name("dhcp-engine".into())
-        .spawn(move || {
-            let result = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(ServerError::Thread)
-                .and_then(|rt| rt.block_on(engine_loop(server, shutdown)));
-            let _ = done_tx.send(result);
-        })
-        .map_err(ServerError::Thread)?;
-    // A dropped sender means the engine thread panicked: report it, never a clean stop.
-    done_rx.await.unwrap_or_else(|_| {
-        Err(ServerError::Thread(std::io::Error::other(
-            "the DHCP engine thread panicked",
-        )))
+    crate::engine_thread::run_on_own_thread("dhcp-engine", move || {
+        engine_loop(server, shutdown)
     })
+    .await
+    .map_err(ServerError::Thread)?
 }

@@ -2,7 +2,6 @@
 //! changes in the committer, probes started, and the leases the shared store refused
 //! taken back.
 
-use std::io::ErrorKind;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
@@ -128,7 +127,7 @@ impl Outputs<'_> {
         for (i, socket) in self.sockets.iter().enumerate() {
             // Out of the cell while it waits for room: nothing else touches it then.
             let mut outbox = std::mem::take(&mut self.outboxes.borrow_mut()[i]);
-            flush(socket, &mut outbox, self.metrics).await;
+            outbox.flush(socket, &**self.metrics).await;
             self.outboxes.borrow_mut()[i] = outbox;
         }
     }
@@ -217,21 +216,3 @@ impl Counted for DhcpMetrics {
     }
 }
 
-/// Sends what `outbox` holds, waiting for room in the socket's buffer as a single
-/// reply would.
-async fn flush(socket: &UdpSocket, outbox: &mut Outbox, metrics: &DhcpMetrics) {
-    while !outbox.is_empty() {
-        match socket.try_io(tokio::io::Interest::WRITABLE, || {
-            outbox.send(socket, metrics)
-        }) {
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                if let Err(e) = socket.writable().await {
-                    debug!(error = %e, dropped = outbox.len(), "replies not sent");
-                    metrics.send_errors.add(outbox.len() as u64);
-                    outbox.clear();
-                }
-            }
-            _ => return,
-        }
-    }
-}

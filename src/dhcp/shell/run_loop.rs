@@ -4,7 +4,6 @@
 
 use std::io::ErrorKind;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use crate::clock::unix_now;
@@ -131,7 +130,7 @@ pub(super) async fn engine_loop(
         tokio::select! {
             _ = shutdown.cancelled() => break Ok(()),
             _ = tokio::time::sleep_until(wake.into()) => {}
-            _ = any_readable(&sockets) => {}
+            _ = crate::engine_thread::any_readable(&sockets) => {}
             replies = prober.replies(&metrics) => ended.extend(replies),
             Some(cmd) = next_command(control.as_mut()) => {
                 control::apply(&mut engine, cmd, &committer, unix_now());
@@ -151,18 +150,6 @@ pub(super) async fn engine_loop(
     result
 }
 
-/// Ready when any socket has a datagram to read.
-async fn any_readable(sockets: &[UdpSocket]) -> std::io::Result<()> {
-    std::future::poll_fn(|cx| {
-        for s in sockets {
-            if let Poll::Ready(r) = s.poll_recv_ready(cx) {
-                return Poll::Ready(r);
-            }
-        }
-        Poll::Pending
-    })
-    .await
-}
 
 /// The next operator change; never, without a control channel.
 async fn next_command(

@@ -2,19 +2,18 @@
 //! (`dhcp6::wire`), find the client's MAC and this member's responsibility, let the
 //! engine decide, make its lease changes durable through the committer (the same group
 //! commit as v4), then send the reply, wrapped back in the relay layers it came in.
-//! One task owns the engine; decisions are made in arrival order.
+//! One thread owns the engine (`run_loop`); decisions are made in arrival order.
 
 mod control;
 mod report;
+mod run_loop;
 pub mod socket;
 
 use std::net::{Ipv6Addr, SocketAddr, SocketAddrV6};
 use std::sync::Arc;
-use std::time::Duration;
 
 use dhcproto::v6::{DhcpOption, Message, OptionCode};
 use dhcproto::{Encodable, Encoder};
-use tokio::net::UdpSocket;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -29,7 +28,6 @@ use crate::dhcp::responsibility::Responder;
 pub use crate::dhcp6::control::{Control6Receiver, Dhcp6Handle};
 use crate::mac::MacAddr;
 use crate::store::{Change, Committer, Lease6, StoreError};
-use crate::udp_batch::Counted;
 use socket::{
     bind6, host_addresses6, interface_mac, resolve_interfaces6, Interface6, Socket6Error,
 };
@@ -49,6 +47,9 @@ pub enum Server6Error {
     /// The other members' leases could not be made durable here.
     #[error("dhcp6: storing the other members' leases: {0}")]
     PeerLeases(String),
+    /// The engine's thread could not be started, or panicked.
+    #[error("dhcp6: the engine thread: {0}")]
+    Thread(std::io::Error),
     /// A socket failed while serving.
     #[error("dhcp6 socket on {interface}: {source}")]
     Io {
@@ -93,9 +94,26 @@ type Withdrawal = (Box<Lease6>, Box<Lease6>);
 
 struct Listener {
     interface: Interface6,
-    socket: Arc<UdpSocket>,
-    /// The same socket for the committer's thread, which sends replies once durable.
+    /// The listener's socket for the committer's thread, which sends replies once
+    /// durable (the engine loop reads and sends on its own handle of it).
     sender: Arc<std::net::UdpSocket>,
+}
+
+/// What one datagram's handling works with besides the engine.
+struct Turn<'a> {
+    listener: &'a Listener,
+    parts: &'a Parts6,
+    withdraw: &'a tokio::sync::mpsc::UnboundedSender<Withdrawal>,
+    /// Replies that need nothing stored, sent once the socket's burst is handled.
+    outbox: &'a mut crate::udp_batch::Outbox,
+    encoded: &'a mut Encoded,
+}
+
+/// Buffers the replies are encoded into, kept from one datagram to the next.
+#[derive(Default)]
+struct Encoded {
+    message: Vec<u8>,
+    relayed: Vec<u8>,
 }
 
 /// Serves DHCPv6 until `shutdown`.
@@ -133,24 +151,23 @@ pub async fn run(
         }
     };
     let mut listeners = Vec::new();
+    let mut sockets = Vec::new();
     for i in interfaces {
         let std_socket = bind6(&i, config.dhcp6.port, config.dhcp.receive_buffer_kib)?;
-        let io = |source| Server6Error::Io {
+        let sender = Arc::new(std_socket.try_clone().map_err(|source| Server6Error::Io {
             interface: i.name.clone(),
             source,
-        };
-        let sender = Arc::new(std_socket.try_clone().map_err(io)?);
-        let socket = Arc::new(UdpSocket::from_std(std_socket).map_err(io)?);
+        })?);
         info!(interface = %i.name, port = config.dhcp6.port, duid = %hex(&duid), "DHCPv6 listening");
         listeners.push(Listener {
             interface: i,
-            socket,
             sender,
         });
+        sockets.push(std_socket);
     }
     let now = crate::clock::unix_now();
     let leases = std::mem::take(&mut parts.leases);
-    let (mut engine, held) = Engine6::load(
+    let (engine, held) = Engine6::load(
         Engine6Settings::of(&config),
         duid,
         leases,
@@ -160,88 +177,16 @@ pub async fn run(
     for h in held {
         warn!(ip = %h.ip, until = h.until, "IPv6 address held back: its lease record was set aside");
     }
-    let (withdraw_tx, mut withdrawals) = tokio::sync::mpsc::unbounded_channel::<Withdrawal>();
-    let mut control = parts.control.take().map(|c| c.0);
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<Datagram>(4096);
-    let mut readers = tokio::task::JoinSet::new();
-    for (k, l) in listeners.iter().enumerate() {
-        let (socket, tx, name) = (l.socket.clone(), tx.clone(), l.interface.name.clone());
-        readers.spawn(async move {
-            let mut buf = vec![0u8; wire::MAX_DATAGRAM + 1];
-            let mut space = crate::sockopt::pktinfo_space();
-            loop {
-                let (n, from, arrived) =
-                    crate::sockopt::recv_pktinfo(&socket, &mut buf, &mut space)
-                        .await
-                        .map_err(|source| Server6Error::Io {
-                            interface: name.clone(),
-                            source,
-                        })?;
-                let SocketAddr::V6(from) = from else { continue };
-                let to = match arrived {
-                    Some(crate::sockopt::Arrived::V6 { destination, .. }) => destination,
-                    _ => Ipv6Addr::UNSPECIFIED,
-                };
-                if tx.send((k, buf[..n].to_vec(), from, to)).await.is_err() {
-                    return Ok(());
-                }
-            }
-        });
-    }
-    drop(tx);
-    let mut roster = parts.roster.as_ref().map(|r| r.subscribe());
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    let mut kernel_drops = vec![0u32; listeners.len()];
-    let metrics = parts.metrics.clone();
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => break,
-            Some(done) = readers.join_next() => {
-                if let Ok(Err(e)) = done { return Err(e) }
-            }
-            _ = tick.tick() => {
-                // The kernel's own drops (a full receive buffer), each socket's count
-                // since the last tick.
-                for (seen, l) in kernel_drops.iter_mut().zip(&listeners) {
-                    if let Some(now) = crate::sockopt::receive_drops(&*l.socket) {
-                        metrics.dropped.add("receive_buffer_full", u64::from(now.wrapping_sub(*seen)));
-                        *seen = now;
-                    }
-                }
-                engine.handle_tick(crate::clock::unix_now());
-                metrics.leases.set(engine.leases().count() as u64);
-            }
-            Some(()) = changed(&mut roster) => {
-                if let Some(r) = &mut roster {
-                    let list = r.borrow_and_update().list.clone();
-                    engine.change_members(list);
-                }
-            }
-            Some(cmd) = next_control(&mut control) => {
-                control::apply(&mut engine, cmd, &parts.committer, crate::clock::unix_now());
-            }
-            Some((ours, holder)) = withdrawals.recv() => {
-                withdraw(&mut engine, &ours, &holder, &parts.committer);
-            }
-            got = rx.recv() => {
-                let Some((k, bytes, from, to)) = got else { break };
-                let l = &listeners[k];
-                handle(&mut engine, l, &bytes, (from, to), &parts, &withdraw_tx);
-            }
-        }
-    }
-    // Whatever was queued is durable and answered before the store closes.
-    let _ = parts.committer.commit(Vec::new()).await;
-    Ok(())
-}
-
-async fn next_control(
-    control: &mut Option<tokio::sync::mpsc::Receiver<crate::dhcp6::control::Control6>>,
-) -> Option<crate::dhcp6::control::Control6> {
-    match control {
-        Some(c) => c.recv().await,
-        None => std::future::pending().await,
-    }
+    let l = run_loop::Loop {
+        listeners,
+        sockets,
+        parts,
+    };
+    crate::engine_thread::run_on_own_thread("dhcp6-engine", move || {
+        run_loop::engine_loop(engine, l, shutdown)
+    })
+    .await
+    .map_err(Server6Error::Thread)?
 }
 
 /// Withdraws a lease the shared store refused (never acknowledged: its reply was
@@ -252,18 +197,6 @@ fn withdraw(engine: &mut Engine6, ours: &Lease6, holder: &Lease6, committer: &Co
     if let Some(effect) = engine.withdraw(ours, holder, crate::clock::unix_now()) {
         // Stored here only: the database holds the other client's row.
         let _ = committer.submit(vec![Change::Replica6(effect)], |_| {});
-    }
-}
-
-/// A received datagram: the listener's index, the bytes, its source and destination.
-type Datagram = (usize, Vec<u8>, SocketAddrV6, Ipv6Addr);
-
-async fn changed(
-    roster: &mut Option<tokio::sync::watch::Receiver<Arc<crate::owner::roster::RosterView>>>,
-) -> Option<()> {
-    match roster {
-        Some(r) => r.changed().await.ok(),
-        None => std::future::pending().await,
     }
 }
 
@@ -286,12 +219,17 @@ fn duid_bucket(duid: &[u8]) -> MacAddr {
 
 fn handle(
     engine: &mut Engine6,
-    l: &Listener,
+    turn: Turn<'_>,
     bytes: &[u8],
     (from, destination): (SocketAddrV6, Ipv6Addr),
-    parts: &Parts6,
-    withdraw: &tokio::sync::mpsc::UnboundedSender<Withdrawal>,
 ) {
+    let Turn {
+        listener: l,
+        parts,
+        withdraw,
+        outbox,
+        encoded,
+    } = turn;
     let metrics = &parts.metrics;
     let (responder, committer) = (parts.responder.as_ref(), &parts.committer);
     metrics.received.inc();
@@ -374,16 +312,17 @@ fn handle(
     }
     let Decision6 { reply, effects, .. } = decision;
     let Some(reply) = reply else { return };
-    let Some((bytes, to)) = encode(&reply, &request.hops, from) else {
+    let Some((bytes, to)) = encode(&reply, &request.hops, from, encoded) else {
         warn!(kind = ?reply.msg_type(), "DHCPv6 reply could not be encoded");
         return;
     };
-    let sender = l.sender.clone();
-    let m = metrics.clone();
     if effects.is_empty() {
-        count_send(sender.send_to(&bytes, to), to, &m);
+        outbox.push(to.into(), bytes);
         return;
     }
+    let bytes = bytes.to_vec();
+    let sender = l.sender.clone();
+    let m = metrics.clone();
     let changes = effects.into_iter().map(Change::Lease6).collect();
     let withdraw = withdraw.clone();
     // Sent by the committer with the flush's other replies (udp_batch).
@@ -413,10 +352,6 @@ fn handle(
     }
 }
 
-fn count_send(r: std::io::Result<usize>, to: SocketAddrV6, metrics: &Dhcp6Metrics) {
-    metrics.counted(to.into(), r.as_ref().map(|_| ()));
-}
-
 impl crate::udp_batch::Counted for Dhcp6Metrics {
     fn counted(&self, _: SocketAddr, result: Result<(), &std::io::Error>) {
         match result {
@@ -429,20 +364,22 @@ impl crate::udp_batch::Counted for Dhcp6Metrics {
 /// The datagram to send and where: to a client on the link, its address on port 546;
 /// through relays, a Relay-reply to the relay that sent the Relay-forward, on port 547
 /// (RFC 8415 §19.3).
-fn encode(
+fn encode<'a>(
     reply: &Message,
     hops: &[relay::RelayHop],
     from: SocketAddrV6,
-) -> Option<(Vec<u8>, SocketAddrV6)> {
-    let mut inner = Vec::with_capacity(512);
-    reply.encode(&mut Encoder::new(&mut inner)).ok()?;
+    into: &'a mut Encoded,
+) -> Option<(&'a [u8], SocketAddrV6)> {
+    into.message.clear();
+    reply.encode(&mut Encoder::new(&mut into.message)).ok()?;
     if hops.is_empty() {
-        return Some((
-            inner,
-            SocketAddrV6::new(*from.ip(), CLIENT_PORT, 0, from.scope_id()),
-        ));
+        let to = SocketAddrV6::new(*from.ip(), CLIENT_PORT, 0, from.scope_id());
+        return Some((&into.message, to));
     }
-    let mut out = Vec::with_capacity(inner.len() + 64 * hops.len());
-    relay::wrap(hops, &inner, &mut out);
-    Some((out, SocketAddrV6::new(*from.ip(), 547, 0, from.scope_id())))
+    into.relayed.clear();
+    relay::wrap(hops, &into.message, &mut into.relayed);
+    Some((
+        &into.relayed,
+        SocketAddrV6::new(*from.ip(), 547, 0, from.scope_id()),
+    ))
 }

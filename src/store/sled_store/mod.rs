@@ -353,7 +353,7 @@ impl Store for Trees {
             for change in changes {
                 match change {
                     Change::Lease(LeaseEffect::Put(l)) | Change::Replica(LeaseEffect::Put(l)) => {
-                        index.put(l.ip, l.mac)
+                        index.put(l.ip, &l.mac)
                     }
                     Change::Lease(LeaseEffect::Remove(ip, _))
                     | Change::Replica(LeaseEffect::Remove(ip, _)) => index.remove(*ip),
@@ -366,7 +366,7 @@ impl Store for Trees {
             for change in changes {
                 match change {
                     Change::Lease6(Lease6Effect::Put(l))
-                    | Change::Replica6(Lease6Effect::Put(l)) => index.put(l.ip, l.duid.clone()),
+                    | Change::Replica6(Lease6Effect::Put(l)) => index.put(l.ip, &l.duid[..]),
                     Change::Lease6(Lease6Effect::Remove(ip, _))
                     | Change::Replica6(Lease6Effect::Remove(ip, _)) => index.remove(*ip),
                     _ => {}

@@ -103,9 +103,9 @@ impl Trees {
         let mut by_mac = HolderIndex::default();
         let mut by_duid = HolderIndex::default();
         let moved = set_aside_undecodable(&leases, &set_aside, decode_lease, |l| {
-            by_mac.put(l.ip, l.mac)
+            by_mac.put(l.ip, &l.mac)
         })? + set_aside_undecodable(&leases6, &set_aside6, decode_lease6, |l| {
-            by_duid.put(l.ip, l.duid)
+            by_duid.put(l.ip, &l.duid[..])
         })?;
         if moved > 0 {
             db.flush()?;
