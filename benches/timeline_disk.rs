@@ -46,12 +46,14 @@ fn main() {
     };
     page(rows, 2, 1, &q);
     let paged = started.elapsed();
-    let mut d = Disk::open(dir.path(), limits).unwrap();
+    let (mut d, _) = Disk::open(dir.path(), limits).unwrap();
     let (batch, _) = t.take_journal();
     let started = Instant::now();
-    d.append(&batch[..50_000]).unwrap();
+    let mut batch = batch;
+    let rest = batch.split_off(50_000);
+    d.append(batch).unwrap();
     let append = started.elapsed();
-    d.append(&batch[50_000..]).unwrap();
+    d.append(rest).unwrap();
     let started = Instant::now();
     d.compact().unwrap();
     let compact = started.elapsed();

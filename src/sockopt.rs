@@ -134,12 +134,8 @@ fn recvmsg_pktinfo(
     space: &mut Vec<u8>,
 ) -> io::Result<(usize, SocketAddr, Option<Arrived>)> {
     let mut iov = [IoSliceMut::new(buf)];
-    let msg = recvmsg::<SockaddrStorage>(
-        socket.as_raw_fd(),
-        &mut iov,
-        Some(space),
-        MsgFlags::empty(),
-    )?;
+    let msg =
+        recvmsg::<SockaddrStorage>(socket.as_raw_fd(), &mut iov, Some(space), MsgFlags::empty())?;
     let arrived = msg.cmsgs()?.find_map(|c| match c {
         ControlMessageOwned::Ipv4PacketInfo(info) => Some(Arrived::V4 {
             destination: Ipv4Addr::from(u32::from_be(info.ipi_addr.s_addr)),

@@ -85,14 +85,17 @@ pub fn start(
 }
 
 fn open(dir: &Path, limits: Limits, timeline: &Timeline) -> Result<Disk, disk::DiskError> {
-    let loaded = disk::load_into(dir, timeline)?;
+    let (d, loaded) = Disk::open(dir, limits)?;
+    for j in d.events() {
+        timeline.replay(j);
+    }
     info!(
         events = loaded.events,
         unreadable = loaded.unreadable,
         dir = %dir.display(),
         "timeline read back"
     );
-    Disk::open(dir, limits)
+    Ok(d)
 }
 
 /// Writes what was recorded every `every`, and once more at shutdown.
@@ -110,7 +113,7 @@ async fn write(timeline: Arc<Timeline>, d: Disk, every: Duration, shutdown: Canc
         }
         let d = d.clone();
         let written = tokio::task::spawn_blocking(move || {
-            d.lock().unwrap_or_else(|p| p.into_inner()).append(&batch)
+            d.lock().unwrap_or_else(|p| p.into_inner()).append(batch)
         })
         .await;
         match written {

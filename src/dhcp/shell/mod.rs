@@ -99,9 +99,7 @@ pub enum ServerError {
 /// Runs until `shutdown` is cancelled or a socket fails. On shutdown, changes already
 /// queued are flushed and their replies sent before returning.
 pub async fn run(server: Server, shutdown: CancellationToken) -> Result<(), ServerError> {
-    crate::engine_thread::run_on_own_thread("dhcp-engine", move || {
-        engine_loop(server, shutdown)
-    })
-    .await
-    .map_err(ServerError::Thread)?
+    crate::engine_thread::run_on_own_thread("dhcp-engine", move || engine_loop(server, shutdown))
+        .await
+        .map_err(ServerError::Thread)?
 }

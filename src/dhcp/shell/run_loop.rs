@@ -150,7 +150,6 @@ pub(super) async fn engine_loop(
     result
 }
 
-
 /// The next operator change; never, without a control channel.
 async fn next_command(
     control: Option<&mut tokio::sync::mpsc::Receiver<crate::dhcp::control::Control>>,

@@ -188,7 +188,10 @@ mod tests {
             assert!(b.of_ia(&duid, 7).is_none(), "len {len}");
             b.detach(Ipv6Addr::from(2));
             assert!(b.of_ia(&duid, 8).is_none());
-            assert!(b.get(Ipv6Addr::from(2)).is_some(), "detached, not forgotten");
+            assert!(
+                b.get(Ipv6Addr::from(2)).is_some(),
+                "detached, not forgotten"
+            );
         }
     }
 }

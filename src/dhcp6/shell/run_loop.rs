@@ -158,7 +158,6 @@ pub(super) async fn engine_loop(
     result
 }
 
-
 async fn next_control(
     control: Option<&mut tokio::sync::mpsc::Receiver<Control6>>,
 ) -> Option<Control6> {
