@@ -10,6 +10,8 @@
 #
 #   benches/http_bench.sh [seconds] [connections]
 #   SB_BIN=/tmp/before benches/http_bench.sh ...   # another build, e.g. for before/after
+#   PERF_RUN="shardboot one MAC's route" benches/http_bench.sh ...   # perf record -g of
+#       that run's server, into $PERF_OUT (/tmp/shardboot-http.perf), for perf report -i
 #
 # The Ironic here is a static file tree in Ironic's wire format (the JSON of
 # /v1/ports/detail and /v1/nodes/detail, built from the same fields a real Ironic 39
@@ -174,8 +176,14 @@ ticks_of() { # PID
 run() { # NAME SERVER_PID URL [lua]: requests/s, p99 and the server's CPU per request
   local name=$1 pid=$2 url=$3 out rps p99 before after n cpu
   before=$(ticks_of "$pid")
+  local perf_pid=
+  if [ "${PERF_RUN:-}" = "$name" ]; then
+    perf record -q -g -F 999 -p "$pid" -o "${PERF_OUT:-/tmp/shardboot-http.perf}" -- sleep "$secs" 2>/dev/null &
+    perf_pid=$!
+  fi
   out=$(wrk -t2 -c"$conns" -d"${secs}s" --latency ${4:+-s "$4"} "$url")
   after=$(ticks_of "$pid")
+  [ -z "$perf_pid" ] || wait "$perf_pid" || true
   rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
   p99=$(awk '$1 == "99%" {print $2}' <<<"$out")
   n=$(awk '/requests in/ {print $1}' <<<"$out")

@@ -47,13 +47,13 @@ fn main() {
     page(rows, 2, 1, &q);
     let paged = started.elapsed();
     let (mut d, _) = Disk::open(dir.path(), limits).unwrap();
-    let (batch, _) = t.take_journal();
+    let (batch, _) = t.take_journal(Vec::new());
     let started = Instant::now();
     let mut batch = batch;
-    let rest = batch.split_off(50_000);
-    d.append(batch).unwrap();
+    let mut rest = batch.split_off(50_000);
+    d.append(&mut batch).unwrap();
     let append = started.elapsed();
-    d.append(rest).unwrap();
+    d.append(&mut rest).unwrap();
     let started = Instant::now();
     d.compact().unwrap();
     let compact = started.elapsed();

@@ -64,8 +64,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_panic_is_an_error() {
-        let r = run_on_own_thread("engine-panics", || async { panic!("boom") }).await;
-        let e: std::io::Error = r.map(|()| ()).unwrap_err();
+        let r: std::io::Result<()> =
+            run_on_own_thread("engine-panics", || async { panic!("boom") }).await;
+        let e = r.unwrap_err();
         assert!(e.to_string().contains("engine-panics"), "{e}");
     }
 }

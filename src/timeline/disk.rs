@@ -103,6 +103,12 @@ impl LineIn {
 /// `events` as JSON lines.
 pub fn encode(events: &[Journaled]) -> Vec<u8> {
     let mut out = Vec::with_capacity(events.len() * 200);
+    encode_into(&mut out, events);
+    out
+}
+
+/// `events` as JSON lines, after what `out` holds.
+fn encode_into(out: &mut Vec<u8>, events: &[Journaled]) {
     for j in events {
         let line = LineOut {
             mac: j.mac,
@@ -110,11 +116,10 @@ pub fn encode(events: &[Journaled]) -> Vec<u8> {
             event: &j.event,
         };
         // Serialising our own types to a Vec cannot fail.
-        if serde_json::to_writer(&mut out, &line).is_ok() {
+        if serde_json::to_writer(&mut *out, &line).is_ok() {
             out.push(b'\n');
         }
     }
-    out
 }
 
 /// The events of a file's text, and how many lines could not be read.
@@ -185,6 +190,8 @@ pub struct Disk {
     /// The newest event written: one seen again (the same batch twice) is not kept
     /// twice, as reading back puts it back once.
     last_seq: u64,
+    /// The journal lines of a batch, their room used again from one batch to the next.
+    text: Vec<u8>,
 }
 
 impl Disk {
@@ -209,6 +216,7 @@ impl Disk {
             limits,
             last_seq: written.last_seq(),
             written,
+            text: Vec::new(),
         };
         Ok((disk, loaded))
     }
@@ -222,18 +230,26 @@ impl Disk {
     }
 
     /// Appends `batch` and makes it durable; compacts once the journal holds as many
-    /// events as both rings.
-    pub fn append(&mut self, batch: Vec<Journaled>) -> Result<(), DiskError> {
+    /// events as both rings. `batch` is left empty, its room kept for the next one;
+    /// events that could not be written are dropped (the writer says so in the log).
+    pub fn append(&mut self, batch: &mut Vec<Journaled>) -> Result<(), DiskError> {
         if batch.is_empty() {
             return Ok(());
         }
         let path = self.dir.join(JOURNAL);
-        self.journal
-            .write_all(&encode(&batch))
+        self.text.clear();
+        encode_into(&mut self.text, batch);
+        let written = self
+            .journal
+            .write_all(&self.text)
             .and_then(|()| self.journal.sync_data())
-            .map_err(io(&path))?;
+            .map_err(io(&path));
+        if written.is_err() {
+            batch.clear();
+            return written;
+        }
         self.journaled += batch.len();
-        for j in batch {
+        for j in batch.drain(..) {
             if j.event.seq > self.last_seq {
                 self.last_seq = j.event.seq;
                 self.written.replay(j);
@@ -307,9 +323,10 @@ mod tests {
     const A: MacAddr = MacAddr([0x52, 0x54, 0, 0, 0, 1]);
 
     fn flush(t: &Timeline, d: &mut Disk) {
-        let (batch, dropped) = t.take_journal();
+        let (mut batch, dropped) = t.take_journal(Vec::new());
         assert_eq!(dropped, 0);
-        d.append(batch).unwrap();
+        d.append(&mut batch).unwrap();
+        assert!(batch.is_empty());
     }
 
     #[test]
@@ -378,11 +395,11 @@ mod tests {
         t.configure(small(), true);
         let (mut d, _) = Disk::open(dir.path(), small()).unwrap();
         t.record_at(A, report("offer", None), 1);
-        let (batch, _) = t.take_journal();
-        d.append(batch.clone()).unwrap();
+        let (batch, _) = t.take_journal(Vec::new());
+        d.append(&mut batch.clone()).unwrap();
         // The same event again (a crash before the journal was emptied), a line of
         // markup, and a line cut short.
-        d.append(batch).unwrap();
+        d.append(&mut batch.clone()).unwrap();
         let mut f = OpenOptions::new()
             .append(true)
             .open(dir.path().join(JOURNAL))

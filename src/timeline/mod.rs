@@ -165,11 +165,17 @@ impl Timeline {
     }
 
     /// The events recorded since the last call, oldest first, and how many were
-    /// dropped because the writer fell behind (more than both rings hold).
-    pub fn take_journal(&self) -> (Vec<Journaled>, u64) {
+    /// dropped because the writer fell behind (more than both rings hold). `spare`, the
+    /// list the writer emptied last time, takes the journal's place: its room is used
+    /// again rather than a new list grown from nothing on every flush.
+    pub fn take_journal(&self, mut spare: Vec<Journaled>) -> (Vec<Journaled>, u64) {
+        spare.clear();
         let mut g = self.lock();
         let dropped = std::mem::take(&mut g.journal_dropped);
-        let taken = g.journal.as_mut().map(std::mem::take).unwrap_or_default();
+        let taken = match g.journal.as_mut() {
+            Some(journal) => std::mem::replace(journal, spare),
+            None => Vec::new(),
+        };
         (taken, dropped)
     }
 

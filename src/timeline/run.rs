@@ -102,27 +102,35 @@ fn open(dir: &Path, limits: Limits, timeline: &Timeline) -> Result<Disk, disk::D
 async fn write(timeline: Arc<Timeline>, d: Disk, every: Duration, shutdown: CancellationToken) {
     let d = Arc::new(Mutex::new(d));
     let mut failing = false;
+    let mut spare = Vec::new();
     loop {
         let stop = tokio::select! {
             _ = tokio::time::sleep(every) => false,
             _ = shutdown.cancelled() => true,
         };
-        let (batch, dropped) = timeline.take_journal();
+        let (mut batch, dropped) = timeline.take_journal(std::mem::take(&mut spare));
         if dropped > 0 {
             warn!(dropped, "timeline events not written: the disk fell behind");
         }
         let d = d.clone();
         let written = tokio::task::spawn_blocking(move || {
-            d.lock().unwrap_or_else(|p| p.into_inner()).append(batch)
+            let r = d
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .append(&mut batch);
+            (r, batch)
         })
         .await;
-        match written {
-            Ok(Ok(())) => failing = false,
-            Ok(Err(e)) if !failing => {
-                failing = true;
-                warn!(error = %e, "timeline events not written");
+        if let Ok((result, emptied)) = written {
+            spare = emptied;
+            match result {
+                Ok(()) => failing = false,
+                Err(e) if !failing => {
+                    failing = true;
+                    warn!(error = %e, "timeline events not written");
+                }
+                Err(_) => {}
             }
-            _ => {}
         }
         if stop {
             return;
