@@ -171,3 +171,27 @@ fn every_way_a_machine_can_be_known_turns_the_default_reserve_on() {
         assert_eq!(unknown_bound(&mut e), 75, "{what}");
     }
 }
+
+#[test]
+fn unknown_clients_asking_again_and_again_keep_one_entry_each_in_the_preemption_list() {
+    // 200 unknown clients send 50 DISCOVERs each (perfdhcp -R, a flood that retries);
+    // the 100 that got an offer get the same one every time.
+    let i = iface();
+    let mut e = limited(|_| {});
+    let mut longest = 0;
+    for _ in 0..50 {
+        for n in 0..200u32 {
+            e.handle_message(&msg(MessageType::Discover, random_mac(n)), &ctx(&i, T0));
+            longest = longest.max(e.unknown_offers.len());
+        }
+    }
+    assert_eq!(e.table.offered(), 100);
+    // Never more than the live offers and the slack: each sweep leaves one entry per
+    // live offer, so sweeps are at least SLACK DISCOVERs apart.
+    let most = e.table.offered() + crate::dhcp::engine::preempt::SLACK;
+    assert!(
+        longest <= most,
+        "{longest} entries for {} offers",
+        e.table.offered()
+    );
+}
