@@ -4,7 +4,7 @@
 //! test's relay sends from [`RELAY6`], which `dhcp.relays` trusts.
 #![allow(dead_code)]
 
-use std::net::{Ipv6Addr, SocketAddrV6, UdpSocket};
+use std::net::{Ipv6Addr, SocketAddrV6};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -176,7 +176,7 @@ pub(crate) fn relay_exchange_from(
     let source = SocketAddrV6::new(source.parse().unwrap(), 547, 0, 0);
     lab.client
         .run(move || {
-            let s = UdpSocket::bind(source).unwrap();
+            let s = super::bind_fixed_port(source);
             s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
             let mut buf = [0u8; 4096];
             for _ in 0..5 {

@@ -67,6 +67,24 @@ pub(crate) fn unique(prefix: &str) -> String {
     format!("{prefix}{}x{n}", std::process::id() % 100_000)
 }
 
+/// Binds a UDP socket to a fixed port (a relay's 67 or 547) that this test binds again
+/// and again. A child another test forks at that moment holds a copy of the previous
+/// socket until its `exec` closes it, so the port can stay taken for a few milliseconds
+/// after the previous socket was dropped; AddrInUse is retried for up to five seconds.
+pub(crate) fn bind_fixed_port(addr: impl std::net::ToSocketAddrs) -> std::net::UdpSocket {
+    let addrs: Vec<std::net::SocketAddr> = addr.to_socket_addrs().unwrap().collect();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match std::net::UdpSocket::bind(&addrs[..]) {
+            Ok(s) => return s,
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("bind {addrs:?}: {e}"),
+        }
+    }
+}
+
 /// Runs a command, panicking with its output when it fails.
 pub(crate) fn sh(args: &[&str]) {
     let out = Command::new(args[0])

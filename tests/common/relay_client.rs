@@ -38,7 +38,7 @@ pub(crate) fn mac(n: u32) -> [u8; 6] {
 impl RelayClient {
     /// Binds `relay:67` (call from inside the client namespace).
     pub(crate) fn new(relay: Ipv4Addr, server: Ipv4Addr) -> Self {
-        let socket = UdpSocket::bind(SocketAddrV4::new(relay, 67)).expect("bind relay port");
+        let socket = super::bind_fixed_port(SocketAddrV4::new(relay, 67));
         // Room for a burst's replies (the default buffer holds about 150).
         shardboot::sockopt::enlarge_recv_buffer(&socket, 8 << 20);
         socket

@@ -17,7 +17,7 @@
 use crate::common;
 
 use std::collections::HashSet;
-use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
 use common::qemu::{curl, metric};
@@ -464,7 +464,7 @@ fn alive(pid: u32) -> bool {
 
 /// Sends every file from the relay address and collects the xids answered within `wait`.
 fn replay(wait: Duration) -> HashSet<u32> {
-    let socket = UdpSocket::bind(SocketAddrV4::new(RELAY, 67)).expect("bind relay port");
+    let socket = common::bind_fixed_port(SocketAddrV4::new(RELAY, 67));
     socket
         .set_read_timeout(Some(Duration::from_millis(50)))
         .unwrap();

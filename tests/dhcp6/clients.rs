@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use std::net::{Ipv6Addr, SocketAddrV6, UdpSocket};
+use std::net::{Ipv6Addr, SocketAddrV6};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -199,7 +199,7 @@ fn malformed_dhcpv6_is_counted_and_dropped_and_the_server_keeps_answering() {
     let answered = lab
         .client
         .run(move || {
-            let s = UdpSocket::bind("[fd00:1::2]:547").unwrap();
+            let s = common::bind_fixed_port("[fd00:1::2]:547");
             s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
             let to = SocketAddrV6::new(SERVER6.parse().unwrap(), 547, 0, 0);
             for b in &bad {

@@ -7,7 +7,7 @@
 
 use crate::common;
 
-use std::net::{Ipv6Addr, SocketAddrV6, UdpSocket};
+use std::net::{Ipv6Addr, SocketAddrV6};
 use std::time::Duration;
 
 use common::lab6::{client_message, forward_of, ia_address, relay_exchange_from, RELAY6, SERVER6};
@@ -61,7 +61,7 @@ fn direct_solicit(lab: &common::Lab, source: &str) -> Option<Message> {
         .run(move || {
             let index = nix::net::if_::if_nametoindex(iface.as_str()).unwrap();
             let to = SocketAddrV6::new(Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 1, 2), 547, 0, index);
-            let s = UdpSocket::bind(source).unwrap();
+            let s = common::bind_fixed_port(source);
             s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
             let mut buf = [0u8; 4096];
             for _ in 0..5 {

@@ -349,7 +349,7 @@ fn three_members_serve_relayed_v6_machines_owner_first_without_duplicates() {
     ]);
     let socket = seg
         .clients
-        .run(|| UdpSocket::bind(format!("[{RELAY}]:547")).unwrap())
+        .run(|| common::bind_fixed_port(format!("[{RELAY}]:547")))
         .join()
         .unwrap();
 

@@ -236,7 +236,7 @@ fn a_full_disk_stops_advertises_and_the_server_advertises_again_when_space_is_ba
     // Made in the client namespace; the socket stays there whichever thread uses it.
     let sock = lab
         .client
-        .run(|| std::net::UdpSocket::bind("[fd00:1::2]:547").unwrap())
+        .run(|| common::bind_fixed_port("[fd00:1::2]:547"))
         .join()
         .unwrap();
     // Eight machines bound; then the disk fills and they renew until a commit fails.
