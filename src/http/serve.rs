@@ -117,11 +117,6 @@ impl Gate {
     pub fn open(&self) -> u32 {
         self.max - self.all.available_permits() as u32
     }
-
-    /// Waits until every admitted connection has closed.
-    async fn drained(&self) {
-        let _ = self.all.acquire_many(self.max).await;
-    }
 }
 
 /// Which of our own timeouts ends a connection (hyper applies the header timeout).
@@ -318,19 +313,99 @@ impl Drop for Open {
 /// request, so this is the last thing the server saw of it.
 pub type TlsFailure = Arc<dyn Fn(std::net::SocketAddr, &str) + Send + Sync>;
 
-/// Serves `app` (over TLS when an acceptor is given) until `shutdown`, within `limits`;
-/// then stops accepting, lets open connections finish their request and returns when
-/// all are closed (the timeouts bound the wait).
-pub async fn serve(
-    listener: TcpListener,
-    app: Router,
-    tls: Option<TlsAcceptor>,
-    limits: ConnLimits,
-    metrics: Arc<HttpMetrics>,
-    on_tls_failure: Option<TlsFailure>,
-    shutdown: CancellationToken,
+/// What every accept loop of one listener shares: the routes' TLS, the connection caps
+/// (counted over all of the listener's sockets), the metrics and the stop signal.
+#[derive(Clone)]
+pub struct Shared {
+    /// TLS for every connection, when given.
+    pub tls: Option<TlsAcceptor>,
+    /// Timeouts and caps.
+    pub limits: ConnLimits,
+    /// The listener's counters.
+    pub metrics: Arc<HttpMetrics>,
+    /// Told of failed TLS handshakes.
+    pub on_tls_failure: Option<TlsFailure>,
+    /// Cancelled to stop accepting.
+    pub shutdown: CancellationToken,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("tls", &self.tls.is_some())
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Serves `app` on `listener` within `shared`'s limits, on the caller's runtime; see
+/// [`serve_loop`].
+pub async fn serve(listener: TcpListener, app: Router, shared: Shared) -> io::Result<()> {
+    let limits = shared.limits;
+    let gate = Arc::new(Gate::new(
+        limits.max_connections,
+        limits.max_connections_per_source,
+    ));
+    serve_loop(listener, app, gate, shared).await;
+    Ok(())
+}
+
+/// Serves one listener's sockets (bound together with `SO_REUSEPORT`, so the kernel
+/// spreads new connections over them), each on a thread of its own that runs a
+/// single-threaded runtime, as nginx runs a worker per core: a connection is read,
+/// answered and written by one thread, with no hand-off between threads (the
+/// multi-threaded runtime's wake-ups between workers were a quarter of the boot route's
+/// CPU, docs/benchmarks.md). `make_app` builds each thread's router. Returns when every
+/// thread has stopped: after `shutdown`, once their connections are closed.
+pub async fn serve_per_core(
+    sockets: Vec<std::net::TcpListener>,
+    make_app: impl Fn() -> Router,
+    shared: Shared,
 ) -> io::Result<()> {
-    let gate = Gate::new(limits.max_connections, limits.max_connections_per_source);
+    let limits = shared.limits;
+    let gate = Arc::new(Gate::new(
+        limits.max_connections,
+        limits.max_connections_per_source,
+    ));
+    let mut done = Vec::with_capacity(sockets.len());
+    for (i, socket) in sockets.into_iter().enumerate() {
+        let (tx, rx) = tokio::sync::oneshot::channel::<io::Result<()>>();
+        let (app, gate, shared) = (make_app(), gate.clone(), shared.clone());
+        std::thread::Builder::new()
+            .name(format!("http-{i}"))
+            .spawn(move || {
+                let served = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .and_then(|rt| {
+                        rt.block_on(async move {
+                            let listener = TcpListener::from_std(socket)?;
+                            serve_loop(listener, app, gate, shared).await;
+                            Ok(())
+                        })
+                    });
+                let _ = tx.send(served);
+            })?;
+        done.push(rx);
+    }
+    for rx in done {
+        rx.await.unwrap_or(Ok(()))?;
+    }
+    Ok(())
+}
+
+/// Accepts on `listener` until `shutdown`, every connection within the limits (the caps
+/// through `gate`); then stops accepting, lets open connections finish their request
+/// and returns when all of this loop's are closed (the timeouts bound the wait).
+async fn serve_loop(listener: TcpListener, app: Router, gate: Arc<Gate>, shared: Shared) {
+    let Shared {
+        tls,
+        limits,
+        metrics,
+        on_tls_failure,
+        shutdown,
+    } = shared;
+    let connections = tokio_util::task::TaskTracker::new();
     loop {
         let (tcp, peer) = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -360,7 +435,7 @@ pub async fn serve(
         let (app, tls, metrics, stop) =
             (app.clone(), tls.clone(), metrics.clone(), shutdown.clone());
         let on_tls_failure = on_tls_failure.clone();
-        tokio::spawn(async move {
+        connections.spawn(async move {
             let _place = place;
             let _open = Open::new(metrics.clone());
             let activity = Activity::new();
@@ -410,8 +485,8 @@ pub async fn serve(
         });
     }
     drop(listener);
-    gate.drained().await;
-    Ok(())
+    connections.close();
+    connections.wait().await;
 }
 
 /// The client's address, in every request's extensions (the timeline names machines

@@ -66,6 +66,12 @@ pub const STRANGERS: usize = TOTAL / 5;
 pub const MAX_DETAIL: usize = 160;
 /// Addresses remembered per MAC for finding it by address (a machine has one or two).
 const IPS_PER_MAC: usize = 8;
+/// A boot request the same as the machine's newest event (same route, answer, client
+/// address and detail) less than this after it is counted, not kept again: iPXE's own
+/// retries and a client looping on one URL would otherwise push out the history of
+/// every machine in its ring (anyone can write any MAC into a boot URL), and recording
+/// and writing each one was a sixth of the boot route's CPU (docs/benchmarks.md).
+pub const REPEAT_WINDOW_MS: u64 = 5_000;
 
 /// How much the timeline keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -234,11 +240,8 @@ impl Timeline {
     /// Records `report` for `mac` at `at_ms`.
     pub fn record_at(&self, mac: MacAddr, report: Report, at_ms: u64) {
         let detail = report.detail.as_deref().map(clean);
-        let mut g = self.lock();
-        g.seq += 1;
-        let seq = g.seq;
-        let event = Event {
-            seq,
+        let mut event = Event {
+            seq: 0,
             at_ms,
             source: report.source,
             what: report.what,
@@ -248,6 +251,13 @@ impl Timeline {
             detail,
         };
         log_exchange(mac, &event);
+        let mut g = self.lock();
+        if event.source == Source::Http && g.absorb_repeat(mac, &event, REPEAT_WINDOW_MS) {
+            g.repeats += 1;
+            return;
+        }
+        g.seq += 1;
+        event.seq = g.seq;
         let given = gives_address(&event);
         // An HTTP boot request names its MAC in the URL, which anyone can write: it
         // moves nobody to the known ring. A TFTP transfer needs an address given first.
@@ -305,6 +315,12 @@ impl Timeline {
         } else {
             g.strangers.events(mac, after, per)
         }
+    }
+
+    /// Boot requests not kept because they repeated the machine's newest event within
+    /// [`REPEAT_WINDOW_MS`], since start.
+    pub fn repeats(&self) -> u64 {
+        self.lock().repeats
     }
 
     /// The newest seq given.

@@ -69,6 +69,8 @@ pub(super) struct Rings {
     pub(super) journal: Option<Vec<Journaled>>,
     /// Events the writer fell too far behind to take.
     pub(super) journal_dropped: u64,
+    /// Events not kept as repeats ([`Rings::absorb_repeat`]).
+    pub(super) repeats: u64,
 }
 
 impl Rings {
@@ -81,6 +83,7 @@ impl Rings {
             enrolled: HashSet::new(),
             journal: None,
             journal_dropped: 0,
+            repeats: 0,
         }
     }
 
@@ -97,6 +100,44 @@ impl Rings {
         } else {
             self.strangers.push(mac, event, false);
         }
+    }
+
+    /// Whether `event` is `mac`'s newest event again (everything but the time the same)
+    /// less than `window_ms` after it: then it is not kept, and only the machine's
+    /// last-seen time moves.
+    pub(super) fn absorb_repeat(&mut self, mac: MacAddr, event: &Event, window_ms: u64) -> bool {
+        let ring = if self.known.machines.contains_key(&mac) {
+            &mut self.known
+        } else {
+            &mut self.strangers
+        };
+        let Some(machine) = ring.machines.get_mut(&mac) else {
+            return false;
+        };
+        let (index, seq) = machine.newest;
+        let Some(newest) = ring
+            .slots
+            .get(index as usize)
+            .map(|s| &s.event)
+            .filter(|e| e.seq == seq)
+        else {
+            return false;
+        };
+        let repeat = event.at_ms.saturating_sub(newest.at_ms) < window_ms
+            && event.at_ms >= newest.at_ms
+            && (event.source, event.what, event.outcome, event.why, event.ip)
+                == (
+                    newest.source,
+                    newest.what,
+                    newest.outcome,
+                    newest.why,
+                    newest.ip,
+                )
+            && event.detail == newest.detail;
+        if repeat {
+            machine.progress.advance(event);
+        }
+        repeat
     }
 }
 

@@ -320,3 +320,48 @@ fn an_ipv4_client_of_a_dual_stack_listener_is_its_ipv4_address() {
     assert!(t.record_for_ip(mapped, dhcp("RRQ", "complete", None)));
     assert_eq!(t.events(&A, 0).len(), 2);
 }
+
+fn boot(outcome: &'static str, detail: &str) -> Report {
+    Report {
+        source: Source::Http,
+        what: "GET /v1/boot/{mac}/{name}",
+        outcome,
+        why: Some("chain"),
+        ip: Some(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 100))),
+        detail: Some(detail.into()),
+    }
+}
+
+#[test]
+fn a_boot_request_repeated_within_the_window_is_counted_not_kept_again() {
+    let t = Timeline::default();
+    let chain = "boot.ipxe: owner=a via=ironic chain=http://c1/pxe";
+    t.record_at(A, boot("200", chain), 1_000);
+    // Again within the window: one event, the machine last seen at the repeat.
+    t.record_at(A, boot("200", chain), 1_000 + REPEAT_WINDOW_MS - 1);
+    assert_eq!(t.events(&A, 0).len(), 1);
+    assert_eq!(t.repeats(), 1);
+    let row = t.rows(0).into_iter().find(|r| r.mac == A).unwrap();
+    assert_eq!(row.progress.last_ms, 1_000 + REPEAT_WINDOW_MS - 1);
+    // Anything different is kept: another answer, another detail, or the window passed
+    // since the event kept (not since the repeat).
+    t.record_at(A, boot("404", chain), 7_000);
+    t.record_at(A, boot("404", "boot.ipxe: owner=b"), 7_001);
+    t.record_at(
+        A,
+        boot("404", "boot.ipxe: owner=b"),
+        7_001 + REPEAT_WINDOW_MS,
+    );
+    assert_eq!(t.events(&A, 0).len(), 4);
+    assert_eq!(t.repeats(), 1);
+}
+
+#[test]
+fn dhcp_events_are_kept_even_when_they_repeat() {
+    let t = Timeline::default();
+    let ip = Ipv4Addr::new(192, 0, 2, 100);
+    t.record_at(A, dhcp("REQUEST", "ack", Some(ip)), 1);
+    t.record_at(A, dhcp("REQUEST", "ack", Some(ip)), 2);
+    assert_eq!(t.events(&A, 0).len(), 2);
+    assert_eq!(t.repeats(), 0);
+}
