@@ -33,51 +33,93 @@ pub fn is_safe_url(v: &str) -> bool {
 }
 
 /// Replaces each `{{key}}` in `template` with its value, refusing unsafe values. A
-/// placeholder without a value is left as it is. One pass over the template into one
-/// buffer: the boot route renders a script per request.
+/// placeholder without a value is left as it is.
 pub fn render(template: &str, values: &[(&'static str, &str)]) -> Result<String, UnsafeValue> {
-    if let Some((key, _)) = values.iter().find(|(_, v)| !is_script_safe(v)) {
-        return Err(UnsafeValue(key));
-    }
-    let extra: usize = values.iter().map(|(_, v)| v.len()).sum();
-    let mut out = String::with_capacity(template.len() + extra);
-    let mut rest = template;
-    while let Some(open) = find_pair(rest, '{') {
-        out.push_str(&rest[..open]);
-        let after = &rest[open + 2..];
-        let value = find_pair(after, '}').and_then(|close| {
-            let key = &after[..close];
-            let value = values.iter().find(|(k, _)| *k == key)?.1;
-            Some((value, close))
-        });
-        match value {
-            Some((value, close)) => {
-                out.push_str(value);
-                rest = &after[close + 2..];
-            }
-            None => {
-                out.push_str("{{");
-                rest = after;
-            }
-        }
-    }
-    out.push_str(rest);
-    Ok(out)
+    Template::parse(template).render(values)
 }
 
-/// Where `c` first appears twice in a row in `s`. Searching for the one character
-/// (memchr) and looking at the next: `str::find` with a two-character pattern builds a
-/// substring searcher each call, which was a quarter of the chain script's rendering.
-fn find_pair(s: &str, c: char) -> Option<usize> {
-    let mut from = 0;
-    while let Some(i) = s[from..].find(c) {
-        let at = from + i;
-        if s[at + 1..].starts_with(c) {
-            return Some(at);
+/// The chain script, split once: the boot route renders it on every request.
+pub fn chain_template() -> &'static Template<'static> {
+    static CHAIN_TEMPLATE: std::sync::LazyLock<Template<'static>> =
+        std::sync::LazyLock::new(|| Template::parse(CHAIN));
+    &CHAIN_TEMPLATE
+}
+
+/// A template split into its text and its `{{key}}` placeholders (a key is letters,
+/// digits and `_`; any other `{{` is text), so rendering only copies.
+#[derive(Debug)]
+pub struct Template<'t> {
+    parts: Vec<Part<'t>>,
+    text_len: usize,
+}
+
+#[derive(Debug)]
+enum Part<'t> {
+    Text(&'t str),
+    Key(&'t str),
+}
+
+impl<'t> Template<'t> {
+    /// Splits `template`.
+    pub fn parse(template: &'t str) -> Self {
+        let mut parts = Vec::new();
+        let mut rest = template;
+        let mut text_from = 0;
+        let mut at = 0;
+        while let Some(open) = rest.find("{{") {
+            let after = &rest[open + 2..];
+            let key = after.find("}}").map(|close| &after[..close]).filter(|k| {
+                !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            });
+            match key {
+                Some(key) => {
+                    parts.push(Part::Text(&template[text_from..at + open]));
+                    parts.push(Part::Key(key));
+                    let consumed = open + 2 + key.len() + 2;
+                    at += consumed;
+                    text_from = at;
+                    rest = &rest[consumed..];
+                }
+                None => {
+                    at += open + 2;
+                    rest = after;
+                }
+            }
         }
-        from = at + 1;
+        parts.push(Part::Text(&template[text_from..]));
+        parts.retain(|p| !matches!(p, Part::Text("")));
+        let text_len = parts
+            .iter()
+            .map(|p| match p {
+                Part::Text(t) => t.len(),
+                Part::Key(_) => 0,
+            })
+            .sum();
+        Self { parts, text_len }
     }
-    None
+
+    /// The script with each placeholder replaced by its value (left as it is without
+    /// one), or the key of the first value that is not [`is_script_safe`].
+    pub fn render(&self, values: &[(&'static str, &str)]) -> Result<String, UnsafeValue> {
+        if let Some((key, _)) = values.iter().find(|(_, v)| !is_script_safe(v)) {
+            return Err(UnsafeValue(key));
+        }
+        let mut out = String::with_capacity(self.text_len + 64 * values.len());
+        for part in &self.parts {
+            match part {
+                Part::Text(t) => out.push_str(t),
+                Part::Key(key) => match values.iter().find(|(k, _)| k == key) {
+                    Some((_, value)) => out.push_str(value),
+                    None => {
+                        out.push_str("{{");
+                        out.push_str(key);
+                        out.push_str("}}");
+                    }
+                },
+            }
+        }
+        Ok(out)
+    }
 }
 
 #[cfg(test)]

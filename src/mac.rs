@@ -32,6 +32,11 @@ impl MacAddr {
         self.join(b'-').as_str().to_string()
     }
 
+    /// Appends [`Self::hyphenated`] to `out` (the boot route builds URLs with it).
+    pub fn push_hyphenated(&self, out: &mut String) {
+        out.push_str(self.join(b'-').as_str());
+    }
+
     /// The six octets as lowercase hex pairs joined by `sep`, on the stack: a MAC is
     /// written for every log line, timeline event and boot URL.
     fn join(&self, sep: u8) -> Joined {

@@ -85,8 +85,8 @@ pub struct Chain {
 pub struct BootContext<'a> {
     /// Timeouts and retries for scripts.
     pub http: &'a HttpSettings,
-    /// This member, if members are configured.
-    pub me: Option<Member>,
+    /// This member's name, if members are configured.
+    pub me: Option<&'a str>,
     /// The owning member, if known.
     pub owner: Option<Member>,
     /// Unknown machines.
@@ -114,7 +114,7 @@ impl<'a> BootContext<'a> {
             .is_some_and(|o| resolver.live().is_alive(&o.name));
         Self {
             http,
-            me: resolver.self_name().and_then(|n| resolver.member(n)),
+            me: resolver.self_name(),
             owner,
             fallback: &resolver.settings().fallback,
             chain_to: resolver.settings().chain_to,
@@ -136,7 +136,12 @@ pub fn is_boot_name(name: &str) -> bool {
 }
 
 fn per_node_url(conductor_url: &str, mac: &MacAddr) -> String {
-    format!("{conductor_url}/pxelinux.cfg/{}", mac.hyphenated())
+    const PATH: &str = "/pxelinux.cfg/";
+    let mut url = String::with_capacity(conductor_url.len() + PATH.len() + 17);
+    url.push_str(conductor_url);
+    url.push_str(PATH);
+    mac.push_hyphenated(&mut url);
+    url
 }
 
 /// Where `mac`'s `name` is chained from; `None` when no resolver knows it (a miss).
@@ -146,7 +151,7 @@ fn per_node_url(conductor_url: &str, mac: &MacAddr) -> String {
 /// a miss when its URL is not known.
 pub fn route(mac: &MacAddr, name: &str, res: &Resolution, ctx: &BootContext<'_>) -> Option<Chain> {
     let owner = ctx.owner.as_ref()?;
-    let local = ctx.me.as_ref().is_some_and(|me| me.name == owner.name);
+    let local = ctx.me == Some(owner.name.as_str());
     let chain = |kind, url: String, direct, retries_here| Chain {
         kind,
         owner: owner.name.clone(),
@@ -232,19 +237,16 @@ pub fn answer_chain(
     } else {
         attempt
     };
-    let body = ipxe::render(
-        ipxe::CHAIN,
-        &[
-            ("mac", label),
-            ("owner", &chain.owner),
-            ("reason", chain.reason),
-            ("url", url),
-            ("timeout_ms", &http.chain_timeout_ms.to_string()),
-            ("attempt", &attempt.to_string()),
-            ("attempts", &attempts.to_string()),
-            ("again", &format!("{again}?{key}={}", attempt + 1)),
-        ],
-    )?;
+    let body = ipxe::chain_template().render(&[
+        ("mac", label),
+        ("owner", &chain.owner),
+        ("reason", chain.reason),
+        ("url", url),
+        ("timeout_ms", &http.chain_timeout_ms.to_string()),
+        ("attempt", &attempt.to_string()),
+        ("attempts", &attempts.to_string()),
+        ("again", &format!("{again}?{key}={}", attempt + 1)),
+    ])?;
     Ok(BootAnswer::Script {
         kind: chain.kind,
         body,
@@ -312,7 +314,7 @@ mod tests {
     fn ctx<'a>(http: &'a HttpSettings, owner: Option<Member>, alive: bool) -> BootContext<'a> {
         BootContext {
             http,
-            me: Some(member("a", Some("http://a.example:8088"))),
+            me: Some("a"),
             owner,
             fallback: &Fallback::Exit,
             chain_to: ChainTo::Member,

@@ -334,7 +334,12 @@ fn shared_of(
 }
 
 fn ipxe_script(body: String) -> Response {
-    ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response()
+    let mut r = Response::new(axum::body::Body::from(body));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
 }
 
 fn internal(e: impl std::fmt::Display) -> Response {
@@ -403,7 +408,11 @@ async fn boot_mac(
     let answer = match &chain {
         None => Ok(BootAnswer::NotFound { kind: "not_found" }),
         Some(chain) => {
-            let again = format!("/v1/boot/{}/{name}", mac.hyphenated());
+            let mut again = String::with_capacity(28 + name.len());
+            again.push_str("/v1/boot/");
+            mac.push_hyphenated(&mut again);
+            again.push('/');
+            again.push_str(&name);
             checked_chain(&s, chain, q.attempt, &again, &mac.to_string()).await
         }
     };
@@ -420,19 +429,17 @@ async fn boot_mac(
         chain.map_or(String::new(), |c| format!(" chain={}", c.url))
     );
     let ip = peer.map(|Extension(serve::PeerAddr(addr))| addr.ip());
-    if std::env::var_os("NO_TL").is_none() {
-        s.handles.timeline.record(
-            mac,
-            crate::timeline::Report {
-                source: crate::timeline::Source::Http,
-                what: "GET /v1/boot/{mac}/{name}",
-                outcome: status,
-                why: Some(why),
-                ip,
-                detail: Some(detail),
-            },
-        );
-    }
+    s.handles.timeline.record(
+        mac,
+        crate::timeline::Report {
+            source: crate::timeline::Source::Http,
+            what: "GET /v1/boot/{mac}/{name}",
+            outcome: status,
+            why: Some(why),
+            ip,
+            detail: Some(detail),
+        },
+    );
     boot_response(&s, answer)
 }
 

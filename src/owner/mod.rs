@@ -217,22 +217,24 @@ impl Resolver {
         &self.live
     }
 
-    /// Maps an owner name (member name or conductor host name) to a member.
-    fn member_for(&self, owner: &str) -> Option<Member> {
-        self.member(owner)
+    /// Maps an owner name (member name or conductor host name) to a member's name.
+    fn member_for(&self, owner: &str) -> Option<String> {
+        let view = self.roster.current();
+        view.member(owner)
+            .map(|m| m.name.clone())
             .or_else(|| self.member_for_conductor(owner))
     }
 
     /// Maps Ironic's `node.conductor` to a member: by the member's `conductor`, which is
     /// the name Ironic reports (`host`, with `:port` when the RPC port is not the
     /// default).
-    fn member_for_conductor(&self, conductor: &str) -> Option<Member> {
+    fn member_for_conductor(&self, conductor: &str) -> Option<String> {
         self.roster
             .current()
             .members
             .iter()
             .find(|m| m.conductor.as_deref() == Some(conductor))
-            .cloned()
+            .map(|m| m.name.clone())
     }
 
     /// Tries each resolver in order; the first that names a member wins. A MAC Ironic
@@ -300,15 +302,15 @@ impl Resolver {
                     match known {
                         Some(Known::Node(Some(conductor))) => {
                             match self.member_for_conductor(&conductor) {
-                                Some(m) => {
+                                Some(name) => {
                                     let source = if ironic.is_stale() {
                                         "ironic-stale"
                                     } else {
                                         "ironic"
                                     };
-                                    debug!(%mac, conductor = %conductor, member = %m.name, source, "owner from Ironic");
+                                    debug!(%mac, conductor = %conductor, member = %name, source, "owner from Ironic");
                                     return Resolution {
-                                        member: Some(m.name.clone()),
+                                        member: Some(name),
                                         source,
                                     };
                                 }
@@ -332,10 +334,10 @@ impl Resolver {
                     }
                     if let Some(owner) = owner {
                         match self.member_for(&owner) {
-                            Some(m) => {
-                                debug!(%mac, member = %m.name, "owner from the inventory");
+                            Some(name) => {
+                                debug!(%mac, member = %name, "owner from the inventory");
                                 return Resolution {
-                                    member: Some(m.name.clone()),
+                                    member: Some(name),
                                     source: "inventory",
                                 };
                             }
