@@ -422,12 +422,15 @@ async fn boot_mac(
         Err(_) => ("500", "unsafe value"),
     };
     // The name is checked (letters, digits, '.', '_', '-'); the URL is this server's own.
-    let detail = format!(
-        "{name}: owner={} via={}{}",
-        res.member.as_deref().unwrap_or("none"),
-        res.source,
-        chain.map_or(String::new(), |c| format!(" chain={}", c.url))
-    );
+    let owner = res.member.as_deref().unwrap_or("none");
+    let mut detail = String::with_capacity(96 + name.len() + owner.len());
+    for part in [&name, ": owner=", owner, " via=", res.source] {
+        detail.push_str(part);
+    }
+    if let Some(c) = &chain {
+        detail.push_str(" chain=");
+        detail.push_str(&c.url);
+    }
     let ip = peer.map(|Extension(serve::PeerAddr(addr))| addr.ip());
     s.handles.timeline.record(
         mac,
