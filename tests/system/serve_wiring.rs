@@ -1,5 +1,6 @@
 //! `shardboot serve` runs DHCP and TFTP side by side from one config: a PXE-style client
-//! leases an address and then fetches its boot file over TFTP from the same process.
+//! leases an address and then fetches its boot file over TFTP from the same process; a
+//! second server on a port the first holds stops at start.
 
 use crate::common;
 
@@ -113,4 +114,82 @@ fn check_config_warns_about_missing_boot_files() {
         stdout.contains("warning:") && stdout.contains("undionly.kpxe"),
         "{stdout}"
     );
+}
+
+/// The boot listener is a socket per core sharing the port (`SO_REUSEPORT`). A second
+/// shardboot started by mistake on the same port must not join them and silently take
+/// half the machines' connections: it stops at start, naming the listener.
+#[test]
+fn a_second_server_on_the_same_http_port_stops_at_start() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    // `bound`: under `timeout`, for the one expected to stop by itself.
+    let serve = |name: &str, bound: bool| {
+        let path = dir.path().join(format!("{name}.toml"));
+        std::fs::write(
+            &path,
+            format!(
+                "state_dir = \"{}\"\n[dhcp]\nenabled = false\n[tftp]\nenabled = false\n\
+                 [http]\nlisten = \"127.0.0.1:{port}\"\n",
+                dir.path().join(name).display()
+            ),
+        )
+        .unwrap();
+        let mut cmd = if bound {
+            let mut c = Command::new("timeout");
+            c.arg("20").arg(common::shardboot_bin());
+            c
+        } else {
+            Command::new(common::shardboot_bin())
+        };
+        cmd.args(["serve", "--config"])
+            .arg(&path)
+            .stdout(std::process::Stdio::null())
+            // The first one's log is not read: not a pipe that could fill.
+            .stderr(if bound {
+                std::process::Stdio::piped()
+            } else {
+                std::process::Stdio::null()
+            })
+            .spawn()
+            .unwrap()
+    };
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _first = Killed(serve("first", false));
+    let url = format!("http://127.0.0.1:{port}/healthz");
+    common::members::wait_until(
+        "the first server",
+        std::time::Duration::from_secs(10),
+        || {
+            Command::new("curl")
+                .args(["-sf", "-o", "/dev/null", "--noproxy", "*", &url])
+                .status()
+                .is_ok_and(|s| s.success())
+        },
+    );
+    let second = serve("second", true).wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("HTTP listener on 127.0.0.1:{port}")) && stderr.contains("in use"),
+        "{stderr}"
+    );
+    // The first still answers on every new connection.
+    for _ in 0..20 {
+        let ok = Command::new("curl")
+            .args(["-sf", "-o", "/dev/null", "--noproxy", "*", &url])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
 }
