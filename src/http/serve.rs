@@ -91,6 +91,14 @@ impl Gate {
         }
     }
 
+    /// The gate of one listener, shared by its accept loops.
+    fn of(limits: &ConnLimits) -> Arc<Self> {
+        Arc::new(Self::new(
+            limits.max_connections,
+            limits.max_connections_per_source,
+        ))
+    }
+
     /// A place for one more connection from `source`, or the cap that is full.
     pub fn admit(&self, source: IpAddr) -> Result<Admitted, Full> {
         // An IPv4 client on a dual-stack socket is the same source as over IPv4.
@@ -341,11 +349,7 @@ impl std::fmt::Debug for Shared {
 /// Serves `app` on `listener` within `shared`'s limits, on the caller's runtime; see
 /// [`serve_loop`].
 pub async fn serve(listener: TcpListener, app: Router, shared: Shared) -> io::Result<()> {
-    let limits = shared.limits;
-    let gate = Arc::new(Gate::new(
-        limits.max_connections,
-        limits.max_connections_per_source,
-    ));
+    let gate = Gate::of(&shared.limits);
     serve_loop(listener, app, gate, shared).await;
     Ok(())
 }
@@ -362,11 +366,7 @@ pub async fn serve_per_core(
     make_app: impl Fn() -> Router,
     shared: Shared,
 ) -> io::Result<()> {
-    let limits = shared.limits;
-    let gate = Arc::new(Gate::new(
-        limits.max_connections,
-        limits.max_connections_per_source,
-    ));
+    let gate = Gate::of(&shared.limits);
     let mut done = Vec::with_capacity(sockets.len());
     for (i, socket) in sockets.into_iter().enumerate() {
         let (tx, rx) = tokio::sync::oneshot::channel::<io::Result<()>>();
