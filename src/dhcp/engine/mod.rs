@@ -393,11 +393,15 @@ impl Engine {
             }
             // Another client holds the address. RFC 2131 §4.3.2: a server with no record
             // of an INIT-REBOOT client stays silent (another server may have bound it);
-            // one that knows the client says its notion is wrong.
+            // one that knows the client says its notion is wrong. With several members,
+            // an offer of this member's to another client proves nothing: another
+            // member may have bound the address to this client through the shared store
+            // after this member's copy last heard of it.
             Some(l)
                 if l.is_active(ctx.now)
                     && ctx.responsibility == Responsibility::Mine
-                    && (ciaddr.is_some() || self.table.by_mac(mac).is_some()) =>
+                    && (ciaddr.is_some() || self.table.by_mac(mac).is_some())
+                    && (self.members.len() <= 1 || l.state != LeaseState::Offered) =>
             {
                 self.nak(msg, ours)
             }

@@ -1015,6 +1015,35 @@ fn a_rebind_onto_another_members_address_is_not_naked_by_an_expired_copy() {
     );
 }
 
+#[test]
+fn a_rebind_onto_an_address_this_member_offered_to_another_client_is_not_naked() {
+    // Member a offered an address of its share to mac(2) while b bound the same address
+    // to mac(1) through the shared store (a's copy had not heard of it yet: seen in
+    // tests/members/ironic.rs as a NAK among three ACKs). mac(1)'s Rebind reaches every
+    // member; a stays silent, and the client keeps its address from the others' ACKs.
+    let i = iface();
+    let rebind_onto_an_offer = |cfg: &Config| {
+        let mut e = Engine::new(cfg, vec![], T0);
+        let d = e.handle_message(&msg(MessageType::Discover, mac(2)), &ctx(&i, T0));
+        let Outcome::Offer(offered) = d.outcome else {
+            panic!("{:?}", d.outcome)
+        };
+        let mut rebind = msg(MessageType::Request, mac(1));
+        rebind.set_ciaddr(offered);
+        e.handle_message(&rebind, &ctx(&i, T0 + 1)).outcome
+    };
+    let members = config(&format!(
+        "[owner]\ninsecure_members = true\nself = \"a\"\n{THREE_MEMBERS}"
+    ));
+    assert_eq!(
+        rebind_onto_an_offer(&members),
+        Outcome::Ignored(IgnoreReason::NoRecord)
+    );
+    // Alone, the server's own offer is the only truth there is: the client is told its
+    // notion is wrong.
+    assert_eq!(rebind_onto_an_offer(&config("")), Outcome::Nak);
+}
+
 /// A binding of `mac(1)` on `ip` that expired 400 s before `T0`.
 fn stale_copy(ip: std::net::Ipv4Addr) -> crate::store::Lease {
     crate::store::Lease {
