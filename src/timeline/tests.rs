@@ -322,13 +322,12 @@ fn an_ipv4_client_of_a_dual_stack_listener_is_its_ipv4_address() {
 }
 
 fn boot(outcome: &'static str, detail: &str) -> Report {
+    let ip = Some(Ipv4Addr::new(192, 0, 2, 100));
     Report {
         source: Source::Http,
-        what: "GET /v1/boot/{mac}/{name}",
-        outcome,
         why: Some("chain"),
-        ip: Some(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 100))),
         detail: Some(detail.into()),
+        ..dhcp("GET /v1/boot/{mac}/{name}", outcome, ip)
     }
 }
 
