@@ -5,6 +5,7 @@
 pub mod api;
 pub mod auth;
 pub mod boot;
+pub mod boot_route;
 pub mod chain_check;
 pub mod check_cache;
 pub mod files;
@@ -17,7 +18,7 @@ pub mod ui;
 
 use std::sync::Arc;
 
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{RawQuery, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -32,10 +33,9 @@ use crate::dhcp::host_policy::HostPolicies;
 use crate::dhcp::shell::DhcpHandle;
 use crate::handles::Handles;
 use crate::ipxe;
-use crate::mac::MacAddr;
 use crate::owner::Resolver;
 use crate::store::{Committer, Store};
-use boot::{BootAnswer, BootContext, Chain, FallbackStep};
+use boot::{BootAnswer, Chain, FallbackStep};
 use chain_check::ChainChecker;
 pub use metrics::{HttpMetrics, RequestCounts};
 
@@ -174,7 +174,7 @@ pub async fn start(
         let (state, stop) = (state.clone(), shutdown.clone());
         serving.push(Box::pin(async move {
             let shared = shared_of(&state, tls, stop);
-            serve::serve_per_core(sockets, || router_for(state.clone(), serves), shared)
+            serve::serve_per_core(sockets, || app_for(state.clone(), serves), shared)
                 .await
                 .map_err(|source| HttpError::Listener { addr, source })
         }));
@@ -206,7 +206,18 @@ impl Serves {
     }
 }
 
-/// The router of one listener.
+/// What one listener answers: the boot route first where it serves boot routes
+/// (`boot_route`), then the router.
+pub fn app_for(state: Arc<HttpState>, serves: Serves) -> serve::App {
+    serve::App {
+        first: serves
+            .boot()
+            .then(|| boot_route::first_route(state.clone())),
+        router: router_for(state, serves),
+    }
+}
+
+/// The router of one listener (every route but `boot_route`'s).
 pub fn router_for(state: Arc<HttpState>, serves: Serves) -> Router {
     use crate::config::MetricsExposure;
     let mut app = Router::new()
@@ -246,7 +257,6 @@ pub fn router_for(state: Arc<HttpState>, serves: Serves) -> Router {
         app = app
             .route("/boot.ipxe", get(first_stage))
             .route("/v1/boot/fallback.ipxe", get(boot_fallback))
-            .route("/v1/boot/{mac}/{name}", get(boot_mac))
             .route(crate::timeline::peers::PEER_ROUTE, get(peer::events))
             .route(crate::timeline::peers::PEER_BOARD_ROUTE, get(peer::board))
             .route("/ipxe/{*file}", get(files::ipxe_file));
@@ -298,7 +308,7 @@ pub async fn run_with(
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let shared = shared_of(&state, tls, shutdown);
-    serve::serve(listener, router_for(state, serves), shared).await
+    serve::serve(listener, app_for(state, serves), shared).await
 }
 
 /// What every accept loop of a listener shares: its TLS, limits and metrics, and a
@@ -388,64 +398,6 @@ async fn first_stage(
     }
 }
 
-async fn boot_mac(
-    State(s): State<Arc<HttpState>>,
-    Path((raw, name)): Path<(String, String)>,
-    RawQuery(query): RawQuery,
-    peer: Option<Extension<serve::PeerAddr>>,
-) -> Response {
-    // Path segments are request data: parsed or checked, never echoed or logged raw.
-    let (Ok(mac), true) = (raw.parse::<MacAddr>(), boot::is_boot_name(&name)) else {
-        s.handles.http.count("bad_request");
-        debug!(len = raw.len(), "boot request with an invalid MAC or name");
-        return (StatusCode::BAD_REQUEST, "invalid MAC address or name\n").into_response();
-    };
-    let q = boot::boot_query(query.as_deref(), s.settings.chain_retries);
-    let res = s.resolver.resolve(&mac).await;
-    let ctx = BootContext::new(&s.settings, &s.resolver, &res, q.hop);
-    debug!(%mac, owner = ?res.member, source = res.source, hop = q.hop, "boot request");
-    let chain = boot::route(&mac, &name, &res, &ctx);
-    let answer = match &chain {
-        None => Ok(BootAnswer::NotFound { kind: "not_found" }),
-        Some(chain) => {
-            let mut again = String::with_capacity(28 + name.len());
-            again.push_str("/v1/boot/");
-            mac.push_hyphenated(&mut again);
-            again.push('/');
-            again.push_str(&name);
-            checked_chain(&s, chain, q.attempt, &again, &mac.to_string()).await
-        }
-    };
-    let (status, why) = match &answer {
-        Ok(BootAnswer::Script { kind, .. }) => ("200", *kind),
-        Ok(BootAnswer::NotFound { kind }) => ("404", *kind),
-        Err(_) => ("500", "unsafe value"),
-    };
-    // The name is checked (letters, digits, '.', '_', '-'); the URL is this server's own.
-    let owner = res.member.as_deref().unwrap_or("none");
-    let mut detail = String::with_capacity(96 + name.len() + owner.len());
-    for part in [&name, ": owner=", owner, " via=", res.source] {
-        detail.push_str(part);
-    }
-    if let Some(c) = &chain {
-        detail.push_str(" chain=");
-        detail.push_str(&c.url);
-    }
-    let ip = peer.map(|Extension(serve::PeerAddr(addr))| addr.ip());
-    s.handles.timeline.record(
-        mac,
-        crate::timeline::Report {
-            source: crate::timeline::Source::Http,
-            what: "GET /v1/boot/{mac}/{name}",
-            outcome: status,
-            why: Some(why),
-            ip,
-            detail: Some(detail),
-        },
-    );
-    boot_response(&s, answer)
-}
-
 /// After the loop over every NIC: the fallback, once.
 async fn boot_fallback(
     State(s): State<Arc<HttpState>>,
@@ -475,7 +427,7 @@ async fn boot_fallback(
 }
 
 /// Checks `chain`'s URL, then decides the script (`boot::answer_chain`).
-async fn checked_chain(
+pub(super) async fn checked_chain(
     s: &HttpState,
     chain: &Chain,
     attempt: u32,
@@ -487,7 +439,10 @@ async fn checked_chain(
     boot::answer_chain(chain, check, attempt, again, label, &s.settings)
 }
 
-fn boot_response(s: &HttpState, answer: Result<BootAnswer, ipxe::UnsafeValue>) -> Response {
+pub(super) fn boot_response(
+    s: &HttpState,
+    answer: Result<BootAnswer, ipxe::UnsafeValue>,
+) -> Response {
     match answer {
         Ok(BootAnswer::Script { kind, body }) => {
             s.handles.http.count(kind);

@@ -14,7 +14,9 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes, HttpBody};
+use axum::response::Response;
 use axum::Router;
+use futures_util::future::{Either, FutureExt};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
@@ -346,9 +348,38 @@ impl std::fmt::Debug for Shared {
     }
 }
 
+/// A route answered before the router is asked: given the request and the client, the
+/// answer's future, or `None` for a request that is not the route's.
+pub type FirstRoute = Arc<
+    dyn Fn(
+            &hyper::Request<hyper::body::Incoming>,
+            std::net::SocketAddr,
+        ) -> Option<std::pin::Pin<Box<dyn std::future::Future<Output = Response> + Send>>>
+        + Send
+        + Sync,
+>;
+
+/// What a listener answers: a route that is served first (`http::boot_route`, the one
+/// every booting machine asks for), then the router.
+#[derive(Clone)]
+pub struct App {
+    /// Tried first for every request.
+    pub first: Option<FirstRoute>,
+    /// Every other route.
+    pub router: Router,
+}
+
+impl std::fmt::Debug for App {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("App")
+            .field("first", &self.first.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
 /// Serves `app` on `listener` within `shared`'s limits, on the caller's runtime; see
 /// [`serve_loop`].
-pub async fn serve(listener: TcpListener, app: Router, shared: Shared) -> io::Result<()> {
+pub async fn serve(listener: TcpListener, app: App, shared: Shared) -> io::Result<()> {
     let gate = Gate::of(&shared.limits);
     serve_loop(listener, app, gate, shared).await;
     Ok(())
@@ -363,7 +394,7 @@ pub async fn serve(listener: TcpListener, app: Router, shared: Shared) -> io::Re
 /// thread has stopped: after `shutdown`, once their connections are closed.
 pub async fn serve_per_core(
     sockets: Vec<std::net::TcpListener>,
-    make_app: impl Fn() -> Router,
+    make_app: impl Fn() -> App,
     shared: Shared,
 ) -> io::Result<()> {
     let gate = Gate::of(&shared.limits);
@@ -397,7 +428,7 @@ pub async fn serve_per_core(
 /// Accepts on `listener` until `shutdown`, every connection within the limits (the caps
 /// through `gate`); then stops accepting, lets open connections finish their request
 /// and returns when all of this loop's are closed (the timeouts bound the wait).
-async fn serve_loop(listener: TcpListener, app: Router, gate: Arc<Gate>, shared: Shared) {
+async fn serve_loop(listener: TcpListener, app: App, gate: Arc<Gate>, shared: Shared) {
     let Shared {
         tls,
         limits,
@@ -500,7 +531,7 @@ pub struct PeerAddr(pub std::net::SocketAddr);
 async fn connection<T>(
     io: T,
     (peer, verified): (std::net::SocketAddr, bool),
-    app: Router,
+    app: App,
     limits: &ConnLimits,
     activity: Arc<Activity>,
     metrics: &HttpMetrics,
@@ -515,13 +546,21 @@ async fn connection<T>(
     let service =
         hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
             act.request_since.store(act.now(), Relaxed);
-            req.extensions_mut().insert(PeerAddr(peer));
-            if verified {
-                req.extensions_mut().insert(ClientCertVerified);
-            }
-            let (app, act) = (app.clone(), act.clone());
+            // The first route's answer, or the router's (with the client in the
+            // request's extensions, for its handlers).
+            let answer = match app.first.as_ref().and_then(|route| route(&req, peer)) {
+                Some(answer) => Either::Left(answer.map(Ok)),
+                None => {
+                    req.extensions_mut().insert(PeerAddr(peer));
+                    if verified {
+                        req.extensions_mut().insert(ClientCertVerified);
+                    }
+                    Either::Right(tower::ServiceExt::oneshot(app.router.clone(), req))
+                }
+            };
+            let act = act.clone();
             async move {
-                let resp = tower::ServiceExt::oneshot(app, req).await?;
+                let resp = answer.await?;
                 Ok::<_, std::convert::Infallible>(resp.map(|body| {
                     Body::new(Answered {
                         body,

@@ -1,0 +1,192 @@
+//! `GET /v1/boot/{mac}/{name}`: the request every booting machine makes, answered
+//! before the router is asked. Axum's matching, path extraction and middleware were a
+//! tenth of this route's CPU (docs/benchmarks.md), and the route has one shape: two
+//! path segments after `/v1/boot/`, no body. Any other path goes to the router.
+
+use std::borrow::Cow;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::http::{Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use tracing::debug;
+
+use super::boot::{self, BootAnswer, BootContext};
+use super::{boot_response, checked_chain, serve, HttpState};
+use crate::mac::MacAddr;
+
+/// The route's pattern: its metrics label and its name in the timeline.
+pub const ROUTE: &str = "/v1/boot/{mac}/{name}";
+
+/// Where the route's two segments start.
+const PREFIX: &str = "/v1/boot/";
+
+/// The boot route of `state`, for [`serve::App`].
+pub fn first_route(state: Arc<HttpState>) -> serve::FirstRoute {
+    Arc::new(move |req, peer| {
+        if !matches!(*req.method(), Method::GET | Method::HEAD) {
+            return None;
+        }
+        let (mac, name) = segments(req.uri().path())?;
+        let method = if req.method() == Method::HEAD {
+            "HEAD"
+        } else {
+            "GET"
+        };
+        let query = req.uri().query().map(str::to_owned);
+        let (mac, name) = (mac.map(Cow::into_owned), name.map(Cow::into_owned));
+        let s = state.clone();
+        Some(Box::pin(async move {
+            // One span per request (docs/style.md §8), as the router's requests have.
+            let span = tracing::debug_span!(
+                "http",
+                route = ROUTE,
+                method,
+                status = tracing::field::Empty
+            );
+            let resp = tracing::Instrument::instrument(
+                answer(&s, mac.ok(), name.ok(), query.as_deref(), peer),
+                span.clone(),
+            )
+            .await;
+            let status = resp.status().as_u16();
+            span.record("status", status);
+            s.handles.http.request(ROUTE, status);
+            resp
+        }))
+    })
+}
+
+/// A segment that is not UTF-8 once percent-decoded.
+#[derive(Debug, PartialEq, Eq)]
+struct NotUtf8;
+
+/// The MAC and name segments of `path`, percent-decoded; `None` when `path` is not
+/// the route's (not two non-empty segments after [`PREFIX`]), as the router's
+/// `/v1/boot/{mac}/{name}` would not match it.
+#[allow(clippy::type_complexity)]
+fn segments(path: &str) -> Option<(Result<Cow<'_, str>, NotUtf8>, Result<Cow<'_, str>, NotUtf8>)> {
+    let rest = path.strip_prefix(PREFIX)?;
+    let (mac, name) = rest.split_once('/')?;
+    if mac.is_empty() || name.is_empty() || name.contains('/') {
+        return None;
+    }
+    Some((decoded(mac), decoded(name)))
+}
+
+/// `segment` percent-decoded (iPXE may escape a MAC's colons).
+fn decoded(segment: &str) -> Result<Cow<'_, str>, NotUtf8> {
+    if !segment.contains('%') {
+        return Ok(Cow::Borrowed(segment));
+    }
+    percent_encoding::percent_decode_str(segment)
+        .decode_utf8()
+        .map_err(|_| NotUtf8)
+}
+
+/// The answer to one boot request; `None` for a segment that did not decode.
+async fn answer(
+    s: &HttpState,
+    raw: Option<String>,
+    name: Option<String>,
+    query: Option<&str>,
+    peer: SocketAddr,
+) -> Response {
+    // Path segments are request data: parsed or checked, never echoed or logged raw.
+    let parsed = raw.as_deref().map(str::parse::<MacAddr>);
+    let (Some(Ok(mac)), Some(name)) = (parsed, name.filter(|n| boot::is_boot_name(n))) else {
+        s.handles.http.count("bad_request");
+        debug!(
+            len = raw.as_ref().map_or(0, String::len),
+            "boot request with an invalid MAC or name"
+        );
+        return (StatusCode::BAD_REQUEST, "invalid MAC address or name\n").into_response();
+    };
+    let q = boot::boot_query(query, s.settings.chain_retries);
+    let res = s.resolver.resolve(&mac).await;
+    let ctx = BootContext::new(&s.settings, &s.resolver, &res, q.hop);
+    debug!(%mac, owner = ?res.member, source = res.source, hop = q.hop, "boot request");
+    let chain = boot::route(&mac, &name, &res, &ctx);
+    let answer = match &chain {
+        None => Ok(BootAnswer::NotFound { kind: "not_found" }),
+        Some(chain) => {
+            let mut again = String::with_capacity(28 + name.len());
+            again.push_str(PREFIX);
+            mac.push_hyphenated(&mut again);
+            again.push('/');
+            again.push_str(&name);
+            checked_chain(s, chain, q.attempt, &again, &mac.to_string()).await
+        }
+    };
+    let (status, why) = match &answer {
+        Ok(BootAnswer::Script { kind, .. }) => ("200", *kind),
+        Ok(BootAnswer::NotFound { kind }) => ("404", *kind),
+        Err(_) => ("500", "unsafe value"),
+    };
+    // The name is checked (letters, digits, '.', '_', '-'); the URL is this server's own.
+    let owner = res.member.as_deref().unwrap_or("none");
+    let mut detail = String::with_capacity(96 + name.len() + owner.len());
+    for part in [&name, ": owner=", owner, " via=", res.source] {
+        detail.push_str(part);
+    }
+    if let Some(c) = &chain {
+        detail.push_str(" chain=");
+        detail.push_str(&c.url);
+    }
+    s.handles.timeline.record(
+        mac,
+        crate::timeline::Report {
+            source: crate::timeline::Source::Http,
+            what: "GET /v1/boot/{mac}/{name}",
+            outcome: status,
+            why: Some(why),
+            ip: Some(peer.ip()),
+            detail: Some(detail),
+        },
+    );
+    boot_response(s, answer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plain(path: &str) -> Option<(String, String)> {
+        let (mac, name) = segments(path)?;
+        Some((mac.unwrap().into_owned(), name.unwrap().into_owned()))
+    }
+
+    #[test]
+    fn two_segments_after_the_prefix_are_the_route() {
+        assert_eq!(
+            plain("/v1/boot/52:54:00:00:00:01/boot.ipxe"),
+            Some(("52:54:00:00:00:01".into(), "boot.ipxe".into()))
+        );
+        assert_eq!(
+            plain("/v1/boot/52%3A54%3a00:00:00:01/boot.ipxe"),
+            Some(("52:54:00:00:00:01".into(), "boot.ipxe".into()))
+        );
+    }
+
+    #[test]
+    fn other_shapes_are_left_to_the_router() {
+        for path in [
+            "/v1/boot/fallback.ipxe",
+            "/v1/boot/",
+            "/v1/boot//boot.ipxe",
+            "/v1/boot/52:54:00:00:00:01/",
+            "/v1/boot/52:54:00:00:00:01/a/b",
+            "/v1/boots/52:54:00:00:00:01/boot.ipxe",
+            "/boot.ipxe",
+        ] {
+            assert!(segments(path).is_none(), "{path}");
+        }
+    }
+
+    #[test]
+    fn a_segment_that_is_not_utf8_once_decoded_is_refused() {
+        let (mac, name) = segments("/v1/boot/%ff%fe/boot.ipxe").unwrap();
+        assert_eq!(mac, Err(NotUtf8));
+        assert!(name.is_ok());
+    }
+}
