@@ -37,6 +37,12 @@ impl MacAddr {
         out.push_str(self.join(b'-').as_str());
     }
 
+    /// The octets joined by `:`, on the stack (the boot route writes one into every
+    /// chain script).
+    pub fn colon_text(&self) -> Joined {
+        self.join(b':')
+    }
+
     /// The six octets as lowercase hex pairs joined by `sep`, on the stack: a MAC is
     /// written for every log line, timeline event and boot URL.
     fn join(&self, sep: u8) -> Joined {
@@ -51,10 +57,12 @@ impl MacAddr {
 }
 
 /// A MAC written out (`aa:bb:…` or `aa-bb-…`).
-struct Joined([u8; 17]);
+#[derive(Debug, Clone, Copy)]
+pub struct Joined([u8; 17]);
 
 impl Joined {
-    fn as_str(&self) -> &str {
+    /// The text.
+    pub fn as_str(&self) -> &str {
         // Only ASCII hex digits and the ASCII separator were written.
         std::str::from_utf8(&self.0).unwrap_or_default()
     }

@@ -237,15 +237,26 @@ pub fn answer_chain(
     } else {
         attempt
     };
+    let mut next = String::with_capacity(again.len() + key.len() + 12);
+    for part in [again, "?", key, "="] {
+        next.push_str(part);
+    }
+    next.push_str(itoa::Buffer::new().format(attempt + 1));
+    // Numbers written on the stack: this runs for every boot request.
+    let (mut timeout_ms, mut this, mut last) = (
+        itoa::Buffer::new(),
+        itoa::Buffer::new(),
+        itoa::Buffer::new(),
+    );
     let body = ipxe::chain_template().render(&[
         ("mac", label),
         ("owner", &chain.owner),
         ("reason", chain.reason),
         ("url", url),
-        ("timeout_ms", &http.chain_timeout_ms.to_string()),
-        ("attempt", &attempt.to_string()),
-        ("attempts", &attempts.to_string()),
-        ("again", &format!("{again}?{key}={}", attempt + 1)),
+        ("timeout_ms", timeout_ms.format(http.chain_timeout_ms)),
+        ("attempt", this.format(attempt)),
+        ("attempts", last.format(attempts)),
+        ("again", &next),
     ])?;
     Ok(BootAnswer::Script {
         kind: chain.kind,

@@ -27,14 +27,14 @@ pub fn first_route(state: Arc<HttpState>) -> serve::FirstRoute {
         if !matches!(*req.method(), Method::GET | Method::HEAD) {
             return None;
         }
-        let (mac, name) = segments(req.uri().path())?;
         let method = if req.method() == Method::HEAD {
             "HEAD"
         } else {
             "GET"
         };
-        let query = req.uri().query().map(str::to_owned);
-        let (mac, name) = (mac.map(Cow::into_owned), name.map(Cow::into_owned));
+        // Parsed here, so the answer's future owns only what it needs.
+        let (mac, name) = segments(req.uri().path())?;
+        let asked = parsed(mac, name, req.uri().query(), state.settings.chain_retries);
         let s = state.clone();
         Some(Box::pin(async move {
             // One span per request (docs/style.md §8), as the router's requests have.
@@ -44,11 +44,7 @@ pub fn first_route(state: Arc<HttpState>) -> serve::FirstRoute {
                 method,
                 status = tracing::field::Empty
             );
-            let resp = tracing::Instrument::instrument(
-                answer(&s, mac.ok(), name.ok(), query.as_deref(), peer),
-                span.clone(),
-            )
-            .await;
+            let resp = tracing::Instrument::instrument(answer(&s, asked, peer), span.clone()).await;
             let status = resp.status().as_u16();
             span.record("status", status);
             s.handles.http.request(ROUTE, status);
@@ -84,25 +80,51 @@ fn decoded(segment: &str) -> Result<Cow<'_, str>, NotUtf8> {
         .map_err(|_| NotUtf8)
 }
 
-/// The answer to one boot request; `None` for a segment that did not decode.
-async fn answer(
-    s: &HttpState,
-    raw: Option<String>,
-    name: Option<String>,
+/// What a boot request asks for.
+#[derive(Debug)]
+struct Asked {
+    mac: MacAddr,
+    /// A checked boot name ([`boot::is_boot_name`]).
+    name: String,
+    query: boot::BootQuery,
+}
+
+/// The request's MAC and name, parsed and checked; `Err` (with the MAC segment's
+/// length, for the log) when either is not valid.
+fn parsed(
+    mac: Result<Cow<'_, str>, NotUtf8>,
+    name: Result<Cow<'_, str>, NotUtf8>,
     query: Option<&str>,
-    peer: SocketAddr,
-) -> Response {
+    retries: u32,
+) -> Result<Asked, usize> {
+    let len = mac.as_ref().map_or(0, |m| m.len());
+    let mac = mac.ok().and_then(|m| m.parse::<MacAddr>().ok());
+    let name = name.ok().filter(|n| boot::is_boot_name(n));
+    match (mac, name) {
+        (Some(mac), Some(name)) => Ok(Asked {
+            mac,
+            name: name.into_owned(),
+            query: boot::boot_query(query, retries),
+        }),
+        _ => Err(len),
+    }
+}
+
+/// The answer to one boot request.
+async fn answer(s: &HttpState, asked: Result<Asked, usize>, peer: SocketAddr) -> Response {
     // Path segments are request data: parsed or checked, never echoed or logged raw.
-    let parsed = raw.as_deref().map(str::parse::<MacAddr>);
-    let (Some(Ok(mac)), Some(name)) = (parsed, name.filter(|n| boot::is_boot_name(n))) else {
-        s.handles.http.count("bad_request");
-        debug!(
-            len = raw.as_ref().map_or(0, String::len),
-            "boot request with an invalid MAC or name"
-        );
-        return (StatusCode::BAD_REQUEST, "invalid MAC address or name\n").into_response();
+    let Asked {
+        mac,
+        name,
+        query: q,
+    } = match asked {
+        Ok(a) => a,
+        Err(len) => {
+            s.handles.http.count("bad_request");
+            debug!(len, "boot request with an invalid MAC or name");
+            return (StatusCode::BAD_REQUEST, "invalid MAC address or name\n").into_response();
+        }
     };
-    let q = boot::boot_query(query, s.settings.chain_retries);
     let res = s.resolver.resolve(&mac).await;
     let ctx = BootContext::new(&s.settings, &s.resolver, &res, q.hop);
     debug!(%mac, owner = ?res.member, source = res.source, hop = q.hop, "boot request");
@@ -115,7 +137,7 @@ async fn answer(
             mac.push_hyphenated(&mut again);
             again.push('/');
             again.push_str(&name);
-            checked_chain(s, chain, q.attempt, &again, &mac.to_string()).await
+            checked_chain(s, chain, q.attempt, &again, mac.colon_text().as_str()).await
         }
     };
     let (status, why) = match &answer {

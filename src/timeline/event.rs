@@ -81,6 +81,10 @@ pub struct Journaled {
 /// (the escaped text is ASCII: octets and characters are the same count). One
 /// allocation: DHCPv6 keeps a detail for every message.
 pub(crate) fn clean(text: &str) -> Box<str> {
+    // Most details need no escape (every boot request's does not): copied whole.
+    if text.len() <= MAX_DETAIL && text.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
+        return text.into();
+    }
     let mut out = String::with_capacity(text.len().min(MAX_DETAIL));
     for c in text.chars() {
         if c.is_ascii_graphic() || c == ' ' {

@@ -106,17 +106,15 @@ impl Rings {
     /// less than `window_ms` after it: then it is not kept, and only the machine's
     /// last-seen time moves.
     pub(super) fn absorb_repeat(&mut self, mac: MacAddr, event: &Event, window_ms: u64) -> bool {
-        let ring = if self.known.machines.contains_key(&mac) {
-            &mut self.known
-        } else {
-            &mut self.strangers
-        };
-        let Some(machine) = ring.machines.get_mut(&mac) else {
-            return false;
+        let (machine, slots) = match self.known.machines.get_mut(&mac) {
+            Some(m) => (m, &self.known.slots),
+            None => match self.strangers.machines.get_mut(&mac) {
+                Some(m) => (m, &self.strangers.slots),
+                None => return false,
+            },
         };
         let (index, seq) = machine.newest;
-        let Some(newest) = ring
-            .slots
+        let Some(newest) = slots
             .get(index as usize)
             .map(|s| &s.event)
             .filter(|e| e.seq == seq)
