@@ -590,7 +590,8 @@ pub fn print_owner(config: &Config, mac: &str) -> anyhow::Result<()> {
         .build()?
         .block_on(resolver.resolve(&mac));
     use crate::http::boot::{self, BootAnswer, BootContext};
-    let ctx = BootContext::new(&config.http, &resolver, &res, false);
+    let view = resolver.roster().current();
+    let ctx = BootContext::new(&config.http, &resolver, &view, &res, false);
     let mut out = std::io::stdout().lock();
     writeln!(out, "mac:    {mac}")?;
     writeln!(out, "owner:  {}", res.member.as_deref().unwrap_or("(none)"))?;

@@ -87,8 +87,8 @@ pub struct BootContext<'a> {
     pub http: &'a HttpSettings,
     /// This member's name, if members are configured.
     pub me: Option<&'a str>,
-    /// The owning member, if known.
-    pub owner: Option<Member>,
+    /// The owning member, if known (in the member list the request was answered with).
+    pub owner: Option<&'a Member>,
     /// Unknown machines.
     pub fallback: &'a Fallback,
     /// Machines owned elsewhere.
@@ -101,20 +101,21 @@ pub struct BootContext<'a> {
 }
 
 impl<'a> BootContext<'a> {
-    /// The context for a resolution made by `resolver`.
+    /// The context for a resolution made by `resolver`, with `view` the member list in
+    /// force (taken once for the request).
     pub fn new(
         http: &'a HttpSettings,
         resolver: &'a crate::owner::Resolver,
+        view: &'a crate::owner::roster::RosterView,
         res: &Resolution,
         hop: bool,
     ) -> Self {
-        let owner = res.member.as_deref().and_then(|n| resolver.member(n));
-        let owner_alive = owner
-            .as_ref()
-            .is_some_and(|o| resolver.live().is_alive(&o.name));
+        let me = resolver.self_name();
+        let owner = res.member.as_deref().and_then(|n| view.member(n));
+        let owner_alive = owner.is_some_and(|o| resolver.live().is_alive(&o.name));
         Self {
             http,
-            me: resolver.self_name(),
+            me,
             owner,
             fallback: &resolver.settings().fallback,
             chain_to: resolver.settings().chain_to,
@@ -150,7 +151,7 @@ fn per_node_url(conductor_url: &str, mac: &MacAddr) -> String {
 /// member still (the two members' views disagree) goes to that owner's conductor, or is
 /// a miss when its URL is not known.
 pub fn route(mac: &MacAddr, name: &str, res: &Resolution, ctx: &BootContext<'_>) -> Option<Chain> {
-    let owner = ctx.owner.as_ref()?;
+    let owner = ctx.owner?;
     let local = ctx.me == Some(owner.name.as_str());
     let chain = |kind, url: String, direct, retries_here| Chain {
         kind,
@@ -322,7 +323,7 @@ mod tests {
 
     const MAC: &str = "52:54:00:12:34:56";
 
-    fn ctx<'a>(http: &'a HttpSettings, owner: Option<Member>, alive: bool) -> BootContext<'a> {
+    fn ctx<'a>(http: &'a HttpSettings, owner: Option<&'a Member>, alive: bool) -> BootContext<'a> {
         BootContext {
             http,
             me: Some("a"),
@@ -355,11 +356,8 @@ mod tests {
     fn a_conductor_404_is_a_miss_and_a_silent_one_is_retried() {
         let http = http();
         let mac: MacAddr = MAC.parse().unwrap();
-        let c = ctx(
-            &http,
-            Some(member("a", Some("http://a.example:8088"))),
-            true,
-        );
+        let owner = member("a", Some("http://a.example:8088"));
+        let c = ctx(&http, Some(&owner), true);
         let chain = route(&mac, "boot.ipxe", &res(), &c).unwrap();
         assert_eq!(
             chain.url,
@@ -390,11 +388,8 @@ mod tests {
     fn another_members_route_is_not_retried_twice_and_its_conductor_is_used_when_it_is_silent() {
         let http = http();
         let mac: MacAddr = MAC.parse().unwrap();
-        let c = ctx(
-            &http,
-            Some(member("b", Some("http://b.example:8088"))),
-            true,
-        );
+        let owner = member("b", Some("http://b.example:8088"));
+        let c = ctx(&http, Some(&owner), true);
         let chain = route(&mac, "config", &res(), &c).unwrap();
         assert_eq!(
             chain.url,
@@ -416,11 +411,8 @@ mod tests {
         assert!(body.contains("chain --timeout 10000 http://b.example:8088/pxelinux.cfg/52-54-00-12-34-56 && exit 0 ||"), "{body}");
         assert!(body.contains("iseq 1 5 && goto give_up ||"), "{body}");
         // A dead owner: its conductor directly, from the start.
-        let c = ctx(
-            &http,
-            Some(member("b", Some("http://b.example:8088"))),
-            false,
-        );
+        let owner = member("b", Some("http://b.example:8088"));
+        let c = ctx(&http, Some(&owner), false);
         let chain = route(&mac, "boot.ipxe", &res(), &c).unwrap();
         assert_eq!(
             chain.url,
@@ -487,11 +479,8 @@ mod tests {
     fn a_hop_never_chains_another_member_and_its_retries_stay_hops() {
         let http = http();
         let mac: MacAddr = MAC.parse().unwrap();
-        let mut c = ctx(
-            &http,
-            Some(member("b", Some("http://b.example:8088"))),
-            true,
-        );
+        let owner = member("b", Some("http://b.example:8088"));
+        let mut c = ctx(&http, Some(&owner), true);
         c.hop = true;
         // This member's view says b owns it (the sender thought it was this one): b's
         // conductor, checked and retried from here, never b's route.
@@ -512,10 +501,12 @@ mod tests {
             "{body}"
         );
         // An owner whose conductor is not known: a miss, not a member's route.
-        c.owner = Some(member("b", None));
+        let unknown_conductor = member("b", None);
+        c.owner = Some(&unknown_conductor);
         assert_eq!(route(&mac, "boot.ipxe", &res(), &c), None);
         // Owned here: this member's conductor, as without a hop.
-        c.owner = Some(member("a", Some("http://a.example:8088")));
+        let here = member("a", Some("http://a.example:8088"));
+        c.owner = Some(&here);
         let chain = route(&mac, "boot.ipxe", &res(), &c).unwrap();
         assert_eq!(
             chain.url,

@@ -126,7 +126,8 @@ async fn answer(s: &HttpState, asked: Result<Asked, usize>, peer: SocketAddr) ->
         }
     };
     let res = s.resolver.resolve(&mac).await;
-    let ctx = BootContext::new(&s.settings, &s.resolver, &res, q.hop);
+    let view = s.resolver.roster().current();
+    let ctx = BootContext::new(&s.settings, &s.resolver, &view, &res, q.hop);
     debug!(%mac, owner = ?res.member, source = res.source, hop = q.hop, "boot request");
     let chain = boot::route(&mac, &name, &res, &ctx);
     let answer = match &chain {
