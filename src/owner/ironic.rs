@@ -255,15 +255,23 @@ impl IronicOwners {
 
     /// The cached answer, without asking Ironic. Counts hits and misses.
     pub fn cached(&self, mac: &MacAddr, now: Instant) -> Cached {
+        self.cached_and_stale(mac, now).0
+    }
+
+    /// [`Self::cached`], and whether answers are being served while Ironic is
+    /// unreachable, under one lock.
+    pub fn cached_and_stale(&self, mac: &MacAddr, now: Instant) -> (Cached, bool) {
         let cache = self.cache.read().unwrap_or_else(|p| p.into_inner());
         let answer = cache.get(mac, now);
-        let label = match (&answer, cache.is_stale()) {
+        let stale = cache.is_stale();
+        drop(cache);
+        let label = match (&answer, stale) {
             (Cached::Miss, _) => "miss",
             (Cached::Hit(_), true) => "stale_hit",
             (Cached::Hit(_), false) => "hit",
         };
         self.metrics.cache.inc(label);
-        answer
+        (answer, stale)
     }
 
     /// Every MAC Ironic has a port for, as last read (no request to Ironic).

@@ -288,26 +288,26 @@ impl Resolver {
             match kind {
                 ResolverKind::Ironic => {
                     let Some(ironic) = &self.ironic else { continue };
-                    let known = match ironic.cached(mac, Instant::now()) {
-                        Cached::Hit(k) => Some(k),
-                        Cached::Miss if ask_ironic => ironic.lookup(*mac).await,
+                    let (cached, stale) = ironic.cached_and_stale(mac, Instant::now());
+                    let (known, stale) = match cached {
+                        Cached::Hit(k) => (Some(k), stale),
+                        // The lookup may have found Ironic back (or gone).
+                        Cached::Miss if ask_ironic => {
+                            (ironic.lookup(*mac).await, ironic.is_stale())
+                        }
                         Cached::Miss => {
                             if let Some(tx) = &self.prefetch {
                                 // Full queue: the next retransmission asks again.
                                 let _ = tx.try_send(*mac);
                             }
-                            None
+                            (None, stale)
                         }
                     };
                     match known {
                         Some(Known::Node(Some(conductor))) => {
                             match self.member_for_conductor(&conductor) {
                                 Some(name) => {
-                                    let source = if ironic.is_stale() {
-                                        "ironic-stale"
-                                    } else {
-                                        "ironic"
-                                    };
+                                    let source = if stale { "ironic-stale" } else { "ironic" };
                                     debug!(%mac, conductor = %conductor, member = %name, source, "owner from Ironic");
                                     return Resolution {
                                         member: Some(name),
