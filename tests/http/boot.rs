@@ -320,6 +320,47 @@ fn chain_to_conductor_and_404_fallback() {
     assert_eq!(get(&s, "/v1/boot/fallback.ipxe").0, 404);
 }
 
+/// curl with `args` against the server; returns (status, headers and body as received).
+fn curl_raw(s: &TestServer, args: &[&str], path: &str) -> (u16, String) {
+    let out = Command::new("curl")
+        .args(["-s", "-i", "--path-as-is", "-w", "\n%{http_code}"])
+        .args(args)
+        .arg(format!("http://{}{path}", s.addr))
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (raw, code) = text.rsplit_once('\n').unwrap();
+    (code.parse().unwrap(), raw.to_string())
+}
+
+#[test]
+fn the_boot_route_answers_head_without_a_body_escaped_colons_and_no_other_method() {
+    let s = start("resolvers = [\"inventory\"]");
+    let path = "/v1/boot/52:54:00:00:00:0a/boot.ipxe";
+    let (code, body) = get(&s, path);
+    assert_eq!(code, 200);
+    // HEAD, as another member checks this route before chaining it: the same status
+    // and length, no body.
+    let (code, head) = curl_raw(&s, &["-I"], path);
+    assert_eq!(code, 200, "{head}");
+    let length = format!("content-length: {}", body.len());
+    assert!(head.to_ascii_lowercase().contains(&length), "{head}");
+    assert!(!head.contains("#!ipxe"), "{head}");
+    // iPXE may escape a MAC's colons: the same machine, the same script.
+    let (code, escaped) = get(&s, "/v1/boot/52%3A54%3a00%3A00%3A00%3A0a/boot.ipxe");
+    assert_eq!((code, escaped), (200, body));
+    // Nothing else is served on the route.
+    let (code, _) = curl_raw(&s, &["-X", "POST"], path);
+    assert_eq!(code, 404);
+    let (_, metrics) = get(&s, "/metrics");
+    assert!(
+        metrics.contains(
+            "shardboot_http_requests_total{route=\"/v1/boot/{mac}/{name}\",status=\"200\"} 3"
+        ),
+        "{metrics}"
+    );
+}
+
 #[test]
 fn a_fallback_url_is_checked_like_a_conductor() {
     let mut inspection = ConductorStub::start_knowing(
