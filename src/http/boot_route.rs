@@ -57,11 +57,13 @@ pub fn first_route(state: Arc<HttpState>) -> serve::FirstRoute {
 #[derive(Debug, PartialEq, Eq)]
 struct NotUtf8;
 
+/// One path segment, percent-decoded.
+type Segment<'a> = Result<Cow<'a, str>, NotUtf8>;
+
 /// The MAC and name segments of `path`, percent-decoded; `None` when `path` is not
 /// the route's (not two non-empty segments after [`PREFIX`]), as the router's
 /// `/v1/boot/{mac}/{name}` would not match it.
-#[allow(clippy::type_complexity)]
-fn segments(path: &str) -> Option<(Result<Cow<'_, str>, NotUtf8>, Result<Cow<'_, str>, NotUtf8>)> {
+fn segments(path: &str) -> Option<(Segment<'_>, Segment<'_>)> {
     let rest = path.strip_prefix(PREFIX)?;
     let (mac, name) = rest.split_once('/')?;
     if mac.is_empty() || name.is_empty() || name.contains('/') {
@@ -71,7 +73,7 @@ fn segments(path: &str) -> Option<(Result<Cow<'_, str>, NotUtf8>, Result<Cow<'_,
 }
 
 /// `segment` percent-decoded (iPXE may escape a MAC's colons).
-fn decoded(segment: &str) -> Result<Cow<'_, str>, NotUtf8> {
+fn decoded(segment: &str) -> Segment<'_> {
     if !segment.contains('%') {
         return Ok(Cow::Borrowed(segment));
     }
@@ -92,8 +94,8 @@ struct Asked {
 /// The request's MAC and name, parsed and checked; `Err` (with the MAC segment's
 /// length, for the log) when either is not valid.
 fn parsed(
-    mac: Result<Cow<'_, str>, NotUtf8>,
-    name: Result<Cow<'_, str>, NotUtf8>,
+    mac: Segment<'_>,
+    name: Segment<'_>,
     query: Option<&str>,
     retries: u32,
 ) -> Result<Asked, usize> {
