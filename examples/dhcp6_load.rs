@@ -12,13 +12,10 @@
 //! Run inside the client namespace (it binds `[<relay>]:547`):
 //! `dhcp6_load --relay fd00:18::2 --server fd00:18::1 --seconds 10`
 
-use std::collections::HashMap;
 use std::net::{Ipv6Addr, SocketAddrV6, UdpSocket};
-use std::os::fd::AsFd;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Parser;
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 #[derive(Parser)]
 struct Args {
@@ -43,6 +40,11 @@ struct Args {
     timeout_ms: u64,
 }
 
+#[path = "common/closed_loop.rs"]
+mod closed_loop;
+
+use closed_loop::Step;
+
 // RFC 8415 §7.3 message types and §21 option codes.
 const SOLICIT: u8 = 1;
 const ADVERTISE: u8 = 2;
@@ -58,27 +60,6 @@ const OPT_ELAPSED_TIME: u16 = 8;
 const OPT_RELAY_MSG: u16 = 9;
 const OPT_STATUS_CODE: u16 = 13;
 const IAID: u32 = 1;
-
-/// One exchange in flight, indexed by its slot (the low 16 bits of the transaction id).
-#[derive(Clone, Copy)]
-struct Slot {
-    client: u32,
-    sent: Instant,
-    requesting: bool,
-    /// Bumped per exchange, in the transaction id's high 8 bits, so a late reply to an
-    /// earlier exchange in this slot is recognised.
-    generation: u8,
-}
-
-#[derive(Default)]
-struct Counts {
-    exchanges: u64,
-    lost: u64,
-    refused: u64,
-    malformed: u64,
-    duplicates: u64,
-    late: u64,
-}
 
 /// A client's MAC: locally administered, never a real NIC's.
 fn mac(client: u32) -> [u8; 6] {
@@ -211,6 +192,52 @@ fn parse(datagram: &[u8]) -> Option<Answer<'_>> {
     Some(answer)
 }
 
+/// DHCPv6 for the closed loop: a relayed Solicit, then a Request for the address
+/// advertised, from the server that advertised it.
+struct Dhcp6 {
+    relay: Ipv6Addr,
+}
+
+impl closed_loop::Protocol for Dhcp6 {
+    type Address = Ipv6Addr;
+    type Answer<'a> = Answer<'a>;
+    // The transaction id has 24 bits: the slot's 16 and 8 of generation.
+    const GENERATION_MASK: u16 = 0xff;
+
+    fn first(&self, out: &mut Vec<u8>, xid: u32, client: u32) {
+        relayed(out, SOLICIT, xid, client, self.relay, None);
+    }
+
+    fn read<'a>(&self, reply: &'a [u8]) -> Option<(u32, Answer<'a>)> {
+        parse(reply).map(|a| (a.xid, a))
+    }
+
+    fn step(
+        &self,
+        answer: Answer<'_>,
+        xid: u32,
+        slot: &closed_loop::Slot,
+        out: &mut Vec<u8>,
+    ) -> Step<Ipv6Addr> {
+        match (
+            answer.kind,
+            slot.requesting,
+            answer.address,
+            answer.server_id,
+        ) {
+            (ADVERTISE, false, Some(address), Some(server_id)) => {
+                let offered = Offered { server_id, address };
+                relayed(out, REQUEST, xid, slot.client, self.relay, Some(offered));
+                Step::Request
+            }
+            (REPLY, true, Some(address), _) => Step::Bound(address),
+            // An Advertise or Reply without an address: NoAddrsAvail or a refusal.
+            (ADVERTISE | REPLY, _, None, _) => Step::Refused,
+            _ => Step::Malformed,
+        }
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     let a = Args::parse();
     anyhow::ensure!(
@@ -222,131 +249,15 @@ fn main() -> anyhow::Result<()> {
     socket.set_nonblocking(true)?;
     // A window of replies can arrive at once; the default buffer would drop some.
     shardboot::sockopt::enlarge_recv_buffer(&socket, 8 << 20);
-    let server = SocketAddrV6::new(a.server, 547, 0, 0);
-    let timeout = Duration::from_millis(a.timeout_ms);
-    let start = Instant::now();
-    let end = start + Duration::from_secs(a.seconds);
-
-    let mut slots: Vec<Option<Slot>> = vec![None; a.window];
-    let mut free: Vec<usize> = (0..a.window).rev().collect();
-    let mut next_client = 0u32;
-    let mut generation = 0u8;
-    let mut holder: HashMap<Ipv6Addr, u32> = HashMap::new();
-    let mut counts = Counts::default();
-    let mut out = Vec::with_capacity(300);
-    let mut buf = vec![0u8; 1500];
-    let mut server_id = [0u8; 130];
-    let xid_of = |slot: usize, generation: u8| (u32::from(generation) << 16) | slot as u32;
-
-    while Instant::now() < end {
-        // Fill the window with new exchanges.
-        while let Some(slot) = free.pop() {
-            generation = generation.wrapping_add(1);
-            let client = next_client % a.clients;
-            next_client = next_client.wrapping_add(1);
-            slots[slot] = Some(Slot {
-                client,
-                sent: Instant::now(),
-                requesting: false,
-                generation,
-            });
-            relayed(
-                &mut out,
-                SOLICIT,
-                xid_of(slot, generation),
-                client,
-                a.relay,
-                None,
-            );
-            match socket.send_to(&out, server) {
-                Ok(_) => {}
-                // A full send buffer: try again on the next pass.
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    slots[slot] = None;
-                    free.push(slot);
-                    break;
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-        // Read what has arrived; wait briefly when nothing has.
-        let mut got = false;
-        loop {
-            let n = match socket.recv_from(&mut buf) {
-                Ok((n, _)) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(e) => return Err(e.into()),
-            };
-            got = true;
-            let Some(answer) = parse(&buf[..n]) else {
-                counts.malformed += 1;
-                continue;
-            };
-            let idx = (answer.xid & 0xffff) as usize;
-            let Some(Some(s)) = slots.get(idx).copied() else {
-                counts.late += 1;
-                continue;
-            };
-            if s.generation != (answer.xid >> 16) as u8 {
-                counts.late += 1;
-                continue;
-            }
-            match (answer.kind, s.requesting, answer.address, answer.server_id) {
-                (ADVERTISE, false, Some(address), Some(sid)) if sid.len() <= server_id.len() => {
-                    server_id[..sid.len()].copy_from_slice(sid);
-                    let sid_len = sid.len();
-                    relayed(
-                        &mut out,
-                        REQUEST,
-                        answer.xid,
-                        s.client,
-                        a.relay,
-                        Some(Offered {
-                            server_id: &server_id[..sid_len],
-                            address,
-                        }),
-                    );
-                    let _ = socket.send_to(&out, server);
-                    slots[idx] = Some(Slot {
-                        requesting: true,
-                        sent: Instant::now(),
-                        ..s
-                    });
-                }
-                (REPLY, true, Some(address), _) => {
-                    if let Some(prev) = holder.insert(address, s.client) {
-                        if prev != s.client {
-                            counts.duplicates += 1;
-                        }
-                    }
-                    counts.exchanges += 1;
-                    slots[idx] = None;
-                    free.push(idx);
-                }
-                // An Advertise or Reply without an address: NoAddrsAvail or a refusal.
-                (ADVERTISE | REPLY, _, None, _) => {
-                    counts.refused += 1;
-                    slots[idx] = None;
-                    free.push(idx);
-                }
-                _ => counts.malformed += 1,
-            }
-        }
-        // Give up on exchanges that went unanswered.
-        let now = Instant::now();
-        for (idx, slot) in slots.iter_mut().enumerate() {
-            if slot.is_some_and(|s| now.duration_since(s.sent) > timeout) {
-                *slot = None;
-                free.push(idx);
-                counts.lost += 1;
-            }
-        }
-        if !got && free.is_empty() {
-            let mut fds = [PollFd::new(socket.as_fd(), PollFlags::POLLIN)];
-            let _ = poll(&mut fds, PollTimeout::from(1u8));
-        }
-    }
-    let secs = start.elapsed().as_secs_f64();
+    let (counts, secs) = closed_loop::run(
+        &Dhcp6 { relay: a.relay },
+        &socket,
+        SocketAddrV6::new(a.server, 547, 0, 0).into(),
+        a.window,
+        a.clients,
+        Duration::from_millis(a.timeout_ms),
+        a.seconds,
+    )?;
     println!(
         "exchanges {} rate {:.0}/s lost {} refused {} duplicates {} malformed {} late {}",
         counts.exchanges,
