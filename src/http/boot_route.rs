@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use tracing::debug;
 
 use super::boot::{self, BootAnswer, BootContext};
-use super::{boot_response, checked_chain, serve, HttpState};
+use super::{boot_response, checked_chain, counted, serve, HttpState};
 use crate::mac::MacAddr;
 
 /// The route's pattern: its metrics label and its name in the timeline.
@@ -24,31 +24,17 @@ const PREFIX: &str = "/v1/boot/";
 /// The boot route of `state`, for [`serve::App`].
 pub fn first_route(state: Arc<HttpState>) -> serve::FirstRoute {
     Arc::new(move |req, peer| {
-        if !matches!(*req.method(), Method::GET | Method::HEAD) {
-            return None;
-        }
-        let method = if req.method() == Method::HEAD {
-            "HEAD"
-        } else {
-            "GET"
+        let method = match *req.method() {
+            Method::GET => "GET",
+            Method::HEAD => "HEAD",
+            _ => return None,
         };
         // Parsed here, so the answer's future owns only what it needs.
         let (mac, name) = segments(req.uri().path())?;
         let asked = parsed(mac, name, req.uri().query(), state.settings.chain_retries);
         let s = state.clone();
         Some(Box::pin(async move {
-            // One span per request (docs/style.md §8), as the router's requests have.
-            let span = tracing::debug_span!(
-                "http",
-                route = ROUTE,
-                method,
-                status = tracing::field::Empty
-            );
-            let resp = tracing::Instrument::instrument(answer(&s, asked, peer), span.clone()).await;
-            let status = resp.status().as_u16();
-            span.record("status", status);
-            s.handles.http.request(ROUTE, status);
-            resp
+            counted(&s, ROUTE, method, answer(&s, asked, peer)).await
         }))
     })
 }

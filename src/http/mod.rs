@@ -279,11 +279,21 @@ async fn count_request(
         .get::<axum::extract::MatchedPath>()
         .cloned();
     let route = route.as_ref().map_or("unmatched", |m| m.as_str());
-    // One span per request (docs/style.md §8), named by the route pattern; the status is
-    // filled in when the answer is known. At debug level, like the DHCP packet span.
-    let span =
-        tracing::debug_span!("http", route, method = %req.method(), status = tracing::field::Empty);
-    let resp = tracing::Instrument::instrument(next.run(req), span.clone()).await;
+    let method = req.method().clone();
+    counted(&s, route, method.as_str(), next.run(req)).await
+}
+
+/// `answer`, in one span per request (docs/style.md §8) named by the route pattern, and
+/// counted by route and status; the status is filled in when the answer is known. At
+/// debug level, like the DHCP packet span.
+pub(super) async fn counted(
+    s: &HttpState,
+    route: &str,
+    method: &str,
+    answer: impl std::future::Future<Output = Response>,
+) -> Response {
+    let span = tracing::debug_span!("http", route, method, status = tracing::field::Empty);
+    let resp = tracing::Instrument::instrument(answer, span.clone()).await;
     let status = resp.status().as_u16();
     span.record("status", status);
     s.handles.http.request(route, status);
