@@ -50,7 +50,8 @@ pub const ORIGIN_CAPACITY: usize = 256;
 /// The client, the cap and the shared answers of every boot request.
 #[derive(Debug, Clone)]
 pub struct ChainChecker {
-    client: Option<reqwest::Client>,
+    /// What each thread builds its client from; `None` if no client could be built.
+    clients: Option<Arc<ClientRecipe>>,
     slots: Arc<Semaphore>,
     known: Arc<Mutex<Known>>,
     /// How each check was answered: `sent` (a HEAD went out), `cached` (a kept
@@ -73,7 +74,56 @@ struct Known {
 
 impl Default for ChainChecker {
     fn default() -> Self {
-        Self::with_client(Self::builder().build().ok())
+        Self::with_roots(Vec::new())
+    }
+}
+
+/// The CA certificates a check trusts beyond the site's (`crate::site_ca`), from which
+/// each thread builds a client of its own.
+///
+/// One client per thread: the HTTP server runs a single-threaded runtime per core
+/// (`serve::serve_per_core`), and a client's pooled connection is a task on the runtime
+/// that opened it. A client shared by the threads sends a HEAD from one runtime to a
+/// connection on another and gets the answer back across again: two wake-ups between
+/// threads (an eventfd write and an extra `epoll_wait` each) per check, which made a
+/// check cost as much as four boot requests (docs/benchmarks.md).
+#[derive(Debug)]
+struct ClientRecipe {
+    extra_roots: Vec<reqwest::Certificate>,
+}
+
+thread_local! {
+    /// This thread's client for each live checker, found by its recipe's address (a
+    /// `Weak` keeps that address from being reused while the entry exists).
+    static CLIENTS: std::cell::RefCell<Vec<(std::sync::Weak<ClientRecipe>, reqwest::Client)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl ClientRecipe {
+    fn build(&self) -> reqwest::Result<reqwest::Client> {
+        self.extra_roots
+            .iter()
+            .cloned()
+            .fold(ChainChecker::builder(), |b, c| b.add_root_certificate(c))
+            .build()
+    }
+
+    /// The calling thread's client, built on its first check.
+    fn for_this_thread(self: &Arc<Self>) -> Option<reqwest::Client> {
+        CLIENTS.with(|clients| {
+            let mut clients = clients.borrow_mut();
+            if let Some((_, client)) = clients
+                .iter()
+                .find(|(recipe, _)| std::ptr::eq(recipe.as_ptr(), Arc::as_ptr(self)))
+            {
+                return Some(client.clone());
+            }
+            // Checkers come and go in tests and on reload: drop the clients of gone ones.
+            clients.retain(|(recipe, _)| recipe.strong_count() > 0);
+            let client = self.build().ok()?;
+            clients.push((Arc::downgrade(self), client.clone()));
+            Some(client)
+        })
     }
 }
 
@@ -95,19 +145,24 @@ impl ChainChecker {
         let Some(path) = ca else {
             return Ok(Self::default());
         };
-        let builder = crate::site_ca::load(path)?
-            .into_iter()
-            .fold(Self::builder(), |b, c| b.add_root_certificate(c));
-        let client = builder.build().map_err(|e| crate::site_ca::SiteCaError {
+        let roots = crate::site_ca::load(path)?;
+        // Built once here so that a CA the client refuses is an error at start-up, not
+        // a silent skip of every check.
+        ClientRecipe {
+            extra_roots: roots.clone(),
+        }
+        .build()
+        .map_err(|e| crate::site_ca::SiteCaError {
             path: path.to_path_buf(),
             reason: e.to_string(),
         })?;
-        Ok(Self::with_client(Some(client)))
+        Ok(Self::with_roots(roots))
     }
 
-    fn with_client(client: Option<reqwest::Client>) -> Self {
+    fn with_roots(extra_roots: Vec<reqwest::Certificate>) -> Self {
+        let recipe = ClientRecipe { extra_roots };
         Self {
-            client,
+            clients: recipe.build().is_ok().then(|| Arc::new(recipe)),
             slots: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
             known: Arc::new(Mutex::new(Known {
                 urls: TtlCache::new(CACHE_TTL, CACHE_CAPACITY),
@@ -135,7 +190,7 @@ impl ChainChecker {
     /// Asks for `url` with `HEAD` (or uses an answer kept or in flight) and classifies
     /// the answer.
     pub async fn check(&self, url: &str) -> Check {
-        let Some(client) = &self.client else {
+        let Some(clients) = &self.clients else {
             return Check::Unchecked;
         };
         let (label, step) = self.step(url, Instant::now());
@@ -145,16 +200,20 @@ impl ChainChecker {
             Step::Join(rx) => rx,
             Step::Send(tx, permit) => {
                 let rx = tx.subscribe();
+                let mut flight = Flight {
+                    me: self.clone(),
+                    url: url.to_owned(),
+                    landed: false,
+                };
+                let Some(client) = clients.for_this_thread() else {
+                    // Dropping the flight frees the URL; those who joined it get
+                    // `Unchecked` from the dropped sender.
+                    return Check::Unchecked;
+                };
                 // A task of its own: a boot request that is cancelled (its client went
                 // away) must not cancel the check others wait for.
-                let (client, me, url) = (client.clone(), self.clone(), url.to_owned());
                 tokio::spawn(async move {
                     let _permit = permit;
-                    let mut flight = Flight {
-                        me,
-                        url,
-                        landed: false,
-                    };
                     let check = classify(client.head(&flight.url).send().await);
                     flight.land(check, Instant::now());
                     let _ = tx.send(Some(check));
@@ -293,6 +352,83 @@ mod tests {
         ] {
             assert_eq!(origin(url), want, "{url}");
         }
+    }
+
+    /// A conductor that answers every request with 200 and an empty body on keep-alive
+    /// connections, counting the connections it accepted.
+    fn counting_conductor() -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+        use std::io::{BufRead, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = accepted.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { return };
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                std::thread::spawn(move || {
+                    let mut reader = std::io::BufReader::new(conn.try_clone().unwrap());
+                    let mut writer = conn;
+                    let mut line = String::new();
+                    while reader.read_line(&mut line).unwrap_or(0) > 0 {
+                        if line == "\r\n" {
+                            let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
+                            if writer.write_all(ok).is_err() {
+                                return;
+                            }
+                        }
+                        line.clear();
+                    }
+                });
+            }
+        });
+        (port, accepted)
+    }
+
+    #[test]
+    fn each_thread_checks_over_its_own_kept_alive_connection() {
+        // The HTTP server runs a single-threaded runtime per core: a check sent over a
+        // connection whose task lives on another thread's runtime would wait for that
+        // runtime to be polled.
+        let (port, accepted) = counting_conductor();
+        let checker = ChainChecker::default();
+        // Each thread keeps its runtime (and so its connections) until both are done.
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let done_rx = Arc::new(Mutex::new(done_rx));
+        let checks_on_a_thread_of_its_own = |first: u32| {
+            let (checker, done_rx) = (checker.clone(), done_rx.clone());
+            let (answers_tx, answers_rx) = std::sync::mpsc::channel();
+            let thread = std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                let answers = rt.block_on(async {
+                    let mut answers = Vec::new();
+                    for n in first..first + 3 {
+                        let url = format!("http://127.0.0.1:{port}/pxelinux.cfg/{n}");
+                        answers.push(checker.check(&url).await);
+                    }
+                    answers
+                });
+                answers_tx.send(answers).unwrap();
+                let _ = done_rx.lock().unwrap().recv();
+            });
+            (answers_rx.recv().unwrap(), thread)
+        };
+        let (first, a) = checks_on_a_thread_of_its_own(0);
+        let (second, b) = checks_on_a_thread_of_its_own(10);
+        drop(done_tx);
+        a.join().unwrap();
+        b.join().unwrap();
+        assert_eq!(first, [Check::Answers; 3]);
+        assert_eq!(second, [Check::Answers; 3]);
+        assert_eq!(checker.counts.get("sent"), 6);
+        assert_eq!(
+            accepted.load(std::sync::atomic::Ordering::SeqCst),
+            2,
+            "one connection per thread, kept alive between its checks"
+        );
     }
 
     fn port_with_nothing_listening() -> u16 {
