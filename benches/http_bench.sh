@@ -6,7 +6,7 @@
 # (the cached answers must not get slower). Prints requests/s and p99 for each.
 # The two conductors are one nginx server block that has a config for every machine; it
 # logs every HEAD (shardboot's check before chaining), and the bench counts them: at
-# most one per per-node URL per cache period (http::chain_check::CACHE_TTL, 3 s).
+# most one per per-node URL per cache period (http::chain_check::CACHE_TTL, 4 s).
 #
 #   benches/http_bench.sh [seconds] [connections]
 #   SB_BIN=/tmp/before benches/http_bench.sh ...   # another build, e.g. for before/after
