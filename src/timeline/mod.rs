@@ -119,6 +119,8 @@ pub struct Row {
 #[derive(Debug)]
 pub struct Timeline {
     inner: Mutex<Rings>,
+    /// The key of HTTP events' fingerprints (`rings::RepeatKey`), random per process.
+    repeat_hasher: std::hash::RandomState,
     /// The board's pool fill over the last hour (apart from the events' lock).
     pool_fill: Mutex<pool_fill::Ring>,
 }
@@ -138,6 +140,7 @@ impl Timeline {
     pub fn new(limits: Limits) -> Self {
         Self {
             inner: Mutex::new(Rings::new(limits)),
+            repeat_hasher: std::hash::RandomState::new(),
             pool_fill: Mutex::default(),
         }
     }
@@ -191,7 +194,8 @@ impl Timeline {
         let mut g = self.lock();
         g.seq = g.seq.max(j.event.seq);
         let given = gives_address(&j.event);
-        g.place(j.mac, j.event, given, j.known);
+        // Not a fingerprint: the first boot request after a restart is kept anew.
+        g.place(j.mac, j.event, given, j.known, None);
     }
 
     /// Every event kept, oldest first (by seq), each with its place: what the disk
@@ -251,10 +255,26 @@ impl Timeline {
             detail,
         };
         log_exchange(mac, &event);
+        // Only the boot routes repeat themselves at a rate worth folding; hashed before
+        // the lock is taken.
+        let fingerprint = (event.source == Source::Http).then(|| {
+            std::hash::BuildHasher::hash_one(
+                &self.repeat_hasher,
+                (
+                    event.what,
+                    event.outcome,
+                    event.why,
+                    event.ip,
+                    &event.detail,
+                ),
+            )
+        });
         let mut g = self.lock();
-        if event.source == Source::Http && g.absorb_repeat(mac, &event, REPEAT_WINDOW_MS) {
-            g.repeats += 1;
-            return;
+        if let Some(fingerprint) = fingerprint {
+            if g.absorb_repeat(mac, &event, fingerprint, REPEAT_WINDOW_MS) {
+                g.repeats += 1;
+                return;
+            }
         }
         g.seq += 1;
         event.seq = g.seq;
@@ -279,7 +299,7 @@ impl Timeline {
                 g.journal_dropped += 1;
             }
         }
-        g.place(mac, event, given, to_known);
+        g.place(mac, event, given, to_known, fingerprint);
     }
     /// Records `report` for the MAC that DHCP or DHCPv6 last gave `ip` to, else (an
     /// IPv6 link-local address with a modified EUI-64 interface identifier) the MAC in

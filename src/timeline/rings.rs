@@ -33,6 +33,18 @@ pub(super) struct Machine {
     pub(super) last_ip: Option<IpAddr>,
     /// Its boot stage (the board reads this, never the events).
     pub(super) progress: Progress,
+    /// When its newest event is an HTTP one: that event's time and fingerprint
+    /// ([`super::Timeline::record`]), so a repeat is told from this entry alone, without
+    /// reading the event's slot and detail (two more cache misses per boot request over
+    /// thousands of machines).
+    pub(super) newest_http: Option<RepeatKey>,
+}
+
+/// An HTTP event's time and the keyed hash of everything but its time and seq.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct RepeatKey {
+    pub(super) at_ms: u64,
+    pub(super) fingerprint: u64,
 }
 
 /// Every event of a ring in one ring of `cap` slots, oldest overwritten first, each linked to
@@ -89,49 +101,53 @@ impl Rings {
 
     /// Files `event` for `mac`: with the known machines when `to_known` (the machine's
     /// earlier events move over with it), else with the strangers.
-    pub(super) fn place(&mut self, mac: MacAddr, event: Event, given: bool, to_known: bool) {
+    /// `fingerprint`: an HTTP event's, for [`Rings::absorb_repeat`].
+    pub(super) fn place(
+        &mut self,
+        mac: MacAddr,
+        event: Event,
+        given: bool,
+        to_known: bool,
+        fingerprint: Option<u64>,
+    ) {
         if self.known.machines.contains_key(&mac) {
-            self.known.push(mac, event, given);
+            self.known.push(mac, event, given, fingerprint);
         } else if to_known {
             for earlier in self.strangers.forget(&mac, self.limits.per_machine) {
-                self.known.push(mac, earlier, false);
+                self.known.push(mac, earlier, false, None);
             }
-            self.known.push(mac, event, given);
+            self.known.push(mac, event, given, fingerprint);
         } else {
-            self.strangers.push(mac, event, false);
+            self.strangers.push(mac, event, false, fingerprint);
         }
     }
 
-    /// Whether `event` is `mac`'s newest event again (everything but the time the same)
-    /// less than `window_ms` after it: then it is not kept, and only the machine's
-    /// last-seen time moves.
-    pub(super) fn absorb_repeat(&mut self, mac: MacAddr, event: &Event, window_ms: u64) -> bool {
-        let (machine, slots) = match self.known.machines.get_mut(&mac) {
-            Some(m) => (m, &self.known.slots),
+    /// Whether `event` (of `fingerprint`) is `mac`'s newest event again (everything but
+    /// the time the same) less than `window_ms` after it: then it is not kept, and only
+    /// the machine's last-seen time moves. A machine in the map always has its newest
+    /// event in the ring ([`Inner::take_slot`] forgets it with that event), so its entry
+    /// answers alone. The fingerprint is keyed per process: a request cannot be made to
+    /// pass for another's repeat.
+    pub(super) fn absorb_repeat(
+        &mut self,
+        mac: MacAddr,
+        event: &Event,
+        fingerprint: u64,
+        window_ms: u64,
+    ) -> bool {
+        let machine = match self.known.machines.get_mut(&mac) {
+            Some(m) => m,
             None => match self.strangers.machines.get_mut(&mac) {
-                Some(m) => (m, &self.strangers.slots),
+                Some(m) => m,
                 None => return false,
             },
         };
-        let (index, seq) = machine.newest;
-        let Some(newest) = slots
-            .get(index as usize)
-            .map(|s| &s.event)
-            .filter(|e| e.seq == seq)
-        else {
+        let Some(newest) = machine.newest_http else {
             return false;
         };
-        let repeat = event.at_ms.saturating_sub(newest.at_ms) < window_ms
+        let repeat = newest.fingerprint == fingerprint
             && event.at_ms >= newest.at_ms
-            && (event.source, event.what, event.outcome, event.why, event.ip)
-                == (
-                    newest.source,
-                    newest.what,
-                    newest.outcome,
-                    newest.why,
-                    newest.ip,
-                )
-            && event.detail == newest.detail;
+            && event.at_ms - newest.at_ms < window_ms;
         if repeat {
             machine.progress.advance(event);
         }
@@ -173,7 +189,7 @@ impl Inner {
     }
 
     /// Adds `event` for `mac` at the ring's head; `given`: its address was given to it.
-    fn push(&mut self, mac: MacAddr, event: Event, given: bool) {
+    fn push(&mut self, mac: MacAddr, event: Event, given: bool, fingerprint: Option<u64>) {
         let seq = event.seq;
         let taken = self.take_slot();
         let index = taken.unwrap_or(self.slots.len());
@@ -182,8 +198,13 @@ impl Inner {
             ips: Vec::new(),
             last_ip: None,
             progress: Progress::new(event.at_ms),
+            newest_http: None,
         });
         machine.progress.advance(&event);
+        machine.newest_http = fingerprint.map(|fingerprint| RepeatKey {
+            at_ms: event.at_ms,
+            fingerprint,
+        });
         let (prev_index, prev_seq) = machine.newest;
         let prev = self
             .slots

@@ -356,6 +356,23 @@ fn a_boot_request_repeated_within_the_window_is_counted_not_kept_again() {
 }
 
 #[test]
+fn a_boot_request_after_another_kind_of_event_is_kept_even_within_the_window() {
+    let t = Timeline::default();
+    let chain = "boot.ipxe: owner=a via=ironic chain=http://c1/pxe";
+    let ip = Ipv4Addr::new(192, 0, 2, 100);
+    t.record_at(A, boot("200", chain), 1_000);
+    t.record_at(A, dhcp("REQUEST", "ack", Some(ip)), 1_001);
+    // The same boot request as before, but the machine's newest event is the DHCP one.
+    t.record_at(A, boot("200", chain), 1_002);
+    assert_eq!(t.events(&A, 0).len(), 3);
+    assert_eq!(t.repeats(), 0);
+    // Now it repeats the newest.
+    t.record_at(A, boot("200", chain), 1_003);
+    assert_eq!(t.events(&A, 0).len(), 3);
+    assert_eq!(t.repeats(), 1);
+}
+
+#[test]
 fn dhcp_events_are_kept_even_when_they_repeat() {
     let t = Timeline::default();
     let ip = Ipv4Addr::new(192, 0, 2, 100);
