@@ -10,6 +10,9 @@
 #
 #   benches/http_bench.sh [seconds] [connections]
 #   SB_BIN=/tmp/before benches/http_bench.sh ...   # another build, e.g. for before/after
+#   SB_BIN=/tmp/before SB_BIN_B=/tmp/after [ROUNDS=3] benches/http_bench.sh 8   # both
+#       builds at once, each warm, their random-route runs alternated ROUNDS times with
+#       nginx's (a lever's before and after within the same minutes of a noisy machine)
 #   PERF_RUN="shardboot one MAC's route" benches/http_bench.sh ...   # perf record -g of
 #       that run's server, into $PERF_OUT (/tmp/shardboot-http.perf), for perf report -i
 #
@@ -88,10 +91,13 @@ pids+=($!)
 wait_http "http://127.0.0.1:$conductor_port/c1/pxelinux.cfg/52-54-01-00-00-01"
 
 # ---- shardboot: member a of two, HTTP only
-sb_port=$(free_port)
 (umask 077 && openssl rand -hex 32 >"$work/member-secret")
-cat >"$work/shardboot.toml" <<EOF
-state_dir = "$work/state"
+start_shardboot() { # BIN NAME: starts BIN as member a on a port of its own, its Ironic
+  # cache warm; sets sb_port and sb_pid
+  local bin=$1 name=$2
+  sb_port=$(free_port)
+  cat >"$work/$name.toml" <<EOF
+state_dir = "$work/$name-state"
 [dhcp]
 enabled = false
 [tftp]
@@ -116,15 +122,21 @@ http_url = "http://127.0.0.1:9"
 conductor = "127.0.0.2:8090"
 conductor_url = "http://127.0.0.1:$conductor_port/c2"
 EOF
-SHARDBOOT_LOG=warn "$bin" -c "$work/shardboot.toml" serve 2>"$work/shardboot.log" &
-sb_pid=$!; pids+=("$sb_pid")
-wait_http "http://127.0.0.1:$sb_port/healthz"
-for _ in $(seq 100); do
-  curl -s "http://127.0.0.1:$sb_port/metrics" | grep -q "^shardboot_owner_ironic_snapshot_macs $macs" && break
-  sleep 0.1
-done
-curl -s "http://127.0.0.1:$sb_port/metrics" | grep -q "^shardboot_owner_ironic_snapshot_macs $macs" \
-  || { echo "http_bench: the Ironic cache did not warm" >&2; cat "$work/shardboot.log" >&2; exit 1; }
+  SHARDBOOT_LOG=warn "$bin" -c "$work/$name.toml" serve 2>"$work/$name.log" &
+  sb_pid=$!; pids+=("$sb_pid")
+  wait_http "http://127.0.0.1:$sb_port/healthz"
+  for _ in $(seq 100); do
+    curl -s "http://127.0.0.1:$sb_port/metrics" | grep -q "^shardboot_owner_ironic_snapshot_macs $macs" && break
+    sleep 0.1
+  done
+  curl -s "http://127.0.0.1:$sb_port/metrics" | grep -q "^shardboot_owner_ironic_snapshot_macs $macs" \
+    || { echo "http_bench: the Ironic cache did not warm" >&2; cat "$work/$name.log" >&2; exit 1; }
+}
+if [ -n "${SB_BIN_B:-}" ]; then
+  start_shardboot "$SB_BIN_B" shardboot-b
+  b_port=$sb_port b_pid=$sb_pid
+fi
+start_shardboot "$bin" shardboot
 
 # ---- static references: one file the size of a chain script
 curl -s "http://127.0.0.1:$sb_port/v1/boot/52:54:01:00:00:01/boot.ipxe" >"$work/static.ipxe"
@@ -207,6 +219,19 @@ heads() { # NAME
   : >"$work/conductor-heads.log"
 }
 
+if [ -n "${SB_BIN_B:-}" ]; then
+  # Two builds side by side, both warm, their route runs alternated within one run.
+  echo "wrk -t2 -c$conns -d${secs}s, 2-core machine; A = $bin, B = $SB_BIN_B"
+  : >"$work/conductor-heads.log"
+  for _ in $(seq "${ROUNDS:-3}"); do
+    run "A /v1/boot/{mac} (Ironic up)" "$sb_pid" "http://127.0.0.1:$sb_port" "$work/macs.lua"
+    heads "  its checks"
+    run "B /v1/boot/{mac} (Ironic up)" "$b_pid" "http://127.0.0.1:$b_port" "$work/macs.lua"
+    heads "  its checks"
+    run "nginx static, random /v1/boot URL" "$nginx_pid" "http://127.0.0.1:$nginx_port" "$work/macs.lua"
+  done
+  exit 0
+fi
 echo "wrk -t2 -c$conns -d${secs}s, 2-core machine, everything on 127.0.0.1"
 : >"$work/conductor-heads.log"
 run "shardboot /v1/boot/{mac} (Ironic up)" "$sb_pid" "http://127.0.0.1:$sb_port" "$work/macs.lua"

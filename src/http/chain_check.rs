@@ -88,8 +88,8 @@ impl Default for ChainChecker {
 /// (`serve::serve_per_core`), and a client's pooled connection is a task on the runtime
 /// that opened it. A client shared by the threads sends a HEAD from one runtime to a
 /// connection on another and gets the answer back across again: two wake-ups between
-/// threads (an eventfd write and an extra `epoll_wait` each) per check, which made a
-/// check cost as much as four boot requests (docs/benchmarks.md).
+/// threads (an eventfd write and an extra `epoll_wait` each) per check, a quarter of
+/// what a check cost the server (docs/benchmarks.md, "The checks' HEADs").
 #[derive(Debug)]
 struct ClientRecipe {
     extra_roots: Vec<reqwest::Certificate>,
