@@ -77,7 +77,10 @@ struct Known {
 
 impl Default for ChainChecker {
     fn default() -> Self {
-        Self::with_roots(Vec::new())
+        let recipe = ClientRecipe {
+            extra_roots: Vec::new(),
+        };
+        Self::with_recipe(recipe.build().is_ok().then(|| Arc::new(recipe)))
     }
 }
 
@@ -148,24 +151,22 @@ impl ChainChecker {
         let Some(path) = ca else {
             return Ok(Self::default());
         };
-        let roots = crate::site_ca::load(path)?;
+        let recipe = ClientRecipe {
+            extra_roots: crate::site_ca::load(path)?,
+        };
         // Built once here so that a CA the client refuses is an error at start-up, not
         // a silent skip of every check.
-        ClientRecipe {
-            extra_roots: roots.clone(),
-        }
-        .build()
-        .map_err(|e| crate::site_ca::SiteCaError {
+        recipe.build().map_err(|e| crate::site_ca::SiteCaError {
             path: path.to_path_buf(),
             reason: e.to_string(),
         })?;
-        Ok(Self::with_roots(roots))
+        Ok(Self::with_recipe(Some(Arc::new(recipe))))
     }
 
-    fn with_roots(extra_roots: Vec<reqwest::Certificate>) -> Self {
-        let recipe = ClientRecipe { extra_roots };
+    /// `recipe`: `None` when no client can be built (every check is then skipped).
+    fn with_recipe(recipe: Option<Arc<ClientRecipe>>) -> Self {
         Self {
-            clients: recipe.build().is_ok().then(|| Arc::new(recipe)),
+            clients: recipe,
             slots: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
             known: Arc::new(Mutex::new(Known {
                 urls: TtlCache::new(CACHE_TTL, CACHE_CAPACITY),
